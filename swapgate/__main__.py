@@ -1,0 +1,3 @@
+from swapgate.cli import main
+
+raise SystemExit(main())

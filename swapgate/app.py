@@ -1,0 +1,70 @@
+"""``create_app(settings)``: the ASGI application; its lifespan starts and closes the Runtime."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException
+from starlette.routing import Route
+
+from swapgate import __version__
+from swapgate.config import Settings
+from swapgate.errors import BadRequest, MethodNotAllowed, PathNotFound, SwapgateError
+from swapgate.routes.public import public_routes
+from swapgate.runtime import Runtime
+
+PROXIED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+
+
+def create_app(settings: Settings) -> FastAPI:
+    runtime = Runtime(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await runtime.start()
+        try:
+            yield
+        finally:
+            await runtime.aclose()
+
+    app = FastAPI(
+        title="swapgate", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None
+    )
+    app.state.runtime = runtime  # for tests and embedding; handlers get it by closure
+    endpoint = runtime.proxy_endpoint()
+    for path in PROXIED_PATHS:
+        app.router.routes.append(Route(path, endpoint, methods=["POST"]))
+    app.include_router(public_routes(runtime))
+    _install_error_handlers(app)
+    return app
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def swapgate_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, SwapgateError)
+        return _error_response(exc)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 405:
+            error: SwapgateError = MethodNotAllowed(f"{request.method} is not allowed here")
+        else:
+            paths = ", ".join(PROXIED_PATHS)
+            error = PathNotFound(f"no endpoint at {request.url.path}; the API is at {paths}")
+        return _error_response(error)
+
+    async def validation_error(_: Request, exc: Exception) -> Response:
+        return _error_response(BadRequest(f"invalid request: {exc}"))
+
+    app.add_exception_handler(SwapgateError, swapgate_error)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+
+
+def _error_response(exc: SwapgateError) -> Response:
+    headers = {k.decode(): v.decode() for k, v in exc.headers()}
+    return Response(exc.body(), status_code=exc.status, headers=headers)

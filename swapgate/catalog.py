@@ -1,0 +1,37 @@
+"""Model names: client-facing names, their aliases, and what each instance calls them."""
+
+from __future__ import annotations
+
+from swapgate.config import Settings
+
+
+class Catalog:
+    """Translates between the names clients send and the names instances know."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.configured = frozenset(settings.models)
+        self._aliases = {
+            alias: model for model, conf in settings.models.items() for alias in conf.aliases
+        }
+        self._upstream = {
+            (instance, model): upstream
+            for model, conf in settings.models.items()
+            for instance, upstream in conf.upstream_names.items()
+        }
+        self._client = {
+            (instance, upstream): model for (instance, model), upstream in self._upstream.items()
+        }
+
+    @property
+    def aliases(self) -> dict[str, str]:
+        return dict(self._aliases)
+
+    def resolve(self, name: str) -> str:
+        """The model an alias stands for, or the name itself."""
+        return self._aliases.get(name, name)
+
+    def upstream_name(self, instance: str, model: str) -> str:
+        return self._upstream.get((instance, model), model)
+
+    def client_name(self, instance: str, upstream: str) -> str:
+        return self._client.get((instance, upstream), upstream)

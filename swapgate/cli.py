@@ -1,0 +1,123 @@
+"""The ``swapgate`` command: thin over serve, check-config, the simulator and the demo."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from swapgate import __version__
+from swapgate.config import ConfigError, Settings, load_config, parse_duration
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "run"):
+        parser.print_help()
+        return 2
+    result: int = args.run(args)
+    return result
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="swapgate", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"swapgate {__version__}")
+    commands = parser.add_subparsers(title="commands")
+
+    serve = commands.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", default=os.environ.get("SWAPGATE_CONFIG"), help="YAML file")
+    serve.add_argument("--host", help="override server.host")
+    serve.add_argument("--port", type=int, help="override server.port")
+    serve.set_defaults(run=_serve)
+
+    check = commands.add_parser("check-config", help="validate a config file and exit")
+    check.add_argument("path")
+    check.set_defaults(run=_check_config)
+
+    sim = commands.add_parser("sim", help="run a simulated inference server")
+    _sim_arguments(sim)
+    sim.set_defaults(run=_sim)
+
+    demo = commands.add_parser("demo", help="two simulated llama-swap instances + the gateway")
+    demo.add_argument("--config", default="config/demo.yaml", help="YAML file of the demo")
+    demo.add_argument("--load-time", type=_duration, default=4.0)
+    demo.set_defaults(run=_demo)
+    return parser
+
+
+def _sim_arguments(sim: argparse.ArgumentParser) -> None:
+    sim.add_argument("--flavor", choices=("llama-swap", "ollama", "openai"), default="llama-swap")
+    sim.add_argument("--host", default="127.0.0.1")
+    sim.add_argument("--port", type=int, default=9001)
+    sim.add_argument("--models", default="a,b,c", help="comma-separated model names")
+    sim.add_argument("--capacity", type=int, default=1, help="models resident at once")
+    sim.add_argument("--load-time", type=_duration, default=5.0)
+    sim.add_argument("--ttft", type=_duration, default=0.05)
+    sim.add_argument("--token-rate", type=float, default=50.0, help="tokens per second")
+    sim.add_argument("--max-tokens", type=int, default=16, help="answer length by default")
+    sim.add_argument("--fail-load-rate", type=float, default=0.0)
+    sim.add_argument("--crash-mid-stream-rate", type=float, default=0.0)
+    sim.add_argument("--hang-rate", type=float, default=0.0)
+    sim.add_argument("--api-key", help="require this bearer key on /v1 requests")
+    sim.add_argument("--seed", type=int, help="seed for the fault dice")
+
+
+def _duration(text: str) -> float:
+    try:
+        value = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    assert isinstance(value, float)
+    return value
+
+
+def _load(path: str | None) -> Settings | None:
+    if not path:
+        print("swapgate: no config; pass --config PATH or set SWAPGATE_CONFIG", file=sys.stderr)
+        return None
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        print(f"swapgate: {path}: {exc}", file=sys.stderr)
+        return None
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    settings = _load(args.path)
+    if settings is None:
+        return 1
+    names = ", ".join(i.name for i in settings.instances)
+    print(f"{args.path}: OK ({len(settings.instances)} instances: {names})")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from swapgate.server import serve
+
+    settings = _load(args.config)
+    if settings is None:
+        return 1
+    serve(settings, host=args.host, port=args.port)
+    return 0
+
+
+def _sim(args: argparse.Namespace) -> int:
+    from swapgate.sim import SimConfig, run_sim
+
+    options = {k: v for k, v in vars(args).items() if k in SimConfig.__dataclass_fields__}
+    options["models"] = tuple(m.strip() for m in args.models.split(",") if m.strip())
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s sim %(message)s")
+    run_sim(SimConfig(**options))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from swapgate.demo import run_demo
+
+    settings = _load(args.config)
+    if settings is None:
+        return 1
+    return run_demo(settings, load_time=args.load_time)

@@ -1,0 +1,275 @@
+"""Configuration: a YAML file, overridden by ``SWAPGATE_*`` environment variables.
+
+``load_config`` is the one entry point. It returns a frozen ``Settings`` or raises ``ConfigError``
+carrying every problem found, each prefixed by its YAML path (``instances[1].url: not a URL``).
+Secrets never live in the file: ``*_env`` keys name the environment variables that hold them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; ``problems`` lists each one as ``path: message``."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
+        self.problems = problems
+
+
+def parse_duration(value: object) -> object:
+    """Accept ``250ms``, ``5s``, ``2m``, ``1h`` or a plain number of seconds."""
+    if isinstance(value, bool):
+        raise ValueError("not a duration: use e.g. 250ms, 5s, 2m, 1h or a number of seconds")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if match:
+            return float(match[1]) * _UNIT_SECONDS[match[2]]
+        raise ValueError(f"not a duration: {value!r}; use e.g. 250ms, 5s, 2m, 1h or seconds")
+    return value
+
+
+def _check_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not a URL: {value!r}; expected http://host:port")
+    return value.rstrip("/")
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
+PositiveDuration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
+Url = Annotated[str, AfterValidator(_check_url)]
+Name = Annotated[str, Field(pattern=_NAME)]
+FallbackPolicy = Literal["off", "error", "slow", "swap"]
+InstanceKind = Literal["llama-swap", "ollama", "openai", "swap-on-request"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    api_keys_env: str = "SWAPGATE_API_KEYS"
+    admin_token_env: str = "SWAPGATE_ADMIN_TOKEN"
+    max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    access_log: bool = True
+    shutdown_grace: Duration = 30.0
+
+
+class RoutingConfig(_Section):
+    poll_interval: PositiveDuration = 5.0
+    max_wait: PositiveDuration = 120.0
+    queue_limit: int = Field(256, ge=1)
+    min_residency: Duration = 30.0
+    swap_timeout: PositiveDuration = 300.0
+    expected_swap: PositiveDuration = 30.0
+    stream_idle_timeout: PositiveDuration = 120.0
+
+
+class KeepaliveConfig(_Section):
+    early_headers_after: Duration = 1.0
+    interval: PositiveDuration = 5.0
+    streaming: Literal["comment", "reasoning", "off"] = "comment"
+    non_streaming: Literal["whitespace", "off"] = "whitespace"
+
+
+class InstanceConfig(_Section):
+    name: Name
+    kind: InstanceKind = "llama-swap"
+    url: Url
+    models: list[str] | None = None
+    capacity: int = Field(1, ge=1)
+    api_key_env: str | None = None
+    weight: float = Field(1.0, gt=0)
+
+
+class ModelConfig(_Section):
+    aliases: list[str] = []
+    upstream_names: dict[str, str] = {}
+    relay: str | None = None
+    relay_model: str | None = None
+    fallback: FallbackPolicy | None = None
+    max_wait: PositiveDuration | None = None
+
+    @property
+    def fallback_policy(self) -> FallbackPolicy:
+        """The policy in force: ``swap`` when a relay is set and none is named, else ``off``."""
+        if self.fallback is not None:
+            return self.fallback
+        return "swap" if self.relay else "off"
+
+
+class RelayConfig(_Section):
+    url: Url
+    api_key_env: str | None = None
+    timeout: PositiveDuration = 120.0
+
+
+class PreloadConfig(_Section):
+    name: Name
+    model: str
+    cron: str
+    timezone: str = "UTC"
+    instances: int = Field(1, ge=1)
+    pin_for: Duration = 0.0
+
+
+class MetricsConfig(_Section):
+    enabled: bool = True
+    path: Annotated[str, Field(pattern=r"^/")] = "/metrics"
+
+
+class Settings(BaseSettings):
+    """The whole configuration; every key but ``instances`` has a default."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SWAPGATE_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    server: ServerConfig = ServerConfig()
+    routing: RoutingConfig = RoutingConfig()
+    keepalive: KeepaliveConfig = KeepaliveConfig()
+    instances: Annotated[list[InstanceConfig], Field(min_length=1)]
+    models: dict[str, ModelConfig] = {}
+    relays: dict[str, RelayConfig] = {}
+    preloads: list[PreloadConfig] = []
+    metrics: MetricsConfig = MetricsConfig()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The file arrives as init arguments; the environment must win over it.
+        return (env_settings, init_settings)
+
+    def model_settings(self, model: str) -> ModelConfig:
+        return self.models.get(model) or _DEFAULT_MODEL
+
+
+_DEFAULT_MODEL = ModelConfig()
+
+
+def secret(env_name: str | None) -> str | None:
+    """The value of the environment variable a ``*_env`` key names; empty counts as unset."""
+    if not env_name:
+        return None
+    return os.environ.get(env_name) or None
+
+
+def load_config(path: str | Path) -> Settings:
+    """Read, validate and cross-check the file at ``path``; raise ``ConfigError`` on any problem."""
+    return parse_config(_read_yaml(Path(path)))
+
+
+def parse_config(data: Mapping[str, Any]) -> Settings:
+    try:
+        settings = Settings(**data)
+    except ValidationError as exc:
+        raise ConfigError([_describe(err) for err in exc.errors()]) from None
+    problems = list(_cross_check(settings))
+    if problems:
+        raise ConfigError(problems)
+    return settings
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read the file ({exc.strerror})"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{path}: not valid YAML: {exc}"]) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError([f"{path}: the top level must be a mapping of sections"])
+    return data
+
+
+def _describe(error: Mapping[str, Any]) -> str:
+    path = ""
+    for part in error["loc"]:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        message = "unknown key; check its spelling against the documented schema"
+    return f"{path or '(top level)'}: {message}"
+
+
+def _cross_check(settings: Settings) -> Iterable[str]:
+    names = [inst.name for inst in settings.instances]
+    for index, name in enumerate(names):
+        if names.index(name) != index:
+            yield f"instances[{index}].name: duplicate instance name {name!r}"
+    models = set(settings.models)
+    seen_aliases: dict[str, str] = {}
+    for model, conf in settings.models.items():
+        yield from _check_model(model, conf, settings, models, seen_aliases)
+    for index, job in enumerate(settings.preloads):
+        yield from _check_preload(index, job, settings)
+
+
+def _check_model(
+    model: str,
+    conf: ModelConfig,
+    settings: Settings,
+    models: set[str],
+    seen_aliases: dict[str, str],
+) -> Iterable[str]:
+    where = f"models.{model}"
+    instance_names = {inst.name for inst in settings.instances}
+    for alias in conf.aliases:
+        if alias in models:
+            yield f"{where}.aliases: {alias!r} is already a model name"
+        elif alias in seen_aliases:
+            yield f"{where}.aliases: {alias!r} is already an alias of {seen_aliases[alias]!r}"
+        seen_aliases[alias] = model
+    for instance in conf.upstream_names:
+        if instance not in instance_names:
+            yield f"{where}.upstream_names.{instance}: no instance is named {instance!r}"
+    if conf.relay is not None and conf.relay not in settings.relays:
+        known = ", ".join(sorted(settings.relays)) or "none defined"
+        yield f"{where}.relay: no relay named {conf.relay!r} (relays: {known})"
+    if conf.relay is None and conf.fallback_policy != "off":
+        yield f"{where}.fallback: {conf.fallback!r} needs a relay; set {where}.relay"
+
+
+def _check_preload(index: int, job: PreloadConfig, settings: Settings) -> Iterable[str]:
+    from apscheduler.triggers.cron import CronTrigger
+
+    where = f"preloads[{index}]"
+    try:
+        CronTrigger.from_crontab(job.cron, timezone=job.timezone)
+    except Exception as exc:  # APScheduler raises ValueError or zoneinfo errors
+        yield f"{where}: invalid cron {job.cron!r} or timezone {job.timezone!r}: {exc}"
+    if job.instances > len(settings.instances):
+        yield (
+            f"{where}.instances: {job.instances} instances asked for, "
+            f"only {len(settings.instances)} configured"
+        )

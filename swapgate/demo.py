@@ -1,0 +1,94 @@
+"""``swapgate demo``: a simulator for every instance of a config, and the gateway in front."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from urllib.error import URLError
+from urllib.parse import urlsplit
+from urllib.request import urlopen
+
+from swapgate.config import InstanceConfig, Settings
+from swapgate.server import serve
+
+FLAVOURS = {"llama-swap": "llama-swap", "ollama": "ollama", "openai": "openai"}
+STARTUP_TIMEOUT = 20.0
+
+
+def run_demo(settings: Settings, load_time: float) -> int:
+    with ExitStack() as stack:
+        for instance in settings.instances:
+            stack.enter_context(simulator(instance, load_time))
+        print(_instructions(settings, load_time), flush=True)
+        serve(settings)
+    return 0
+
+
+@contextmanager
+def simulator(instance: InstanceConfig, load_time: float) -> Iterator[None]:
+    """Run ``swapgate sim`` where the instance's URL points, until the block ends."""
+    address = urlsplit(instance.url)
+    command = [
+        sys.executable, "-m", "swapgate", "sim",
+        "--flavor", FLAVOURS.get(instance.kind, "openai"),
+        "--host", address.hostname or "127.0.0.1",
+        "--port", str(address.port or 80),
+        "--models", ",".join(instance.models or ("a", "b", "c")),
+        "--capacity", str(instance.capacity),
+        "--load-time", str(load_time),
+    ]  # fmt: skip
+    process = subprocess.Popen(command)
+    try:
+        wait_until_serving(instance.url + "/v1/models", process)
+        yield
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def wait_until_serving(url: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the simulator for {url} exited with {process.returncode}")
+        try:
+            with urlopen(url, timeout=1):
+                return
+        except (URLError, OSError):
+            time.sleep(0.1)
+    raise RuntimeError(f"the simulator for {url} did not start within {STARTUP_TIMEOUT:g}s")
+
+
+def _instructions(settings: Settings, load_time: float) -> str:
+    base = f"http://{settings.server.host}:{settings.server.port}"
+    models = sorted({m for i in settings.instances for m in i.models or ()})
+    first = models[0] if models else "a"
+    chat = (
+        f"curl -sS -D - {base}/v1/chat/completions -H 'content-type: application/json' "
+        f"""-d '{{"model": "{first}", "messages": [{{"role": "user", "content": "hi"}}]}}'"""
+    )
+    names = ", ".join(f"{i.name} ({i.url})" for i in settings.instances)
+    return f"""
+swapgate demo: simulated instances {names}; each load takes {load_time:g}s.
+
+  # every model and where it is warm
+  curl -sS {base}/v1/models
+
+  # a swap: the first request for {first} waits ~{load_time:g}s (see x-swapgate-wait-ms)
+  {chat}
+
+  # a warm hit: the same request again answers at once
+  {chat}
+
+  # a streamed answer
+  curl -sSN {base}/v1/chat/completions -H 'content-type: application/json' \\
+    -d '{{"model": "{first}", "stream": true, "messages": [{{"role": "user", "content": "hi"}}]}}'
+
+  # swap durations and warm state
+  curl -sS {base}/metrics | grep -E 'swapgate_(swap_duration_seconds_count|model_warm)'
+
+Ctrl-C stops the gateway and the simulators.
+"""

@@ -1,0 +1,25 @@
+"""Drivers speak each backend's own API; ``make_driver`` picks one by ``kind``."""
+
+from __future__ import annotations
+
+import httpx
+
+from swapgate.config import InstanceConfig, secret
+from swapgate.drivers.base import Driver
+from swapgate.drivers.llama_swap import LlamaSwapDriver
+from swapgate.drivers.ollama import OllamaDriver
+from swapgate.drivers.openai import OpenAIDriver
+from swapgate.drivers.swap_on_request import SwapOnRequestDriver
+
+DRIVERS: dict[str, type[Driver]] = {
+    "llama-swap": LlamaSwapDriver,
+    "ollama": OllamaDriver,
+    "openai": OpenAIDriver,
+    "swap-on-request": SwapOnRequestDriver,
+}
+
+__all__ = ["DRIVERS", "Driver", "make_driver"]
+
+
+def make_driver(instance: InstanceConfig, client: httpx.AsyncClient) -> Driver:
+    return DRIVERS[instance.kind](instance.url, client, secret(instance.api_key_env))

@@ -1,0 +1,78 @@
+"""The driver interface: how swapgate learns and changes what an instance has warm."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from swapgate.errors import DriverError
+from swapgate.state import InstanceReport
+
+# A poll that takes longer than this says the instance is not healthy.
+POLL_TIMEOUT = httpx.Timeout(5.0)
+# Loads are bounded by routing.swap_timeout in the swap coordinator, not here.
+LOAD_TIMEOUT = httpx.Timeout(None, connect=5.0)
+
+
+class Driver(ABC):
+    """One backend instance, spoken to in its own API (SPEC §7)."""
+
+    def __init__(self, url: str, client: httpx.AsyncClient, api_key: str | None = None) -> None:
+        self.url = url
+        self._client = client
+        self._headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+
+    @abstractmethod
+    async def state(self) -> InstanceReport:
+        """Poll the instance; raise ``DriverError`` when it does not answer sanely."""
+
+    @abstractmethod
+    async def load(self, model: str) -> None:
+        """Make ``model`` (an upstream name) warm; return when it is ready to serve."""
+
+    @abstractmethod
+    async def unload(self, model: str) -> None:
+        """Evict ``model``; a no-op for backends that evict by themselves."""
+
+    async def health(self) -> bool:
+        try:
+            await self.state()
+        except DriverError:
+            return False
+        return True
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Mapping[str, Any] | None = None,
+        timeout: httpx.Timeout = POLL_TIMEOUT,
+    ) -> httpx.Response:
+        try:
+            response = await self._client.request(
+                method, self.url + path, json=json, headers=self._headers, timeout=timeout
+            )
+        except httpx.HTTPError as exc:
+            raise DriverError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+        return response
+
+    async def _json(self, path: str) -> Any:
+        response = await self._request("GET", path)
+        if response.status_code != 200:
+            raise DriverError(f"GET {path} answered {response.status_code}")
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise DriverError(f"GET {path} did not answer JSON") from exc
+
+    async def _openai_models(self) -> frozenset[str]:
+        """The ids of ``GET /v1/models``, which every flavour here speaks."""
+        body = await self._json("/v1/models")
+        try:
+            return frozenset(str(entry["id"]) for entry in body["data"])
+        except (KeyError, TypeError) as exc:
+            raise DriverError("GET /v1/models: no data[].id list") from exc

@@ -1,0 +1,109 @@
+"""swapgate's exceptions and their one mapping to OpenAI-shaped HTTP errors (SPEC §11).
+
+    SwapgateError               an answer to a client: status, type, code, message
+    ├── BadRequest              400 invalid_request_error  (malformed JSON, no string "model")
+    ├── Unauthorized            401 invalid_api_key
+    ├── ModelNotFound           404 model_not_found        (names the known models)
+    ├── PathNotFound            404 not_found
+    ├── MethodNotAllowed        405 method_not_allowed
+    ├── RequestTooLarge         413 request_too_large
+    ├── QueueFull               429 queue_full             (+ Retry-After)
+    ├── UpstreamError           502 upstream_error
+    │   └── UpstreamUnreachable     the connection failed before any byte was sent
+    ├── NoCapacity              503 no_capacity            (+ Retry-After)
+    └── UpstreamTimeout         504 upstream_timeout
+    DriverError                 a control-plane call to an instance failed (poll, load, unload)
+
+Messages say what to do next and never carry keys or tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import ClassVar
+
+
+class SwapgateError(Exception):
+    status: ClassVar[int] = 500
+    type: ClassVar[str] = "swapgate_error"
+    code: ClassVar[str] = "internal_error"
+
+    def __init__(self, message: str, *, param: str | None = None, retry_after: int | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.retry_after = retry_after
+
+    def body(self) -> bytes:
+        error = {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
+        return json.dumps({"error": error}).encode()
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        headers = [(b"content-type", b"application/json")]
+        if self.retry_after is not None:
+            headers.append((b"retry-after", str(self.retry_after).encode()))
+        return headers
+
+
+class BadRequest(SwapgateError):
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_request_error"
+
+
+class Unauthorized(SwapgateError):
+    status = 401
+    type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
+class ModelNotFound(SwapgateError):
+    status = 404
+    type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class PathNotFound(SwapgateError):
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class MethodNotAllowed(SwapgateError):
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+
+class RequestTooLarge(SwapgateError):
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class QueueFull(SwapgateError):
+    status = 429
+    code = "queue_full"
+
+
+class UpstreamError(SwapgateError):
+    status = 502
+    code = "upstream_error"
+
+
+class UpstreamUnreachable(UpstreamError):
+    pass
+
+
+class NoCapacity(SwapgateError):
+    status = 503
+    code = "no_capacity"
+
+
+class UpstreamTimeout(SwapgateError):
+    status = 504
+    code = "upstream_timeout"
+
+
+class DriverError(Exception):
+    """An instance's control API failed or answered something unexpected."""

@@ -1,0 +1,123 @@
+"""Every ``swapgate_*`` metric (SPEC §10), in one ``CollectorRegistry`` owned by the app.
+
+Gauges that mirror live state (warm models, instance health, in-flight, queues, swaps running)
+are read from the registry at scrape time, so the request path never pays for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from swapgate.registry import Snapshot
+from swapgate.state import WarmState
+
+SWAP_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600)
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+UNKNOWN = "unknown"
+
+
+class StateSource(Protocol):
+    def snapshot(self) -> Snapshot: ...
+
+    def queue_depths(self) -> dict[str, int]: ...
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "swapgate_requests", "Requests answered", ["model", "route", "status"], registry=r
+        )
+        self.request_duration = Histogram(
+            "swapgate_request_duration_seconds",
+            "Time from a request's arrival to its last byte",
+            ["model", "route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttfb = Histogram(
+            "swapgate_time_to_first_byte_seconds",
+            "Time from a request's arrival to the upstream's first byte (keep-alives excluded)",
+            ["model", "route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.wait = Histogram(
+            "swapgate_wait_seconds",
+            "Time a request waited for a swap or the queue",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.swap_duration = Histogram(
+            "swapgate_swap_duration_seconds",
+            "Time from a swap's start to the model being ready",
+            ["instance", "model", "result"],
+            buckets=SWAP_BUCKETS,
+            registry=r,
+        )
+        self.swaps = Counter(
+            "swapgate_swaps", "Swaps finished", ["instance", "model", "result"], registry=r
+        )
+        self.keepalives = Counter(
+            "swapgate_keepalives_sent", "Keep-alive writes", ["model", "kind"], registry=r
+        )
+        self.fallbacks = Counter(
+            "swapgate_fallbacks",
+            "Requests sent to a relay",
+            ["model", "relay", "reason"],
+            registry=r,
+        )
+        self.preload_runs = Counter(
+            "swapgate_preload_runs", "Preload job runs", ["job", "result"], registry=r
+        )
+        self.upstream_errors = Counter(
+            "swapgate_upstream_errors", "Failed upstream calls", ["instance", "kind"], registry=r
+        )
+
+    def watch(self, source: StateSource) -> None:
+        """Export the live-state gauges from ``source`` at every scrape."""
+        self.registry.register(_StateCollector(source))
+
+
+class _StateCollector(Collector):
+    def __init__(self, source: StateSource) -> None:
+        self._source = source
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._source.snapshot()
+        warm = GaugeMetricFamily(
+            "swapgate_model_warm",
+            "1 if the model is warm on the instance",
+            labels=["instance", "model"],
+        )
+        up = GaugeMetricFamily(
+            "swapgate_instance_up", "1 if the instance is up", labels=["instance"]
+        )
+        inflight = GaugeMetricFamily(
+            "swapgate_inflight_requests", "Requests in flight to the instance", labels=["instance"]
+        )
+        swapping = GaugeMetricFamily(
+            "swapgate_swaps_in_progress", "Swaps running on the instance", labels=["instance"]
+        )
+        for inst in snap.instances:
+            for model in sorted(inst.serves | set(inst.models)):
+                warm.add_metric([inst.name, model], float(inst.state_of(model) is WarmState.WARM))
+            up.add_metric([inst.name], float(inst.up))
+            inflight.add_metric([inst.name], float(inst.inflight))
+            swapping.add_metric([inst.name], float(inst.swapping is not None))
+        queue = GaugeMetricFamily(
+            "swapgate_queue_depth", "Requests waiting for the model", labels=["model"]
+        )
+        for model, depth in sorted(self._source.queue_depths().items()):
+            queue.add_metric([model], float(depth))
+        yield from (warm, up, inflight, swapping, queue)

@@ -1,0 +1,1 @@
+"""The data plane: bodies in, placement, bytes out, unbuffered."""

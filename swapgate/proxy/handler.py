@@ -1,0 +1,267 @@
+"""The OpenAI-compatible POST endpoints, as one pure ASGI callable (SPEC §4).
+
+Pure ASGI because bytes flow here: status and headers go out first, then the upstream's body
+chunks as they arrive. Nothing is buffered beyond one chunk, and a client that goes away cancels
+the whole exchange, which closes the upstream connection and stops the generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import time
+import uuid
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.types import Receive, Scope, Send
+
+from swapgate.catalog import Catalog
+from swapgate.errors import (
+    ModelNotFound,
+    SwapgateError,
+    Unauthorized,
+    UpstreamError,
+    UpstreamUnreachable,
+)
+from swapgate.metrics import UNKNOWN, Metrics
+from swapgate.proxy.messages import (
+    DROP_RESPONSE,
+    ResponseWriter,
+    parse_request,
+    read_body,
+    sse_error,
+    upstream_headers,
+    with_model,
+)
+from swapgate.proxy.upstream import UpstreamClient, UpstreamResponse
+from swapgate.registry import Registry
+from swapgate.router import Lease, Router
+
+log = logging.getLogger("swapgate.access")
+ATTEMPTS = 2  # a connection failure before any byte reached the client is tried once more
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One request's progress, for its response headers, its log line and its metrics."""
+
+    method: str
+    path: str
+    request_id: str
+    started: float = field(default_factory=time.perf_counter)
+    model: str = UNKNOWN
+    route: str = "none"
+    waited: float = 0.0
+
+
+class ClientAuth:
+    def __init__(self, keys: list[str]) -> None:
+        self._keys = [key.encode() for key in keys]
+
+    def check(self, headers: list[tuple[bytes, bytes]]) -> None:
+        if not self._keys:
+            return
+        offered = _credential(headers)
+        if offered is None or not any(hmac.compare_digest(offered, k) for k in self._keys):
+            raise Unauthorized(
+                "missing or wrong API key; send 'Authorization: Bearer KEY' with a key "
+                "from the gateway's operator"
+            )
+
+
+class ProxyEndpoint:
+    def __init__(
+        self,
+        *,
+        router: Router,
+        registry: Registry,
+        catalog: Catalog,
+        client: UpstreamClient,
+        metrics: Metrics,
+        auth: ClientAuth,
+        max_body_bytes: int,
+        access_log: bool,
+    ) -> None:
+        self._router = router
+        self._registry = registry
+        self._catalog = catalog
+        self._client = client
+        self._metrics = metrics
+        self._auth = auth
+        self._max_body = max_body_bytes
+        self._access_log = access_log
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        ex = Exchange(scope["method"], scope["path"], _request_id(headers))
+        writer = ResponseWriter(send, [(b"x-request-id", ex.request_id.encode())])
+        try:
+            self._auth.check(headers)
+            body = await read_body(receive, self._max_body)
+            payload, requested, _ = parse_request(body)
+            ex.model = self._resolve(requested)
+            if requested != ex.model:
+                body = with_model(payload, ex.model)
+            work = self._forward(scope, ex, payload, body, writer)
+            await _until_disconnect(receive, work)
+        except SwapgateError as exc:
+            await self._fail(ex, writer, exc)
+        except ConnectionAbortedError:
+            writer.status = 499  # nginx's "client closed request", for the log and metrics
+        finally:
+            self._record(ex, writer.status)
+
+    def _resolve(self, requested: str) -> str:
+        model = self._catalog.resolve(requested)
+        known = self._registry.known_models()
+        if model not in known:
+            names = ", ".join(sorted(known | self._catalog.aliases.keys())) or "none yet"
+            raise ModelNotFound(
+                f"model {requested!r} does not exist here; known models: {names}", param="model"
+            )
+        return model
+
+    async def _forward(
+        self,
+        scope: Scope,
+        ex: Exchange,
+        payload: dict[str, Any],
+        body: bytes,
+        writer: ResponseWriter,
+    ) -> None:
+        lease, response = await self._open(scope, ex, payload, body)
+        try:
+            await writer.start(response.status, self._response_headers(response, ex))
+            await self._relay_body(response, writer)
+        finally:
+            response.close()
+            self._router.release(lease)
+
+    async def _open(
+        self, scope: Scope, ex: Exchange, payload: dict[str, Any], body: bytes
+    ) -> tuple[Lease, UpstreamResponse]:
+        for attempt in range(ATTEMPTS):
+            lease = await self._router.acquire(ex.model)
+            ex.route, ex.waited = f"instance/{lease.instance}", ex.waited + lease.waited
+            url = lease.upstream.url + scope["path"] + _query(scope)
+            forwarded = (
+                body
+                if lease.upstream_model == ex.model
+                else with_model(payload, lease.upstream_model)
+            )
+            headers = upstream_headers(scope["headers"], ex.request_id, lease.upstream.api_key)
+            try:
+                response = await self._client.open(scope["method"], url, headers, forwarded)
+            except asyncio.CancelledError:
+                self._router.release(lease)
+                raise
+            except UpstreamError as exc:
+                self._router.release(lease)
+                self._metrics.upstream_errors.labels(lease.instance, _error_kind(exc)).inc()
+                if not isinstance(exc, UpstreamUnreachable) or attempt + 1 == ATTEMPTS:
+                    raise
+                log.warning(
+                    "%s unreachable, placing %s again: %s", lease.instance, ex.request_id, exc
+                )
+                self._registry.mark_down(lease.instance)
+                continue
+            self._metrics.ttfb.labels(ex.model, ex.route).observe(time.perf_counter() - ex.started)
+            return lease, response
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _response_headers(
+        self, response: UpstreamResponse, ex: Exchange
+    ) -> list[tuple[bytes, bytes]]:
+        headers = [(k, v) for k, v in response.headers if k.lower() not in DROP_RESPONSE]
+        headers.append((b"x-swapgate-route", ex.route.encode()))
+        headers.append((b"x-swapgate-wait-ms", str(round(ex.waited * 1000)).encode()))
+        if response.is_event_stream:
+            headers.append((b"x-accel-buffering", b"no"))
+        return headers
+
+    async def _relay_body(self, response: UpstreamResponse, writer: ResponseWriter) -> None:
+        try:
+            async for chunk in response.chunks():
+                await writer.write(chunk)
+        except UpstreamError as exc:
+            if not response.is_event_stream:
+                raise  # the ASGI server drops the connection: a client sees a broken body
+            log.warning("upstream failed mid-stream: %s", exc)
+            await writer.end(sse_error(exc))
+            return
+        response.release()
+        await writer.end()
+
+    async def _fail(self, ex: Exchange, writer: ResponseWriter, exc: SwapgateError) -> None:
+        if writer.started:
+            return
+        writer.headers += [
+            (b"x-swapgate-route", ex.route.encode()),
+            (b"x-swapgate-wait-ms", str(round(ex.waited * 1000)).encode()),
+        ]
+        await writer.error(exc)
+
+    def _record(self, ex: Exchange, status: int) -> None:
+        elapsed = time.perf_counter() - ex.started
+        self._metrics.requests.labels(ex.model, ex.route, str(status)).inc()
+        self._metrics.request_duration.labels(ex.model, ex.route).observe(elapsed)
+        if ex.waited:
+            self._metrics.wait.labels(ex.model).observe(ex.waited)
+        if self._access_log:
+            log.info(
+                '"%s %s" %d model=%s route=%s wait_ms=%d ms=%.1f id=%s',
+                ex.method, ex.path, status, ex.model, ex.route,
+                round(ex.waited * 1000), elapsed * 1000, ex.request_id,
+            )  # fmt: skip
+
+
+async def _until_disconnect(receive: Receive, work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work``; cancel it when the client disconnects first."""
+    task = asyncio.create_task(work)
+    watcher = asyncio.create_task(_disconnected(receive))
+    try:
+        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for pending in (task, watcher):
+            pending.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+    if not task.done() or task.cancelled():
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise ConnectionAbortedError("the client went away")
+    task.result()
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _request_id(headers: list[tuple[bytes, bytes]]) -> str:
+    for name, value in headers:
+        if name == b"x-request-id" and 0 < len(value) <= 128:
+            return value.decode("latin-1")
+    return uuid.uuid4().hex
+
+
+def _credential(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    for name, value in headers:
+        if name == b"authorization" and value[:7].lower() == b"bearer ":
+            return value[7:].strip()
+        if name == b"x-api-key":
+            return value.strip()
+    return None
+
+
+def _query(scope: Scope) -> str:
+    query: bytes = scope.get("query_string", b"")
+    return "?" + query.decode("latin-1") if query else ""
+
+
+def _error_kind(exc: UpstreamError) -> str:
+    return "connect" if isinstance(exc, UpstreamUnreachable) else "http"

@@ -1,0 +1,109 @@
+"""What the data plane reads from a request and writes back, at the ASGI level."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.types import Receive, Send
+
+from swapgate.errors import BadRequest, RequestTooLarge, SwapgateError
+
+# Never forwarded: hop-by-hop headers, the client's credentials, and what the client library
+# recomputes for the body it actually sends.
+DROP_REQUEST = frozenset(
+    {
+        "connection", "keep-alive", "proxy-authorization", "proxy-connection", "te", "trailer",
+        "transfer-encoding", "upgrade", "host", "content-length", "authorization", "x-api-key",
+    }
+)  # fmt: skip
+DROP_RESPONSE = frozenset(
+    {
+        b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-connection", b"te",
+        b"trailer", b"transfer-encoding", b"upgrade", b"date", b"server",
+    }
+)  # fmt: skip
+
+
+async def read_body(receive: Receive, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ConnectionAbortedError("the client went away while sending its body")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise RequestTooLarge(
+                f"the request body exceeds server.max_body_bytes ({limit} bytes); send less"
+            )
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def parse_request(body: bytes) -> tuple[dict[str, Any], str, bool]:
+    """The JSON object, its ``model`` and whether it asks for a stream."""
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"the body is not valid JSON ({exc}); send a JSON object") from None
+    if not isinstance(payload, dict):
+        raise BadRequest("the body must be a JSON object with a 'model' field")
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("'model' is missing or not a string; name the model", param="model")
+    return payload, model, payload.get("stream") is True
+
+
+def with_model(payload: dict[str, Any], model: str) -> bytes:
+    return json.dumps({**payload, "model": model}, separators=(",", ":")).encode()
+
+
+def upstream_headers(
+    scope_headers: list[tuple[bytes, bytes]], request_id: str, api_key: str | None
+) -> list[tuple[str, str]]:
+    headers = [
+        (name.decode("latin-1"), value.decode("latin-1"))
+        for name, value in scope_headers
+        if name.decode("latin-1") not in DROP_REQUEST and name != b"x-request-id"
+    ]
+    headers.append(("x-request-id", request_id))
+    if api_key:
+        headers.append(("authorization", f"Bearer {api_key}"))
+    return headers
+
+
+class ResponseWriter:
+    """Sends one ASGI response and remembers how far it got."""
+
+    def __init__(self, send: Send, headers: list[tuple[bytes, bytes]]) -> None:
+        self._send = send
+        self.headers = headers  # swapgate's own, added to whatever status goes out
+        self.status = 0
+
+    @property
+    def started(self) -> bool:
+        return self.status != 0
+
+    async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        self.status = status
+        await self._send(
+            {"type": "http.response.start", "status": status, "headers": headers + self.headers}
+        )
+
+    async def write(self, chunk: bytes) -> None:
+        await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
+
+    async def end(self, chunk: bytes = b"") -> None:
+        await self._send({"type": "http.response.body", "body": chunk, "more_body": False})
+
+    async def error(self, exc: SwapgateError) -> None:
+        await self.start(exc.status, exc.headers())
+        await self.end(exc.body())
+
+
+def sse_error(exc: SwapgateError) -> bytes:
+    """The one in-band event that ends a stream that can no longer change its status."""
+    return b"data: " + exc.body() + b"\n\n"

@@ -1,0 +1,281 @@
+"""Live warm state per instance, in-flight counts, and immutable snapshots for placement.
+
+The registry is the only place that mutates this state. Placement reads frozen ``Snapshot``s;
+the swap coordinator, the poller and the data plane call the registry's small verbs. Every change
+that can unblock a waiting request wakes the waiters, who then place again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from swapgate.catalog import Catalog
+from swapgate.config import InstanceConfig
+from swapgate.state import InstanceReport, WarmState
+
+BACKOFF_FIRST = 5.0
+BACKOFF_MAX = 300.0
+POLL_FAILURES_DOWN = 2
+
+
+@dataclass(frozen=True, slots=True)
+class ModelView:
+    state: WarmState
+    since: float
+    last_used: float  # 0.0: never served through swapgate
+    inflight: int
+    pinned_until: float
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceView:
+    name: str
+    up: bool
+    drained: bool
+    capacity: int
+    weight: float
+    inflight: int
+    serves: frozenset[str]
+    models: Mapping[str, ModelView]
+    swapping: str | None
+    swap_done_by: float
+    backoff_until: float
+
+    def state_of(self, model: str) -> WarmState:
+        view = self.models.get(model)
+        return view.state if view else WarmState.COLD
+
+    def available(self, now: float) -> bool:
+        return self.up and not self.drained and now >= self.backoff_until
+
+    @property
+    def resident(self) -> int:
+        return sum(1 for m in self.models.values() if m.state is not WarmState.COLD)
+
+    @property
+    def load(self) -> float:
+        return self.inflight / self.weight
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    now: float
+    instances: tuple[InstanceView, ...]
+
+    def instance(self, name: str) -> InstanceView:
+        return next(i for i in self.instances if i.name == name)
+
+
+@dataclass(slots=True)
+class _Slot:
+    state: WarmState = WarmState.COLD
+    since: float = 0.0
+    last_used: float = 0.0
+    inflight: int = 0
+    pinned_until: float = 0.0
+
+    def set_state(self, state: WarmState, now: float) -> None:
+        if self.state is not state:
+            self.state, self.since = state, now
+
+
+@dataclass(slots=True)
+class _Instance:
+    config: InstanceConfig
+    serves: frozenset[str]
+    up: bool = False
+    drained: bool = False
+    poll_failures: int = 0
+    backoff_until: float = 0.0
+    backoff_step: float = 0.0
+    inflight: int = 0
+    swapping: str | None = None
+    swap_done_by: float = 0.0
+    generation: int = 0
+    slots: dict[str, _Slot] = field(default_factory=dict)
+
+    def slot(self, model: str) -> _Slot:
+        return self.slots.setdefault(model, _Slot())
+
+    def view(self) -> InstanceView:
+        return InstanceView(
+            name=self.config.name,
+            up=self.up,
+            drained=self.drained,
+            capacity=self.config.capacity,
+            weight=self.config.weight,
+            inflight=self.inflight,
+            serves=self.serves,
+            models={
+                name: ModelView(s.state, s.since, s.last_used, s.inflight, s.pinned_until)
+                for name, s in self.slots.items()
+            },
+            swapping=self.swapping,
+            swap_done_by=self.swap_done_by,
+            backoff_until=self.backoff_until,
+        )
+
+
+class Registry:
+    def __init__(
+        self,
+        instances: Iterable[InstanceConfig],
+        catalog: Catalog,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._catalog = catalog
+        self._clock = clock
+        self._instances = {
+            conf.name: _Instance(conf, _configured_models(conf, catalog)) for conf in instances
+        }
+        self._queued: dict[str, int] = {}
+        self._changed = asyncio.Event()
+        self._waiters = 0
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self._clock(), tuple(i.view() for i in self._instances.values()))
+
+    def names(self) -> list[str]:
+        return list(self._instances)
+
+    def known_models(self) -> frozenset[str]:
+        served = (inst.serves for inst in self._instances.values())
+        return self._catalog.configured.union(*served)
+
+    def is_up(self, name: str) -> bool:
+        return self._instances[name].up
+
+    def generation(self, name: str) -> int:
+        return self._instances[name].generation
+
+    def queue_depths(self) -> dict[str, int]:
+        return {model: n for model, n in self._queued.items() if n}
+
+    def ready(self) -> bool:
+        return any(inst.up for inst in self._instances.values())
+
+    # -- waiting -------------------------------------------------------------------------------
+
+    async def wait_for_change(self, timeout: float) -> None:
+        """Return when the state changed in a way that may unblock a waiter, or at ``timeout``."""
+        event = self._changed
+        self._waiters += 1
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self._waiters -= 1
+
+    def enter_queue(self, model: str) -> int:
+        depth = self._queued.get(model, 0) + 1
+        self._queued[model] = depth
+        return depth
+
+    def leave_queue(self, model: str) -> None:
+        self._queued[model] -= 1
+
+    def _notify(self) -> None:
+        if self._waiters:
+            self._changed.set()
+            self._changed = asyncio.Event()
+
+    # -- polls ---------------------------------------------------------------------------------
+
+    def apply_report(self, name: str, report: InstanceReport, generation: int) -> None:
+        """Take a poll's answer; its warm state only if no swap began or ended since it was sent."""
+        inst = self._instances[name]
+        if report.available is not None and inst.config.models is None:
+            inst.serves = frozenset(self._catalog.client_name(name, u) for u in report.available)
+        inst.up, inst.poll_failures = True, 0
+        if inst.generation == generation and inst.swapping is None:
+            self._apply_running(inst, report)
+        self._notify()
+
+    def _apply_running(self, inst: _Instance, report: InstanceReport) -> None:
+        now = self._clock()
+        if report.all_warm:
+            running = dict.fromkeys(inst.serves, WarmState.WARM)
+        elif report.running is not None:
+            name = inst.config.name
+            running = {self._catalog.client_name(name, u): s for u, s in report.running.items()}
+        else:
+            return  # the backend cannot tell; swapgate's own record stands
+        for model, state in running.items():
+            inst.slot(model).set_state(state, now)
+        for model, slot in inst.slots.items():
+            if model not in running:
+                slot.set_state(WarmState.COLD, now)
+
+    def poll_failed(self, name: str) -> None:
+        inst = self._instances[name]
+        inst.poll_failures += 1
+        if inst.up and inst.poll_failures >= POLL_FAILURES_DOWN:
+            self.mark_down(name)
+
+    def mark_down(self, name: str) -> None:
+        """Out of placement until a poll succeeds; what it had warm is unknown from now on."""
+        inst = self._instances[name]
+        now = self._clock()
+        inst.up = False
+        inst.generation += 1
+        for slot in inst.slots.values():
+            slot.set_state(WarmState.COLD, now)
+        self._notify()
+
+    # -- swaps ---------------------------------------------------------------------------------
+
+    def begin_swap(self, name: str, model: str, eta: float) -> None:
+        inst = self._instances[name]
+        now = self._clock()
+        inst.swapping, inst.swap_done_by = model, now + eta
+        inst.generation += 1
+        inst.slot(model).set_state(WarmState.LOADING, now)
+        self._notify()
+
+    def evicted(self, name: str, model: str) -> None:
+        inst = self._instances[name]
+        inst.generation += 1
+        inst.slot(model).set_state(WarmState.COLD, self._clock())
+
+    def end_swap(self, name: str, model: str, ok: bool) -> None:
+        inst = self._instances[name]
+        now = self._clock()
+        inst.swapping = None
+        inst.generation += 1
+        slot = inst.slot(model)
+        if ok:
+            slot.set_state(WarmState.WARM, now)
+            slot.last_used = now  # its waiters are about to use it: not a victim yet
+            inst.backoff_step = 0.0
+        else:
+            slot.set_state(WarmState.COLD, now)
+            inst.backoff_step = min(max(inst.backoff_step * 2, BACKOFF_FIRST), BACKOFF_MAX)
+            inst.backoff_until = now + inst.backoff_step
+        self._notify()
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def begin_request(self, name: str, model: str) -> None:
+        inst = self._instances[name]
+        slot = inst.slot(model)
+        inst.inflight += 1
+        slot.inflight += 1
+        slot.last_used = self._clock()
+
+    def end_request(self, name: str, model: str) -> None:
+        inst = self._instances[name]
+        slot = inst.slot(model)
+        inst.inflight -= 1
+        slot.inflight -= 1
+        slot.last_used = self._clock()
+        self._notify()
+
+
+def _configured_models(conf: InstanceConfig, catalog: Catalog) -> frozenset[str]:
+    return frozenset(catalog.resolve(m) for m in conf.models or ())

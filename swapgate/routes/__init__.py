@@ -1,0 +1,1 @@
+"""Thin HTTP handlers: they translate requests into calls on the runtime."""

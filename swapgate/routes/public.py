@@ -1,0 +1,73 @@
+"""``GET /v1/models``, ``/healthz``, ``/readyz`` and the metrics endpoint."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from swapgate.runtime import Runtime
+from swapgate.state import WarmState
+
+
+def public_routes(runtime: Runtime) -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/v1/models")
+    async def list_models(request: Request) -> dict[str, Any]:
+        runtime.auth.check(request.headers.raw)
+        return {"object": "list", "data": model_listing(runtime)}
+
+    @router.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @router.get("/readyz")
+    async def readyz() -> JSONResponse:
+        up = [name for name in runtime.registry.names() if runtime.registry.is_up(name)]
+        ready = runtime.started and bool(up)
+        body = {"status": "ready" if ready else "not ready", "instances_up": up}
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    if runtime.settings.metrics.enabled:
+
+        @router.get(runtime.settings.metrics.path, include_in_schema=False)
+        async def metrics() -> Response:
+            payload = generate_latest(runtime.metrics.registry)
+            return Response(payload, media_type=CONTENT_TYPE_LATEST)
+
+    return router
+
+
+def model_listing(runtime: Runtime) -> list[dict[str, Any]]:
+    """Every servable model and alias, with where swapgate sees it warm or loading."""
+    snap = runtime.registry.snapshot()
+    created = int(time.time())
+    entries = []
+    aliases = runtime.catalog.aliases
+    for name in sorted(runtime.registry.known_models() | aliases.keys()):
+        model = aliases.get(name, name)
+        where = {
+            state: [i.name for i in snap.instances if i.state_of(model) is state]
+            for state in (WarmState.WARM, WarmState.LOADING)
+        }
+        extra: dict[str, Any] = {
+            "warm_on": where[WarmState.WARM],
+            "loading_on": where[WarmState.LOADING],
+            "served_by": [i.name for i in snap.instances if model in i.serves],
+        }
+        if model != name:
+            extra["alias_of"] = model
+        entries.append(
+            {
+                "id": name,
+                "object": "model",
+                "created": created,
+                "owned_by": "swapgate",
+                "swapgate": extra,
+            }
+        )
+    return entries

@@ -1,0 +1,33 @@
+"""Running the gateway under uvicorn (uvloop + httptools where installed)."""
+
+from __future__ import annotations
+
+import logging
+
+import uvicorn
+
+from swapgate.app import create_app
+from swapgate.config import Settings
+
+
+def serve(settings: Settings, *, host: str | None = None, port: int | None = None) -> None:
+    configure_logging(settings.server.log_level)
+    config = uvicorn.Config(
+        create_app(settings),
+        host=host or settings.server.host,
+        port=port if port is not None else settings.server.port,
+        log_level=settings.server.log_level,
+        access_log=False,  # swapgate writes its own access line, with model and route
+        server_header=False,
+        timeout_graceful_shutdown=int(settings.server.shutdown_grace) or None,
+        log_config=None,
+    )
+    uvicorn.Server(config).run()
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # One line per control-plane poll would drown the access log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)

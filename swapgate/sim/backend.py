@@ -1,0 +1,99 @@
+"""The simulated server's memory: which models are resident, one load at a time, and counters."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("swapgate.sim")
+
+
+@dataclass
+class SimConfig:
+    flavor: str = "llama-swap"
+    host: str = "127.0.0.1"
+    port: int = 9001
+    models: tuple[str, ...] = ("a", "b", "c")
+    capacity: int = 1
+    load_time: float = 5.0
+    ttft: float = 0.05
+    token_rate: float = 50.0
+    max_tokens: int = 16
+    fail_load_rate: float = 0.0
+    crash_mid_stream_rate: float = 0.0
+    hang_rate: float = 0.0
+    api_key: str | None = None
+    seed: int | None = None
+
+
+class LoadFailed(Exception):
+    pass
+
+
+class Backend:
+    """Resident models in least-recently-used order; loads evict the oldest when full."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.dice = random.Random(config.seed)
+        self.resident: dict[str, str] = {}  # model -> "starting" | "ready"
+        self.counters: Counter[str] = Counter()
+        self.loads: Counter[str] = Counter()
+        self._loading: dict[str, asyncio.Task[None]] = {}
+        self._lock = asyncio.Lock()
+        if config.flavor == "openai":  # fixed-model servers load everything at start
+            self.resident = dict.fromkeys(config.models, "ready")
+
+    def roll(self, rate: float) -> bool:
+        return rate > 0 and self.dice.random() < rate
+
+    async def ensure_loaded(self, model: str) -> None:
+        if self.resident.get(model) == "ready":
+            self.resident[model] = self.resident.pop(model)  # most recently used last
+            return
+        task = self._loading.get(model)
+        if task is None:
+            task = asyncio.create_task(self._load(model))
+            self._loading[model] = task
+            task.add_done_callback(lambda _: self._loading.pop(model, None))
+        await asyncio.shield(task)
+
+    async def _load(self, model: str) -> None:
+        async with self._lock:
+            if self.resident.get(model) == "ready":
+                return
+            while len(self.resident) >= self.config.capacity:
+                self.unload(next(iter(self.resident)))
+            self.resident[model] = "starting"
+            self.loads[model] += 1
+            log.info("loading %s (%.1fs)", model, self.config.load_time)
+            await asyncio.sleep(self.config.load_time)
+            if self.roll(self.config.fail_load_rate):
+                del self.resident[model]
+                self.counters["load_failures"] += 1
+                raise LoadFailed(f"simulated load failure of {model}")
+            self.resident[model] = "ready"
+
+    def unload(self, model: str) -> bool:
+        if self.resident.pop(model, None) is None:
+            return False
+        self.counters["unloads"] += 1
+        log.info("unloaded %s", model)
+        return True
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "loads": dict(self.loads),
+            "resident": dict(self.resident),
+            **{
+                key: self.counters[key]
+                for key in (
+                    "requests", "completed", "cancelled", "crashed", "hung", "active",
+                    "load_failures", "unloads",
+                )
+            },
+        }  # fmt: skip

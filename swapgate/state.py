@@ -1,0 +1,27 @@
+"""The vocabulary shared by drivers, the registry and placement."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class WarmState(StrEnum):
+    COLD = "cold"
+    LOADING = "loading"
+    WARM = "warm"
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceReport:
+    """What one poll of an instance said, in the instance's own (upstream) model names.
+
+    ``running`` is None when the backend cannot tell (swapgate then tracks warm state itself);
+    ``available`` is None when the driver does not discover which models the instance serves;
+    ``all_warm`` says every model the instance serves is warm (fixed-model servers).
+    """
+
+    running: Mapping[str, WarmState] | None
+    available: frozenset[str] | None
+    all_warm: bool = False

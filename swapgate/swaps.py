@@ -1,0 +1,110 @@
+"""Single-flight swaps per instance, their measured durations, and the ETA they feed.
+
+``SwapCoordinator.start`` is synchronous and idempotent per instance: the first caller marks the
+model loading and starts the one background task; everyone else finds it loading and joins by
+waiting on the registry. A waiter that goes away does not stop the swap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import statistics
+import time
+from collections import deque
+from collections.abc import Mapping
+
+from swapgate.catalog import Catalog
+from swapgate.drivers import Driver
+from swapgate.errors import DriverError
+from swapgate.metrics import Metrics
+from swapgate.registry import Registry
+
+log = logging.getLogger("swapgate.swaps")
+RECENT_SWAPS = 5
+
+
+class SwapTimes:
+    """The swap ETA: median of the last five measured swaps of (instance, model)."""
+
+    def __init__(self, expected: float) -> None:
+        self._expected = expected
+        self._recent: dict[tuple[str, str], deque[float]] = {}
+
+    def record(self, instance: str, model: str, seconds: float) -> None:
+        key = (instance, model)
+        self._recent.setdefault(key, deque(maxlen=RECENT_SWAPS)).append(seconds)
+
+    def eta(self, instance: str, model: str) -> float:
+        recent = self._recent.get((instance, model))
+        return statistics.median(recent) if recent else self._expected
+
+
+class SwapCoordinator:
+    def __init__(
+        self,
+        registry: Registry,
+        drivers: Mapping[str, Driver],
+        catalog: Catalog,
+        times: SwapTimes,
+        metrics: Metrics,
+        swap_timeout: float,
+    ) -> None:
+        self._registry = registry
+        self._drivers = drivers
+        self._catalog = catalog
+        self.times = times
+        self._metrics = metrics
+        self._swap_timeout = swap_timeout
+        self._running: dict[str, asyncio.Task[bool]] = {}
+
+    def start(self, instance: str, model: str, victims: tuple[str, ...] = ()) -> bool:
+        """Begin swapping ``model`` onto ``instance`` unless a swap runs there already."""
+        if instance in self._running:
+            return False
+        self._registry.begin_swap(instance, model, self.times.eta(instance, model))
+        task = asyncio.create_task(self._swap(instance, model, victims), name=f"swap {instance}")
+        self._running[instance] = task
+        task.add_done_callback(lambda _: self._running.pop(instance, None))
+        return True
+
+    async def wait(self, instance: str) -> bool:
+        """Wait for the swap running on ``instance``; True when it made its model warm."""
+        task = self._running.get(instance)
+        return await asyncio.shield(task) if task else False
+
+    async def aclose(self) -> None:
+        tasks = list(self._running.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _swap(self, instance: str, model: str, victims: tuple[str, ...]) -> bool:
+        driver = self._drivers[instance]
+        started = time.monotonic()
+        log.info("swap start: %s on %s (evicting %s)", model, instance, list(victims) or "none")
+        try:
+            async with asyncio.timeout(self._swap_timeout):
+                for victim in victims:
+                    await driver.unload(self._catalog.upstream_name(instance, victim))
+                    self._registry.evicted(instance, victim)
+                await driver.load(self._catalog.upstream_name(instance, model))
+        except (DriverError, TimeoutError) as exc:
+            result = "timeout" if isinstance(exc, TimeoutError) else "failed"
+            log.warning("swap %s: %s on %s: %s", result, model, instance, exc or "swap_timeout")
+        except asyncio.CancelledError:
+            self._registry.end_swap(instance, model, ok=False)  # shutting down
+            raise
+        else:
+            result = "ok"
+        return self._finish(instance, model, result, time.monotonic() - started)
+
+    def _finish(self, instance: str, model: str, result: str, elapsed: float) -> bool:
+        ok = result == "ok"
+        self._registry.end_swap(instance, model, ok=ok)
+        self._metrics.swap_duration.labels(instance, model, result).observe(elapsed)
+        self._metrics.swaps.labels(instance, model, result).inc()
+        if ok:
+            self.times.record(instance, model, elapsed)
+            log.info("swap done: %s on %s in %.2fs", model, instance, elapsed)
+        return ok
