@@ -10,7 +10,7 @@ from swapgate.catalog import Catalog
 from swapgate.config import Settings, secret
 from swapgate.errors import NoCapacity, QueueFull
 from swapgate.placement import Decision, Policy, Serve, Swap, Unavailable, place
-from swapgate.registry import Registry
+from swapgate.registry import Registry, Snapshot
 from swapgate.swaps import SwapCoordinator
 
 # Waiters re-place on every registry change; this bounds how late they notice a residency expiry.
@@ -67,6 +67,13 @@ class Router:
             return await self._wait(model, decision, started)
         finally:
             self._registry.leave_queue(model)
+
+    def acquire_warm(self, model: str, besides: str) -> Lease | None:
+        """Lease another instance that has ``model`` warm right now, if there is one."""
+        snap = self._registry.snapshot()
+        others = Snapshot(snap.now, tuple(i for i in snap.instances if i.name != besides))
+        decision = place(model, others, self._policy)
+        return self._lease(decision.instance, model, None) if isinstance(decision, Serve) else None
 
     def release(self, lease: Lease) -> None:
         self._registry.end_request(lease.instance, lease.model)

@@ -42,7 +42,7 @@ from swapgate.registry import Registry
 from swapgate.router import Lease, Router
 
 log = logging.getLogger("swapgate.access")
-ATTEMPTS = 2  # a connection failure before any byte reached the client is tried once more
+RETRYABLE_STATUS = frozenset({502, 503})
 
 
 @dataclass(slots=True)
@@ -144,34 +144,53 @@ class ProxyEndpoint:
     async def _open(
         self, scope: Scope, ex: Exchange, payload: dict[str, Any], body: bytes
     ) -> tuple[Lease, UpstreamResponse]:
-        for attempt in range(ATTEMPTS):
-            lease = await self._router.acquire(ex.model)
+        """Lease an instance and send the request; a failure before any byte reached the client
+        is retried once on another instance that has the model warm (SPEC §4.7)."""
+        lease: Lease | None = await self._router.acquire(ex.model)
+        while lease is not None:
             ex.route, ex.waited = f"instance/{lease.instance}", ex.waited + lease.waited
-            url = lease.upstream.url + scope["path"] + _query(scope)
-            forwarded = (
-                body
-                if lease.upstream_model == ex.model
-                else with_model(payload, lease.upstream_model)
-            )
-            headers = upstream_headers(scope["headers"], ex.request_id, lease.upstream.api_key)
             try:
-                response = await self._client.open(scope["method"], url, headers, forwarded)
-            except asyncio.CancelledError:
-                self._router.release(lease)
-                raise
+                response = await self._send(scope, ex, payload, body, lease)
             except UpstreamError as exc:
                 self._router.release(lease)
                 self._metrics.upstream_errors.labels(lease.instance, _error_kind(exc)).inc()
-                if not isinstance(exc, UpstreamUnreachable) or attempt + 1 == ATTEMPTS:
+                if isinstance(exc, UpstreamUnreachable):
+                    self._registry.mark_down(lease.instance)  # the next poll brings it back
+                lease = self._router.acquire_warm(ex.model, besides=lease.instance)
+                if lease is None:
                     raise
                 log.warning(
-                    "%s unreachable, placing %s again: %s", lease.instance, ex.request_id, exc
+                    "%s failed (%s); retrying %s on %s",
+                    ex.route,
+                    exc,
+                    ex.request_id,
+                    lease.instance,
                 )
-                self._registry.mark_down(lease.instance)
                 continue
+            if response.status in RETRYABLE_STATUS:
+                other = self._router.acquire_warm(ex.model, besides=lease.instance)
+                if other is not None:
+                    self._metrics.upstream_errors.labels(lease.instance, "http").inc()
+                    response.close()
+                    self._router.release(lease)
+                    lease = other
+                    continue
             self._metrics.ttfb.labels(ex.model, ex.route).observe(time.perf_counter() - ex.started)
             return lease, response
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _send(
+        self, scope: Scope, ex: Exchange, payload: dict[str, Any], body: bytes, lease: Lease
+    ) -> UpstreamResponse:
+        url = lease.upstream.url + scope["path"] + _query(scope)
+        if lease.upstream_model != ex.model:
+            body = with_model(payload, lease.upstream_model)
+        headers = upstream_headers(scope["headers"], ex.request_id, lease.upstream.api_key)
+        try:
+            return await self._client.open(scope["method"], url, headers, body)
+        except asyncio.CancelledError:
+            self._router.release(lease)
+            raise
 
     def _response_headers(
         self, response: UpstreamResponse, ex: Exchange

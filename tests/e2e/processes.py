@@ -1,0 +1,155 @@
+"""Real processes on loopback for end-to-end tests: simulators and the gateway.
+
+Every process is started with PR_SET_PDEATHSIG, so it stops by itself if the test run dies.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import openai
+import yaml
+
+PR_SET_PDEATHSIG = 1
+STARTUP_TIMEOUT = 20.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _die_with_parent() -> None:
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "swapgate", *args],
+        env={**os.environ, **(env or {})},
+        preexec_fn=_die_with_parent,
+    )
+
+
+def wait_http(url: str, process: subprocess.Popen[bytes], timeout: float = STARTUP_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"process for {url} exited with {process.returncode}"
+        try:
+            if httpx.get(url, timeout=1).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"{url} did not answer within {timeout}s")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@dataclass
+class Sim:
+    url: str
+    process: subprocess.Popen[bytes]
+
+    def stats(self) -> dict[str, Any]:
+        data: dict[str, Any] = httpx.get(f"{self.url}/sim/stats", timeout=5).json()
+        return data
+
+    def loads(self) -> int:
+        return sum(self.stats()["loads"].values())
+
+    def faults(self, **changes: float) -> None:
+        httpx.post(f"{self.url}/sim/faults", json=changes, timeout=5).raise_for_status()
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+@contextmanager
+def simulator(
+    flavor: str = "llama-swap",
+    models: tuple[str, ...] = ("a", "b"),
+    load_time: float = 1.0,
+    **flags: Any,
+) -> Iterator[Sim]:
+    port = free_port()
+    args = ["sim", "--flavor", flavor, "--port", str(port), "--models", ",".join(models)]
+    args += ["--load-time", str(load_time)]
+    for key, value in flags.items():
+        args += [f"--{key.replace('_', '-')}", str(value)]
+    process = spawn(args)
+    sim = Sim(f"http://127.0.0.1:{port}", process)
+    try:
+        wait_http(f"{sim.url}/v1/models", process)
+        yield sim
+    finally:
+        stop(process)
+
+
+@dataclass
+class Gateway:
+    url: str
+    process: subprocess.Popen[bytes]
+
+    def openai(self, api_key: str = "unused", **options: Any) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=api_key, max_retries=0, **options)
+
+    def async_openai(self, api_key: str = "unused") -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(base_url=f"{self.url}/v1", api_key=api_key, max_retries=0)
+
+    def metrics(self) -> str:
+        return httpx.get(f"{self.url}/metrics", timeout=5).text
+
+
+def instance(name: str, sim: Sim, kind: str = "llama-swap", **extra: Any) -> dict[str, Any]:
+    return {"name": name, "kind": kind, "url": sim.url, **extra}
+
+
+@contextmanager
+def gateway(config: dict[str, Any], env: dict[str, str] | None = None) -> Iterator[Gateway]:
+    port = free_port()
+    config = {
+        **config,
+        "server": {"port": port, "log_level": "warning", **config.get("server", {})},
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
+        yaml.safe_dump(config, handle)
+    process = spawn(["serve", "--config", handle.name], env)
+    gw = Gateway(f"http://127.0.0.1:{port}", process)
+    try:
+        wait_http(f"{gw.url}/healthz", process)
+        yield gw
+    finally:
+        stop(process)
+        os.unlink(handle.name)
+
+
+def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"condition not met within {timeout}s")
+        time.sleep(interval)
