@@ -1,0 +1,86 @@
+"""Streams pass through unbuffered, and a client that leaves stops the upstream's work."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.e2e.processes import Gateway, Sim, gateway, instance, simulator, wait_for
+
+pytestmark = pytest.mark.e2e
+MESSAGES = [{"role": "user", "content": "hello"}]
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[tuple[Gateway, Sim]]:
+    with simulator(load_time=1.0, token_rate=20) as sim:
+        config = {"instances": [instance("gpu-a", sim)], "routing": {"poll_interval": "500ms"}}
+        with gateway(config) as gw:
+            yield gw, sim
+
+
+def test_the_openai_sdk_streams_through_the_gateway(pair) -> None:
+    gw, _ = pair
+    with gw.openai() as client:
+        stream = client.chat.completions.create(
+            model="a", messages=MESSAGES, stream=True, max_tokens=6
+        )
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in stream)
+    assert text.startswith("Hello from a.")
+
+
+def test_chunks_arrive_as_the_upstream_sends_them(pair) -> None:
+    gw, _ = pair
+    body = {"model": "a", "messages": MESSAGES, "stream": True, "max_tokens": 10}
+    arrivals = []
+    with httpx.stream("POST", f"{gw.url}/v1/chat/completions", json=body, timeout=30) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["x-accel-buffering"] == "no"
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                arrivals.append(time.monotonic())
+    # 10 tokens at 20/s: a buffering proxy would deliver them all at once at the end.
+    assert len(arrivals) == 11
+    assert arrivals[-1] - arrivals[0] > 0.35
+
+
+def test_a_client_that_disconnects_mid_stream_cancels_the_generation(pair) -> None:
+    gw, sim = pair
+    before = sim.stats()["cancelled"]
+    body = {"model": "a", "messages": MESSAGES, "stream": True, "max_tokens": 200}
+    with httpx.stream("POST", f"{gw.url}/v1/chat/completions", json=body, timeout=30) as response:
+        first = next(response.iter_lines())
+        assert first.startswith("data: ")
+    # 200 tokens at 20/s would take 10 s; the simulator must see the cancellation at once.
+    wait_for(lambda: sim.stats()["cancelled"] == before + 1, timeout=3)
+    assert sim.stats()["active"] == 0
+    wait_for(lambda: 'swapgate_inflight_requests{instance="gpu-a"} 0.0' in gw.metrics(), timeout=3)
+
+
+def test_a_client_that_leaves_while_waiting_does_not_stop_the_swap() -> None:
+    with simulator(load_time=1.5) as sim:
+        config = {"instances": [instance("gpu-a", sim)], "routing": {"poll_interval": "1h"}}
+        with gateway(config) as gw:
+            port = int(gw.url.rsplit(":", 1)[1])
+            payload = b'{"model": "b", "messages": []}'
+            request = (
+                b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json"
+                + b"\r\ncontent-length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload
+            )  # fmt: skip
+            with socket.create_connection(("127.0.0.1", port)) as raw:
+                raw.sendall(request)
+                wait_for(lambda: sim.stats()["resident"] == {"b": "starting"}, timeout=3)
+            wait_for(lambda: sim.stats()["resident"] == {"b": "ready"}, timeout=5)
+            wait_for(lambda: 'swapgate_model_warm{instance="gpu-a",model="b"} 1.0' in gw.metrics())
+            assert "swapgate_queue_depth{" not in gw.metrics(), "the waiter left the queue"
+            response = httpx.post(
+                f"{gw.url}/v1/chat/completions",
+                json={"model": "b", "messages": MESSAGES, "max_tokens": 1},
+                timeout=10,
+            )
+            assert response.headers["x-swapgate-wait-ms"] == "0"
+            assert sim.loads() == 1
