@@ -114,10 +114,10 @@ class Gateway:
     url: str
     process: subprocess.Popen[bytes]
 
-    def openai(self, api_key: str = "unused", **options: Any) -> openai.OpenAI:
+    def sdk(self, api_key: str = "unused", **options: Any) -> openai.OpenAI:
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key=api_key, max_retries=0, **options)
 
-    def async_openai(self, api_key: str = "unused") -> openai.AsyncOpenAI:
+    def async_sdk(self, api_key: str = "unused") -> openai.AsyncOpenAI:
         return openai.AsyncOpenAI(base_url=f"{self.url}/v1", api_key=api_key, max_retries=0)
 
     def metrics(self) -> str:

@@ -8,11 +8,12 @@ from collections.abc import Iterator
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.e2e.processes import Gateway, Sim, gateway, instance, simulator, wait_for
 
 pytestmark = pytest.mark.e2e
-MESSAGES = [{"role": "user", "content": "hello"}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,7 @@ async def _ask(client: openai.AsyncOpenAI, model: str) -> tuple[str, str]:
 
 async def test_concurrent_cold_requests_share_one_swap_and_models_spread(fleet) -> None:
     gw, one, two = fleet
-    async with gw.async_openai() as client:
+    async with gw.async_sdk() as client:
         await _spread_scenario(client, one, two)
 
 
@@ -53,13 +54,13 @@ async def _spread_scenario(client: openai.AsyncOpenAI, one: Sim, two: Sim) -> No
     mixed = await asyncio.gather(*(_ask(client, "ab"[i % 2]) for i in range(20)))
     assert one.loads() + two.loads() == 2, "warm models must not swap again"
     assert [model for model, _ in mixed] == ["ab"[i % 2] for i in range(20)]
-    routes = {model: route for model, route in [*first, *second]}
+    routes = dict([*first, *second])
     assert all(route == routes[model] for model, route in mixed)
 
 
 def test_models_listing_shows_where_models_are_warm(fleet) -> None:
     gw, _, _ = fleet
-    with gw.openai() as client:
+    with gw.sdk() as client:
         client.chat.completions.create(model="a", messages=MESSAGES, max_tokens=1)
     listing = httpx.get(f"{gw.url}/v1/models").json()["data"]
     by_id = {entry["id"]: entry for entry in listing}
@@ -84,7 +85,7 @@ def test_every_response_says_route_wait_and_request_id(fleet) -> None:
 
 def test_completions_and_embeddings_are_routed_too(fleet) -> None:
     gw, _, _ = fleet
-    with gw.openai() as client:
+    with gw.sdk() as client:
         text = client.completions.create(model="a", prompt="hi", max_tokens=3)
         vectors = client.embeddings.create(model="a", input=["x", "y"])
     assert text.choices[0].text
@@ -97,7 +98,7 @@ def test_a_killed_instance_fails_over_and_readiness_follows() -> None:
             "routing": {"poll_interval": "200ms"},
             "instances": [instance("gpu-a", one), instance("gpu-b", two)],
         }
-        with gateway(config) as gw, gw.openai() as client:
+        with gateway(config) as gw, gw.sdk() as client:
             raw = client.chat.completions.with_raw_response.create(model="a", messages=MESSAGES)
             warm_on = raw.headers["x-swapgate-route"]
             victim, survivor = (one, two) if warm_on == "instance/gpu-a" else (two, one)
@@ -131,7 +132,7 @@ def test_a_connect_failure_is_retried_on_another_warm_instance() -> None:
             "routing": {"poll_interval": "1h"},
             "instances": [instance("gpu-a", one), instance("gpu-b", two)],
         }
-        with gateway(config) as gw, gw.openai() as client:
+        with gateway(config) as gw, gw.sdk() as client:
             one.kill()
             routes = [
                 client.chat.completions.with_raw_response.create(

@@ -8,11 +8,12 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.e2e.processes import Gateway, Sim, gateway, instance, simulator, wait_for
 
 pytestmark = pytest.mark.e2e
-MESSAGES = [{"role": "user", "content": "hello"}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,7 @@ def pair() -> Iterator[tuple[Gateway, Sim]]:
 
 def test_the_openai_sdk_streams_through_the_gateway(pair) -> None:
     gw, _ = pair
-    with gw.openai() as client:
+    with gw.sdk() as client:
         stream = client.chat.completions.create(
             model="a", messages=MESSAGES, stream=True, max_tokens=6
         )

@@ -1,0 +1,153 @@
+"""Each driver against its API's real shapes (llama-swap's /running and /api/models/unload,
+Ollama's /api/ps, /api/tags and /api/generate), with respx standing in for the server."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import pytest
+import respx
+
+from swapgate.drivers import llama_swap
+from swapgate.drivers.llama_swap import LlamaSwapDriver
+from swapgate.drivers.ollama import OllamaDriver
+from swapgate.drivers.openai import OpenAIDriver
+from swapgate.drivers.swap_on_request import SwapOnRequestDriver
+from swapgate.errors import DriverError
+from swapgate.state import WarmState
+
+URL = "http://node:8080"
+MODELS = {"object": "list", "data": [{"id": "qwen"}, {"id": "llama"}]}
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient() as http:
+        yield http
+
+
+@pytest.fixture
+def api() -> Iterator[respx.MockRouter]:
+    with respx.mock(base_url=URL, assert_all_called=False) as router:
+        yield router
+
+
+async def test_llama_swap_state_reads_running_and_models(api, client) -> None:
+    running = [
+        {"model": "qwen", "state": "ready", "cmd": "llama-server", "proxy": "", "ttl": 0},
+        {"model": "llama", "state": "starting"},
+        {"model": "old", "state": "stopping"},
+    ]
+    api.get("/running").respond(json={"running": running})
+    api.get("/v1/models").respond(json=MODELS)
+    report = await LlamaSwapDriver(URL, client).state()
+    assert report.running == {
+        "qwen": WarmState.WARM,
+        "llama": WarmState.LOADING,
+        "old": WarmState.COLD,
+    }
+    assert report.available == frozenset({"qwen", "llama"})
+
+
+@pytest.mark.parametrize("body", [{"models": []}, {"running": "no"}, [1]])
+async def test_llama_swap_state_refuses_odd_answers(api, client, body) -> None:
+    api.get("/running").respond(json=body)
+    with pytest.raises(DriverError, match="/running"):
+        await LlamaSwapDriver(URL, client).state()
+
+
+async def test_llama_swap_loads_through_the_upstream_health_path_with_its_key(api, client) -> None:
+    route = api.get("/upstream/qwen/health").respond(text="OK")
+    await LlamaSwapDriver(URL, client, api_key="secret").load("qwen")
+    assert route.calls.last.request.headers["authorization"] == "Bearer secret"
+
+
+async def test_llama_swap_load_retries_5xx_then_fails(api, client, monkeypatch) -> None:
+    monkeypatch.setattr(llama_swap, "RETRY_PAUSE", 0)
+    route = api.get("/upstream/qwen/health").respond(502)
+    with pytest.raises(DriverError, match="502"):
+        await LlamaSwapDriver(URL, client).load("qwen")
+    assert route.call_count == llama_swap.LOAD_ATTEMPTS
+
+
+async def test_llama_swap_unloads_one_model(api, client) -> None:
+    route = api.post("/api/models/unload/qwen").respond(text="OK")
+    await LlamaSwapDriver(URL, client).unload("qwen")
+    assert route.called
+
+
+async def test_older_llama_swap_falls_back_to_unload_everything(api, client) -> None:
+    api.post("/api/models/unload/qwen").respond(404, text="404 page")
+    fallback = api.get("/unload").respond(text="OK")
+    await LlamaSwapDriver(URL, client).unload("qwen")
+    assert fallback.called
+
+
+async def test_an_unreachable_instance_is_a_driver_error(client) -> None:
+    with respx.mock(base_url=URL) as api:
+        api.get("/running").mock(side_effect=httpx.ConnectError("refused"))
+        with pytest.raises(DriverError, match="ConnectError"):
+            await LlamaSwapDriver(URL, client).state()
+
+
+async def test_ollama_state_reads_ps_and_tags(api, client) -> None:
+    ps = {
+        "models": [{"name": "qwen2.5:7b", "model": "qwen2.5:7b", "size_vram": 5, "expires_at": "x"}]
+    }
+    tags = {"models": [{"name": "qwen2.5:7b", "model": "qwen2.5:7b"}, {"name": "llama3:8b"}]}
+    api.get("/api/ps").respond(json=ps)
+    api.get("/api/tags").respond(json=tags)
+    report = await OllamaDriver(URL, client).state()
+    assert report.running == {"qwen2.5:7b": WarmState.WARM}
+    assert report.available == frozenset({"qwen2.5:7b", "llama3:8b"})
+
+
+@pytest.mark.parametrize(("verb", "keep_alive"), [("load", -1), ("unload", 0)])
+async def test_ollama_loads_and_unloads_with_keep_alive(api, client, verb, keep_alive) -> None:
+    route = api.post("/api/generate").respond(json={"done": True, "done_reason": verb})
+    await getattr(OllamaDriver(URL, client), verb)("llama3:8b")
+    assert json.loads(route.calls.last.request.content) == {
+        "model": "llama3:8b",
+        "keep_alive": keep_alive,
+    }
+
+
+async def test_ollama_load_failure_is_a_driver_error(api, client) -> None:
+    api.post("/api/generate").respond(404, json={"error": "model 'x' not found"})
+    with pytest.raises(DriverError, match="404"):
+        await OllamaDriver(URL, client).load("x")
+
+
+async def test_openai_servers_are_warm_with_every_listed_model(api, client) -> None:
+    api.get("/v1/models").respond(json=MODELS)
+    report = await OpenAIDriver(URL, client).state()
+    assert report.running == {"qwen": WarmState.WARM, "llama": WarmState.WARM}
+
+
+async def test_openai_servers_without_a_model_list_are_warm_while_healthy(api, client) -> None:
+    api.get("/v1/models").respond(401)
+    api.get("/health").respond(200)
+    report = await OpenAIDriver(URL, client).state()
+    assert report.all_warm
+    assert report.running is None
+
+
+async def test_openai_servers_that_answer_nothing_are_down(api, client) -> None:
+    api.get("/v1/models").respond(500)
+    api.get("/health").respond(503)
+    driver = OpenAIDriver(URL, client)
+    assert await driver.health() is False
+
+
+async def test_swap_on_request_tracks_nothing_and_warms_with_one_token(api, client) -> None:
+    api.get("/v1/models").respond(json=MODELS)
+    route = api.post("/v1/chat/completions").respond(json={"choices": []})
+    driver = SwapOnRequestDriver(URL, client)
+    report = await driver.state()
+    assert report.running is None
+    assert report.available == frozenset({"qwen", "llama"})
+    await driver.load("qwen")
+    sent = json.loads(route.calls.last.request.content)
+    assert (sent["model"], sent["max_tokens"]) == ("qwen", 1)

@@ -1,0 +1,134 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from swapgate.config import ConfigError, load_config, parse_config, parse_duration
+
+MINIMAL = {"instances": [{"name": "gpu-a", "url": "http://127.0.0.1:8000/"}]}
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("250ms", 0.25),
+        ("5s", 5.0),
+        ("2m", 120.0),
+        ("1h", 3600.0),
+        ("1.5s", 1.5),
+        (7, 7.0),
+        ("30", 30.0),
+    ],
+)
+def test_durations(text: object, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["5x", "s", "-1s", True, "1 day"])
+def test_bad_durations_say_what_is_accepted(text: object) -> None:
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration(text)
+
+
+def test_defaults_fill_every_key_but_instances() -> None:
+    settings = parse_config(MINIMAL)
+    assert settings.server.port == 8080
+    assert settings.routing.max_wait == 120.0
+    assert settings.keepalive.streaming == "comment"
+    assert settings.instances[0].url == "http://127.0.0.1:8000"
+    assert settings.instances[0].capacity == 1
+    assert settings.model_settings("anything").fallback_policy == "off"
+
+
+def test_every_problem_is_listed_by_its_yaml_path() -> None:
+    with pytest.raises(ConfigError) as failure:
+        parse_config(
+            {
+                "instances": [
+                    {"name": "a", "url": "ftp://x"},
+                    {"name": "b", "url": "http://x", "kind": "tgi", "capacity": 0},
+                ],
+                "routing": {"max_wait": "soon"},
+                "keepalive": {"streaming": "loud"},
+                "extra": 1,
+            }
+        )
+    problems = "\n".join(failure.value.problems)
+    assert "instances[0].url: not a URL" in problems
+    assert "instances[1].kind:" in problems
+    assert "instances[1].capacity:" in problems
+    assert "routing.max_wait: not a duration" in problems
+    assert "keepalive.streaming:" in problems
+    assert "extra: unknown key" in problems
+    assert len(failure.value.problems) == 6
+
+
+def test_instances_are_required() -> None:
+    with pytest.raises(ConfigError, match="instances: Field required"):
+        parse_config({})
+
+
+def test_cross_references_are_checked() -> None:
+    data = {
+        "instances": [
+            {"name": "a", "url": "http://x"},
+            {"name": "a", "url": "http://y"},
+        ],
+        "models": {
+            "m": {"aliases": ["n"], "upstream_names": {"zz": "m:7b"}, "relay": "nope"},
+            "n": {"fallback": "swap"},
+        },
+        "preloads": [{"name": "p", "model": "m", "cron": "61 * * * *", "instances": 5}],
+    }
+    with pytest.raises(ConfigError) as failure:
+        parse_config(data)
+    problems = failure.value.problems
+    assert "instances[1].name: duplicate instance name 'a'" in problems
+    assert "models.m.aliases: 'n' is already a model name" in problems
+    assert "models.m.upstream_names.zz: no instance is named 'zz'" in problems
+    assert "models.m.relay: no relay named 'nope' (relays: none defined)" in problems
+    assert "models.n.fallback: 'swap' needs a relay; set models.n.relay" in problems
+    assert any(p.startswith("preloads[0]: invalid cron") for p in problems)
+    assert "preloads[0].instances: 5 instances asked for, only 2 configured" in problems
+
+
+def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "server:\n  port: 1234\n  host: 0.0.0.0\ninstances:\n  - {name: a, url: 'http://x'}\n"
+    )
+    monkeypatch.setenv("SWAPGATE_SERVER__PORT", "9000")
+    monkeypatch.setenv("SWAPGATE_ROUTING__MAX_WAIT", "3m")
+    settings = load_config(path)
+    assert settings.server.port == 9000
+    assert settings.server.host == "0.0.0.0"
+    assert settings.routing.max_wait == 180.0
+
+
+def test_a_bad_environment_value_names_its_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SWAPGATE_SERVER__PORT", "eighty")
+    with pytest.raises(ConfigError, match=r"server\.port:"):
+        parse_config(MINIMAL)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("instances: [", "not valid YAML"), ("- 1\n- 2\n", "top level must be a mapping")],
+)
+def test_unreadable_files_say_why(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match=message):
+        load_config(path)
+
+
+def test_a_missing_file_says_so(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read the file"):
+        load_config(tmp_path / "absent.yaml")
+
+
+@pytest.mark.parametrize("name", ["config/demo.yaml", "config/example.yaml"])
+def test_shipped_configs_are_valid(name: str) -> None:
+    root = Path(__file__).resolve().parents[2]
+    assert load_config(root / name).instances

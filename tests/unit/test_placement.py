@@ -1,0 +1,148 @@
+"""Placement rules as a table: each case is a registry snapshot and the decision it must give."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from swapgate.placement import Join, Policy, Queue, Serve, Swap, Unavailable, place
+from swapgate.registry import InstanceView, ModelView, Snapshot
+from swapgate.state import WarmState
+
+NOW = 1000.0
+POLICY = Policy(min_residency=30.0)
+W, L, C = WarmState.WARM, WarmState.LOADING, WarmState.COLD
+
+
+@dataclass
+class I:  # noqa: E742 - one letter keeps the table readable
+    name: str
+    models: dict[str, tuple[WarmState, float, int, float]] = field(default_factory=dict)
+    serves: tuple[str, ...] = ("a", "b", "c")
+    up: bool = True
+    drained: bool = False
+    capacity: int = 1
+    weight: float = 1.0
+    inflight: int = 0
+    swapping: str | None = None
+    swap_done_by: float = 0.0
+    backoff_until: float = 0.0
+
+    def view(self) -> InstanceView:
+        models = {
+            name: ModelView(state, since=0.0, last_used=used, inflight=busy, pinned_until=pin)
+            for name, (state, used, busy, pin) in self.models.items()
+        }
+        return InstanceView(
+            self.name, self.up, self.drained, self.capacity, self.weight, self.inflight,
+            frozenset(self.serves), models, self.swapping, self.swap_done_by, self.backoff_until,
+        )  # fmt: skip
+
+
+def warm(
+    used: float = 0.0, inflight: int = 0, pinned_until: float = 0.0
+) -> tuple[WarmState, float, int, float]:
+    return (W, used, inflight, pinned_until)
+
+
+def snap(*instances: I) -> Snapshot:
+    return Snapshot(NOW, tuple(i.view() for i in instances))
+
+
+CASES = [
+    ("warm wins over free capacity", [I("x"), I("y", {"a": warm()})], Serve("y")),
+    (
+        "among warm, fewest in flight per weight",
+        [I("x", {"a": warm()}, inflight=3), I("y", {"a": warm()}, inflight=2)],
+        Serve("y"),
+    ),
+    (
+        "weight divides the load",
+        [I("x", {"a": warm()}, inflight=3, weight=4), I("y", {"a": warm()}, inflight=1)],
+        Serve("x"),
+    ),
+    ("loading: join the swap", [I("x", {"a": (L, 0, 0, 0)}, swapping="a"), I("y")], Join("x")),
+    (
+        "join the swap expected to end first",
+        [
+            I("x", {"a": (L, 0, 0, 0)}, swapping="a", swap_done_by=NOW + 20),
+            I("y", {"a": (L, 0, 0, 0)}, swapping="a", swap_done_by=NOW + 5),
+        ],
+        Join("y"),
+    ),
+    ("cold: free capacity first", [I("x", {"b": warm()}), I("y")], Swap("y")),
+    (
+        "free capacity: least loaded",
+        [I("x", capacity=2, inflight=2, models={"b": warm()}), I("y", capacity=2, inflight=0)],
+        Swap("y"),
+    ),
+    (
+        "full: evict the least recently used victim",
+        [I("x", {"b": warm(used=900)}), I("y", {"c": warm(used=800)})],
+        Swap("y", ("c",)),
+    ),
+    (
+        "never evict a model with requests in flight",
+        [I("x", {"b": warm(used=500, inflight=1)}), I("y", {"c": warm(used=900)})],
+        Swap("y", ("c",)),
+    ),
+    (
+        "never evict inside min_residency",
+        [I("x", {"b": warm(used=NOW - 10)}), I("y", {"c": warm(used=NOW - 31)})],
+        Swap("y", ("c",)),
+    ),
+    (
+        "never evict a pinned model",
+        [I("x", {"b": warm(pinned_until=NOW + 60)}), I("y", {"c": warm(used=900)})],
+        Swap("y", ("c",)),
+    ),
+    (
+        "an expired pin is evictable",
+        [I("x", {"b": warm(pinned_until=NOW - 1)})],
+        Swap("x", ("b",)),
+    ),
+    (
+        "a model never used through swapgate is evictable at once",
+        [I("x", {"b": warm(used=0.0)})],
+        Swap("x", ("b",)),
+    ),
+    (
+        "capacity 2 full: one victim, the older",
+        [I("x", {"b": warm(used=700), "c": warm(used=600)}, capacity=2)],
+        Swap("x", ("c",)),
+    ),
+    (
+        "nothing evictable: queue where it frees up first",
+        [
+            I("x", {"b": warm(used=NOW - 1)}),
+            I("y", {"c": warm(used=NOW - 25)}),
+        ],
+        Queue("y"),
+    ),
+    (
+        "an instance swapping something else takes no second swap",
+        [I("x", {"b": (L, 0, 0, 0)}, swapping="b", swap_done_by=NOW + 3, capacity=2)],
+        Queue("x"),
+    ),
+    (
+        "down, drained and backing-off instances are not candidates",
+        [
+            I("x", up=False),
+            I("y", drained=True),
+            I("z", backoff_until=NOW + 5),
+            I("w", {"a": warm()}, serves=("b",)),
+        ],
+        Unavailable(
+            "no instance can serve 'a' right now "
+            "(x is down, y is drained, z backs off after a failed swap for 5s more)"
+        ),
+    ),
+    ("backoff over: a candidate again", [I("z", backoff_until=NOW - 1)], Swap("z")),
+    ("no instance serves it", [I("x", serves=("b",))], Unavailable("no instance serves 'a'")),
+]
+
+
+@pytest.mark.parametrize(("why", "instances", "decision"), CASES, ids=[c[0] for c in CASES])
+def test_place(why: str, instances: list[I], decision: object) -> None:
+    assert place("a", snap(*instances), POLICY) == decision

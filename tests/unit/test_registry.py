@@ -1,0 +1,140 @@
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from swapgate.catalog import Catalog
+from swapgate.config import parse_config
+from swapgate.registry import Registry
+from swapgate.state import InstanceReport, WarmState
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(models: list[str] | None = None) -> tuple[Registry, Clock]:
+    settings = parse_config(
+        {
+            "instances": [{"name": "x", "url": "http://x", "models": models}],
+            "models": {"coder": {"upstream_names": {"x": "qwen:32b"}}},
+        }
+    )
+    clock = Clock()
+    return Registry(settings.instances, Catalog(settings), clock), clock
+
+
+def report(
+    running: dict[str, WarmState] | None, available: set[str] | None = None
+) -> InstanceReport:
+    return InstanceReport(running, frozenset(available) if available is not None else None)
+
+
+def state(registry: Registry, model: str) -> WarmState:
+    return registry.snapshot().instance("x").state_of(model)
+
+
+def test_a_poll_brings_the_instance_up_with_its_warm_models_renamed() -> None:
+    registry, _ = make()
+    assert not registry.ready()
+    registry.apply_report("x", report({"qwen:32b": WarmState.WARM}, {"qwen:32b", "b"}), 0)
+    assert registry.ready()
+    assert registry.snapshot().instance("x").serves == {"coder", "b"}
+    assert state(registry, "coder") is WarmState.WARM
+    assert registry.known_models() == {"coder", "b"}
+
+
+def test_configured_models_are_not_replaced_by_discovery() -> None:
+    registry, _ = make(models=["a"])
+    registry.apply_report("x", report({}, {"a", "b"}), 0)
+    assert registry.snapshot().instance("x").serves == {"a"}
+
+
+def test_a_model_swapped_out_by_hand_is_seen_cold() -> None:
+    registry, _ = make()
+    registry.apply_report("x", report({"a": WarmState.WARM}), 0)
+    registry.apply_report("x", report({"b": WarmState.LOADING}), 0)
+    assert state(registry, "a") is WarmState.COLD
+    assert state(registry, "b") is WarmState.LOADING
+
+
+def test_a_poll_sent_before_a_swap_changed_things_does_not_undo_it() -> None:
+    registry, _ = make()
+    registry.apply_report("x", report({}), 0)
+    stale = registry.generation("x")
+    registry.begin_swap("x", "a", eta=5)
+    registry.end_swap("x", "a", ok=True)
+    registry.apply_report("x", report({}), stale)  # answered before the swap finished
+    assert state(registry, "a") is WarmState.WARM
+    registry.apply_report("x", report({}), registry.generation("x"))
+    assert state(registry, "a") is WarmState.COLD
+
+
+def test_one_failed_poll_is_forgiven_two_take_the_instance_down() -> None:
+    registry, _ = make()
+    registry.apply_report("x", report({"a": WarmState.WARM}), 0)
+    registry.poll_failed("x")
+    assert registry.is_up("x")
+    registry.poll_failed("x")
+    assert not registry.is_up("x")
+    assert state(registry, "a") is WarmState.COLD
+    registry.apply_report("x", report({"a": WarmState.WARM}), registry.generation("x"))
+    assert registry.is_up("x")
+
+
+def test_failed_swaps_back_off_doubling_and_success_resets() -> None:
+    registry, clock = make()
+    registry.apply_report("x", report({}), 0)
+    backoffs = []
+    for _ in range(8):
+        registry.begin_swap("x", "a", eta=1)
+        registry.end_swap("x", "a", ok=False)
+        backoffs.append(registry.snapshot().instance("x").backoff_until - clock.now)
+    assert backoffs == [5, 10, 20, 40, 80, 160, 300, 300]
+    registry.begin_swap("x", "a", eta=1)
+    registry.end_swap("x", "a", ok=True)
+    registry.begin_swap("x", "b", eta=1)
+    registry.end_swap("x", "b", ok=False)
+    assert registry.snapshot().instance("x").backoff_until - clock.now == 5
+
+
+def test_requests_are_counted_and_mark_use() -> None:
+    registry, clock = make()
+    registry.begin_request("x", "a")
+    clock.now = 130.0
+    view = registry.snapshot().instance("x")
+    assert (view.inflight, view.models["a"].inflight, view.models["a"].last_used) == (1, 1, 100.0)
+    registry.end_request("x", "a")
+    view = registry.snapshot().instance("x")
+    assert (view.inflight, view.models["a"].last_used) == (0, 130.0)
+
+
+async def test_waiters_wake_on_a_change_and_time_out_without_one() -> None:
+    registry, _ = make()
+    waiter = asyncio.create_task(registry.wait_for_change(5))
+    await asyncio.sleep(0)
+    registry.begin_swap("x", "a", eta=1)
+    await asyncio.wait_for(waiter, 1)
+    await registry.wait_for_change(0.01)  # nothing changes: returns at the timeout
+
+
+def test_queue_depths_only_list_waiting_models() -> None:
+    registry, _ = make()
+    assert registry.enter_queue("a") == 1
+    assert registry.enter_queue("a") == 2
+    registry.leave_queue("a")
+    registry.leave_queue("a")
+    assert registry.queue_depths() == {}
+
+
+@pytest.mark.parametrize("all_warm", [True])
+def test_fixed_model_servers_are_all_warm(all_warm: bool) -> None:
+    registry, _ = make(models=["a", "b"])
+    registry.apply_report("x", InstanceReport(None, None, all_warm=all_warm), 0)
+    assert state(registry, "a") is WarmState.WARM
+    assert state(registry, "b") is WarmState.WARM

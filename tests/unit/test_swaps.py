@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+import asyncio
+
+from swapgate.catalog import Catalog
+from swapgate.config import parse_config
+from swapgate.drivers.base import Driver
+from swapgate.errors import DriverError
+from swapgate.metrics import Metrics
+from swapgate.registry import Registry
+from swapgate.state import InstanceReport, WarmState
+from swapgate.swaps import SwapCoordinator, SwapTimes
+
+
+class FakeDriver(Driver):
+    """Records calls; loads take ``delay`` seconds and fail while ``fail`` is set."""
+
+    def __init__(self, delay: float = 0.05, fail: bool = False) -> None:
+        self.delay, self.fail = delay, fail
+        self.calls: list[tuple[str, str]] = []
+
+    async def state(self) -> InstanceReport:
+        return InstanceReport({}, None)
+
+    async def load(self, model: str) -> None:
+        self.calls.append(("load", model))
+        await asyncio.sleep(self.delay)
+        if self.fail:
+            raise DriverError("boom")
+
+    async def unload(self, model: str) -> None:
+        self.calls.append(("unload", model))
+
+
+def setup(
+    driver: FakeDriver, swap_timeout: float = 5.0
+) -> tuple[SwapCoordinator, Registry, Metrics]:
+    settings = parse_config(
+        {
+            "instances": [{"name": "x", "url": "http://x"}],
+            "models": {"a": {"upstream_names": {"x": "a:7b"}}},
+        }
+    )
+    catalog = Catalog(settings)
+    registry = Registry(settings.instances, catalog)
+    registry.apply_report("x", InstanceReport({"b": WarmState.WARM}, None), 0)
+    metrics = Metrics()
+    coordinator = SwapCoordinator(
+        registry, {"x": driver}, catalog, SwapTimes(30.0), metrics, swap_timeout
+    )
+    return coordinator, registry, metrics
+
+
+def sample(metrics: Metrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
+
+
+async def test_one_swap_per_instance_however_many_ask() -> None:
+    driver = FakeDriver()
+    coordinator, registry, metrics = setup(driver)
+    started = [coordinator.start("x", "a", ("b",)) for _ in range(5)]
+    assert started == [True, False, False, False, False]
+    assert registry.snapshot().instance("x").state_of("a") is WarmState.LOADING
+    assert await coordinator.wait("x") is True
+    assert driver.calls == [("unload", "b"), ("load", "a:7b")]
+    view = registry.snapshot().instance("x")
+    assert (view.state_of("a"), view.state_of("b"), view.swapping) == (
+        WarmState.WARM,
+        WarmState.COLD,
+        None,
+    )
+    labels = {"instance": "x", "model": "a", "result": "ok"}
+    assert sample(metrics, "swapgate_swaps_total", **labels) == 1
+    duration = sample(metrics, "swapgate_swap_duration_seconds_sum", **labels)
+    assert duration is not None
+    assert duration >= 0.05
+
+
+async def test_a_failed_swap_backs_off_and_is_counted() -> None:
+    coordinator, registry, metrics = setup(FakeDriver(fail=True))
+    coordinator.start("x", "a")
+    assert await coordinator.wait("x") is False
+    view = registry.snapshot().instance("x")
+    assert view.state_of("a") is WarmState.COLD
+    assert view.backoff_until > registry.snapshot().now
+    assert sample(metrics, "swapgate_swaps_total", instance="x", model="a", result="failed") == 1
+
+
+async def test_a_swap_past_swap_timeout_fails_as_timeout() -> None:
+    coordinator, _, metrics = setup(FakeDriver(delay=5), swap_timeout=0.05)
+    coordinator.start("x", "a")
+    assert await coordinator.wait("x") is False
+    assert sample(metrics, "swapgate_swaps_total", instance="x", model="a", result="timeout") == 1
+
+
+async def test_measured_swaps_feed_the_eta() -> None:
+    coordinator, _, _ = setup(FakeDriver(delay=0.02))
+    assert coordinator.times.eta("x", "a") == 30.0
+    coordinator.start("x", "a")
+    await coordinator.wait("x")
+    assert 0.02 <= coordinator.times.eta("x", "a") < 1.0
+
+
+def test_the_eta_is_the_median_of_the_last_five() -> None:
+    times = SwapTimes(expected=30.0)
+    for seconds in (100, 1, 2, 3, 50, 4):
+        times.record("x", "a", seconds)
+    assert times.eta("x", "a") == 3
+    assert times.eta("x", "other") == 30.0
+
+
+async def test_closing_cancels_a_running_swap() -> None:
+    coordinator, registry, _ = setup(FakeDriver(delay=10))
+    coordinator.start("x", "a")
+    await asyncio.sleep(0.01)
+    await coordinator.aclose()
+    assert registry.snapshot().instance("x").swapping is None
