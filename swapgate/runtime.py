@@ -69,6 +69,8 @@ class Runtime:
         self.started = True
         up = [name for name in self.registry.names() if self.registry.is_up(name)]
         log.info("swapgate started: %d of %d instances up", len(up), len(self.drivers))
+        for warning in unsupported_settings(self.settings):
+            log.warning("%s", warning)
 
     async def aclose(self) -> None:
         self.started = False
@@ -79,6 +81,18 @@ class Runtime:
         await self.coordinator.aclose()
         await self.upstream.aclose()
         await self._control.aclose()
+
+
+def unsupported_settings(settings: Settings) -> list[str]:
+    """Configured features this release validates but does not act on yet."""
+    warnings = []
+    relayed = [m for m, conf in settings.models.items() if conf.fallback_policy != "off"]
+    if relayed:
+        warnings.append(f"relay fallback is not implemented in this release; ignored for {relayed}")
+    if settings.preloads:
+        names = [job.name for job in settings.preloads]
+        warnings.append(f"scheduled preloads are not implemented in this release; ignored: {names}")
+    return warnings
 
 
 def _split_keys(value: str | None) -> list[str]:
