@@ -132,3 +132,20 @@ def test_a_missing_file_says_so(tmp_path: Path) -> None:
 def test_shipped_configs_are_valid(name: str) -> None:
     root = Path(__file__).resolve().parents[2]
     assert load_config(root / name).instances
+
+
+def test_settings_not_acted_on_yet_are_named_at_start() -> None:
+    from swapgate.runtime import unsupported_settings
+
+    settings = parse_config(
+        {
+            **MINIMAL,
+            "relays": {"r": {"url": "https://relay.example/v1"}},
+            "models": {"m": {"relay": "r"}},
+            "preloads": [{"name": "morning", "model": "m", "cron": "45 7 * * 1-5"}],
+        }
+    )
+    warnings = unsupported_settings(settings)
+    assert any("relay fallback" in w and "'m'" in w for w in warnings)
+    assert any("preloads" in w and "'morning'" in w for w in warnings)
+    assert unsupported_settings(parse_config(MINIMAL)) == []
