@@ -93,9 +93,10 @@ def simulator(
     flavor: str = "llama-swap",
     models: tuple[str, ...] = ("a", "b"),
     load_time: float = 1.0,
+    port: int | None = None,
     **flags: Any,
 ) -> Iterator[Sim]:
-    port = free_port()
+    port = port or free_port()
     args = ["sim", "--flavor", flavor, "--port", str(port), "--models", ",".join(models)]
     args += ["--load-time", str(load_time)]
     for key, value in flags.items():

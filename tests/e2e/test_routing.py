@@ -123,6 +123,12 @@ def test_a_killed_instance_fails_over_and_readiness_follows() -> None:
             assert down.value.response.headers["retry-after"]
             assert "down" in down.value.message
 
+            port = int(victim.url.rsplit(":", 1)[1])
+            with simulator(load_time=0.5, port=port):  # the instance comes back
+                wait_for(lambda: httpx.get(f"{gw.url}/readyz").status_code == 200)
+                answer = client.chat.completions.create(model="a", messages=MESSAGES)
+                assert answer.choices[0].message.content
+
 
 def test_a_connect_failure_is_retried_on_another_warm_instance() -> None:
     with simulator(load_time=0.3) as one, simulator(load_time=0.3) as two:
