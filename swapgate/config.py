@@ -85,11 +85,24 @@ class RoutingConfig(_Section):
     stream_idle_timeout: PositiveDuration = 120.0
 
 
+StreamingKeepalive = Literal["comment", "reasoning", "off"]
+NonStreamingKeepalive = Literal["whitespace", "off"]
+
+
 class KeepaliveConfig(_Section):
     early_headers_after: Duration = 1.0
     interval: PositiveDuration = 5.0
-    streaming: Literal["comment", "reasoning", "off"] = "comment"
-    non_streaming: Literal["whitespace", "off"] = "whitespace"
+    streaming: StreamingKeepalive = "comment"
+    non_streaming: NonStreamingKeepalive = "whitespace"
+
+
+class KeepaliveOverride(_Section):
+    """Per-model keep-alive settings; unset keys take the global ``keepalive`` section's."""
+
+    early_headers_after: Duration | None = None
+    interval: PositiveDuration | None = None
+    streaming: StreamingKeepalive | None = None
+    non_streaming: NonStreamingKeepalive | None = None
 
 
 class InstanceConfig(_Section):
@@ -109,6 +122,7 @@ class ModelConfig(_Section):
     relay_model: str | None = None
     fallback: FallbackPolicy | None = None
     max_wait: PositiveDuration | None = None
+    keepalive: KeepaliveOverride | None = None
 
     @property
     def fallback_policy(self) -> FallbackPolicy:
@@ -168,6 +182,12 @@ class Settings(BaseSettings):
 
     def model_settings(self, model: str) -> ModelConfig:
         return self.models.get(model) or _DEFAULT_MODEL
+
+    def keepalive_for(self, model: str) -> KeepaliveConfig:
+        override = self.model_settings(model).keepalive
+        if override is None:
+            return self.keepalive
+        return self.keepalive.model_copy(update=override.model_dump(exclude_none=True))
 
 
 _DEFAULT_MODEL = ModelConfig()

@@ -11,6 +11,7 @@
     ├── UpstreamError           502 upstream_error
     │   └── UpstreamUnreachable     the connection failed before any byte was sent
     ├── NoCapacity              503 no_capacity            (+ Retry-After)
+    │   └── SwapFailed          503 swap_failed            the swap a request waited for failed
     └── UpstreamTimeout         504 upstream_timeout
     DriverError                 a control-plane call to an instance failed (poll, load, unload)
 
@@ -98,6 +99,10 @@ class UpstreamUnreachable(UpstreamError):
 class NoCapacity(SwapgateError):
     status = 503
     code = "no_capacity"
+
+
+class SwapFailed(NoCapacity):
+    code = "swap_failed"
 
 
 class UpstreamTimeout(SwapgateError):

@@ -47,6 +47,7 @@ class Queue:
 @dataclass(frozen=True, slots=True)
 class Unavailable:
     reason: str
+    backing_off: bool = False  # a candidate is out only because a swap failed on it
 
 
 Decision = Serve | Join | Swap | Queue | Unavailable
@@ -55,7 +56,11 @@ Decision = Serve | Join | Swap | Queue | Unavailable
 def place(model: str, snap: Snapshot, policy: Policy) -> Decision:
     candidates = [i for i in snap.instances if model in i.serves and i.available(snap.now)]
     if not candidates:
-        return Unavailable(_why_unavailable(model, snap))
+        backing_off = any(
+            model in i.serves and i.up and not i.drained and snap.now < i.backoff_until
+            for i in snap.instances
+        )
+        return Unavailable(_why_unavailable(model, snap), backing_off)
     warm = [i for i in candidates if i.state_of(model) is WarmState.WARM]
     if warm:
         return Serve(min(warm, key=_load).name)

@@ -8,19 +8,28 @@ from dataclasses import dataclass
 
 from swapgate.catalog import Catalog
 from swapgate.config import Settings, secret
-from swapgate.errors import NoCapacity, QueueFull
-from swapgate.placement import Decision, Policy, Serve, Swap, Unavailable, place
+from swapgate.errors import NoCapacity, QueueFull, SwapFailed
+from swapgate.placement import Decision, Join, Policy, Queue, Serve, Swap, Unavailable, place
 from swapgate.registry import Registry, Snapshot
 from swapgate.swaps import SwapCoordinator
 
 # Waiters re-place on every registry change; this bounds how late they notice a residency expiry.
 RECHECK_INTERVAL = 0.5
+_STATES = {Serve: "waiting", Join: "loading", Swap: "loading", Queue: "queued"}
 
 
 @dataclass(frozen=True, slots=True)
 class Upstream:
     url: str
     api_key: str | None
+
+
+@dataclass(slots=True)
+class Progress:
+    """Where a waiting request stands: what keep-alive messages tell the client."""
+
+    instance: str | None = None
+    state: str = "placing"  # loading | queued | waiting (for the upstream's answer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,11 +60,13 @@ class Router:
             inst.name: Upstream(inst.url, secret(inst.api_key_env)) for inst in settings.instances
         }
 
-    async def acquire(self, model: str) -> Lease:
+    async def acquire(self, model: str, progress: Progress | None = None) -> Lease:
         """Wait until ``model`` is warm somewhere (starting at most one swap), then lease it."""
         started = time.monotonic()
+        progress = progress or Progress()
         decision = place(model, self._registry.snapshot(), self._policy)
         if isinstance(decision, Serve):
+            progress.instance, progress.state = decision.instance, "waiting"
             return self._lease(decision.instance, model, None)
         depth = self._registry.enter_queue(model)
         try:
@@ -64,7 +75,7 @@ class Router:
                     f"{depth - 1} requests already wait for {model!r}; retry later",
                     retry_after=self._retry_after(model),
                 )
-            return await self._wait(model, decision, started)
+            return await self._wait(model, decision, started, progress)
         finally:
             self._registry.leave_queue(model)
 
@@ -78,16 +89,19 @@ class Router:
     def release(self, lease: Lease) -> None:
         self._registry.end_request(lease.instance, lease.model)
 
-    async def _wait(self, model: str, decision: Decision, started: float) -> Lease:
+    async def _wait(
+        self, model: str, decision: Decision, started: float, progress: Progress
+    ) -> Lease:
         max_wait = self._settings.model_settings(model).max_wait or self._settings.routing.max_wait
         deadline = started + max_wait
         while True:
+            if isinstance(decision, Unavailable):
+                error = SwapFailed if decision.backing_off else NoCapacity
+                raise error(f"{decision.reason}; retry later", retry_after=self._retry_after(model))
+            progress.instance = decision.instance
+            progress.state = _STATES[type(decision)]
             if isinstance(decision, Serve):
                 return self._lease(decision.instance, model, started)
-            if isinstance(decision, Unavailable):
-                raise NoCapacity(
-                    f"{decision.reason}; retry later", retry_after=self._retry_after(model)
-                )
             if isinstance(decision, Swap):
                 self._coordinator.start(decision.instance, model, decision.victims)
             remaining = deadline - time.monotonic()

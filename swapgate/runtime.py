@@ -58,6 +58,7 @@ class Runtime:
             client=self.upstream,
             metrics=self.metrics,
             auth=self.auth,
+            keepalive=self.settings.keepalive_for,
             max_body_bytes=self.settings.server.max_body_bytes,
             access_log=self.settings.server.access_log,
         )

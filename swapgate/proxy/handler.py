@@ -13,13 +13,14 @@ import hmac
 import logging
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
 from swapgate.catalog import Catalog
+from swapgate.config import KeepaliveConfig
 from swapgate.errors import (
     ModelNotFound,
     SwapgateError,
@@ -28,6 +29,7 @@ from swapgate.errors import (
     UpstreamUnreachable,
 )
 from swapgate.metrics import UNKNOWN, Metrics
+from swapgate.proxy.keepalive import OPT_OUT_HEADER, KeepalivePlan, Pinger, plan_keepalive
 from swapgate.proxy.messages import (
     DROP_RESPONSE,
     ResponseWriter,
@@ -39,7 +41,7 @@ from swapgate.proxy.messages import (
 )
 from swapgate.proxy.upstream import UpstreamClient, UpstreamResponse
 from swapgate.registry import Registry
-from swapgate.router import Lease, Router
+from swapgate.router import Lease, Progress, Router
 
 log = logging.getLogger("swapgate.access")
 RETRYABLE_STATUS = frozenset({502, 503})
@@ -56,6 +58,7 @@ class Exchange:
     model: str = UNKNOWN
     route: str = "none"
     waited: float = 0.0
+    failed: SwapgateError | None = None  # an error told in-band, after a committed 200
 
 
 class ClientAuth:
@@ -83,6 +86,7 @@ class ProxyEndpoint:
         client: UpstreamClient,
         metrics: Metrics,
         auth: ClientAuth,
+        keepalive: Callable[[str], KeepaliveConfig],
         max_body_bytes: int,
         access_log: bool,
     ) -> None:
@@ -92,6 +96,7 @@ class ProxyEndpoint:
         self._client = client
         self._metrics = metrics
         self._auth = auth
+        self._keepalive = keepalive
         self._max_body = max_body_bytes
         self._access_log = access_log
 
@@ -102,18 +107,19 @@ class ProxyEndpoint:
         try:
             self._auth.check(headers)
             body = await read_body(receive, self._max_body)
-            payload, requested, _ = parse_request(body)
+            payload, requested, stream = parse_request(body)
             ex.model = self._resolve(requested)
             if requested != ex.model:
                 body = with_model(payload, ex.model)
-            work = self._forward(scope, ex, payload, body, writer)
+            plan = self._plan(scope, ex.model, stream)
+            work = self._forward(scope, ex, payload, body, writer, plan)
             await _until_disconnect(receive, work)
         except SwapgateError as exc:
             await self._fail(ex, writer, exc)
         except ConnectionAbortedError:
             writer.status = 499  # nginx's "client closed request", for the log and metrics
         finally:
-            self._record(ex, writer.status)
+            self._record(ex, ex.failed.status if ex.failed else writer.status)
 
     def _resolve(self, requested: str) -> str:
         model = self._catalog.resolve(requested)
@@ -125,6 +131,15 @@ class ProxyEndpoint:
             )
         return model
 
+    def _plan(self, scope: Scope, model: str, stream: bool) -> KeepalivePlan | None:
+        opted_out = any(
+            name == OPT_OUT_HEADER and value.strip().lower() == b"off"
+            for name, value in scope["headers"]
+        )
+        chat = scope["path"].endswith("/chat/completions")
+        config = self._keepalive(model)
+        return plan_keepalive(config, stream=stream, chat=chat, opted_out=opted_out)
+
     async def _forward(
         self,
         scope: Scope,
@@ -132,21 +147,58 @@ class ProxyEndpoint:
         payload: dict[str, Any],
         body: bytes,
         writer: ResponseWriter,
+        plan: KeepalivePlan | None,
     ) -> None:
-        lease, response = await self._open(scope, ex, payload, body)
+        progress = Progress()
+        pinger = (
+            Pinger(plan, writer, ex.model, progress, self._registry, self._metrics)
+            if plan
+            else None
+        )
+        pinging = asyncio.create_task(pinger.run()) if pinger else None
         try:
-            await writer.start(response.status, self._response_headers(response, ex))
-            await self._relay_body(response, writer)
+            lease, response = await self._open(scope, ex, payload, body, progress)
+        except SwapgateError as exc:
+            await _stop(pinging)
+            if pinger is None or not writer.started:
+                raise
+            ex.failed = exc
+            await writer.end(pinger.error_body(exc))
+            return
+        finally:
+            await _stop(pinging)
+        try:
+            if pinger is not None and writer.started:
+                await self._finish_committed(response, writer, pinger, ex)
+            else:
+                await writer.start(response.status, self._response_headers(response, ex))
+                await self._relay_body(response, writer, response.is_event_stream)
         finally:
             response.close()
             self._router.release(lease)
 
+    async def _finish_committed(
+        self, response: UpstreamResponse, writer: ResponseWriter, pinger: Pinger, ex: Exchange
+    ) -> None:
+        """The 200 is out: a failed upstream can only be told in-band."""
+        if not 200 <= response.status < 300:
+            detail = await response.excerpt()
+            ex.failed = UpstreamError(f"{ex.route} answered {response.status}: {detail}")
+            await writer.end(pinger.error_body(ex.failed))
+            return
+        await self._relay_body(response, writer, pinger.plan.is_event_stream)
+
     async def _open(
-        self, scope: Scope, ex: Exchange, payload: dict[str, Any], body: bytes
+        self,
+        scope: Scope,
+        ex: Exchange,
+        payload: dict[str, Any],
+        body: bytes,
+        progress: Progress,
     ) -> tuple[Lease, UpstreamResponse]:
         """Lease an instance and send the request; a failure before any byte reached the client
         is retried once on another instance that has the model warm (SPEC §4.7)."""
-        lease: Lease | None = await self._router.acquire(ex.model)
+        lease: Lease | None = await self._router.acquire(ex.model, progress)
         while lease is not None:
             ex.route, ex.waited = f"instance/{lease.instance}", ex.waited + lease.waited
             try:
@@ -202,12 +254,14 @@ class ProxyEndpoint:
             headers.append((b"x-accel-buffering", b"no"))
         return headers
 
-    async def _relay_body(self, response: UpstreamResponse, writer: ResponseWriter) -> None:
+    async def _relay_body(
+        self, response: UpstreamResponse, writer: ResponseWriter, event_stream: bool
+    ) -> None:
         try:
             async for chunk in response.chunks():
                 await writer.write(chunk)
         except UpstreamError as exc:
-            if not response.is_event_stream:
+            if not event_stream:
                 raise  # the ASGI server drops the connection: a client sees a broken body
             log.warning("upstream failed mid-stream: %s", exc)
             await writer.end(sse_error(exc))
@@ -254,6 +308,13 @@ async def _until_disconnect(receive: Receive, work: Coroutine[Any, Any, None]) -
             await task
         raise ConnectionAbortedError("the client went away")
     task.result()
+
+
+async def _stop(task: asyncio.Task[None] | None) -> None:
+    if task is not None and not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def _disconnected(receive: Receive) -> None:

@@ -88,10 +88,10 @@ class ResponseWriter:
         return self.status != 0
 
     async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
-        self.status = status
         await self._send(
             {"type": "http.response.start", "status": status, "headers": headers + self.headers}
         )
+        self.status = status  # only once sent: a start cancelled before it went out never counts
 
     async def write(self, chunk: bytes) -> None:
         await self._send({"type": "http.response.body", "body": chunk, "more_body": True})

@@ -7,6 +7,7 @@ re-encoded: the bytes the upstream sends are the bytes the client gets.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Sequence
 
 import aiohttp
@@ -39,6 +40,17 @@ class UpstreamResponse:
             raise UpstreamError(
                 f"the upstream broke off mid-answer ({type(exc).__name__})"
             ) from exc
+
+    async def excerpt(self, limit: int = 2048) -> str:
+        """What an error answer says: its OpenAI ``error.message`` if it has one."""
+        try:
+            raw = await self._response.content.read(limit)
+        except (TimeoutError, aiohttp.ClientError):
+            return "(no body)"
+        try:
+            return str(json.loads(raw)["error"]["message"])
+        except (ValueError, KeyError, TypeError):
+            return raw.decode("utf-8", "replace").strip() or "(no body)"
 
     def close(self) -> None:
         """Drop the connection: called on every path, it also stops an abandoned generation."""

@@ -8,6 +8,7 @@ rehearsals; ``POST /sim/faults`` changes the fault rates and load time of a runn
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Awaitable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -41,6 +42,7 @@ class SimServer:
         routes = [
             Route("/sim/stats", self.stats),
             Route("/sim/faults", self.faults, methods=["POST"]),
+            Route("/sim/last-response", self.last_response),
             Route("/v1/models", self.list_models),
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
             Route("/v1/completions", self.complete, methods=["POST"]),
@@ -69,6 +71,10 @@ class SimServer:
 
     async def stats(self, _: Request) -> JSONResponse:
         return JSONResponse(self.backend.stats())
+
+    async def last_response(self, _: Request) -> Response:
+        """The exact bytes of the last non-streamed answer, to check a proxy changed nothing."""
+        return Response(self.backend.last_body, media_type="application/octet-stream")
 
     async def faults(self, request: Request) -> JSONResponse:
         changes = await request.json()
@@ -120,16 +126,19 @@ class SimServer:
             await asyncio.Event().wait()
         await asyncio.sleep(self.config.ttft)
         if kind == "embedding":
-            self.backend.counters["completed"] += 1
-            return JSONResponse(completions.embeddings(model, body))
+            return self._json_answer(completions.embeddings(model, body))
         words = completions.tokens(model, completions.max_tokens(body, self.config.max_tokens))
         if body.get("stream") is True:
             return StreamingResponse(
                 self._stream(kind, model, words), media_type="text/event-stream"
             )
         await asyncio.sleep(len(words) / self.config.token_rate)
+        return self._json_answer(completions.completion(kind, model, "".join(words), len(words)))
+
+    def _json_answer(self, answer: dict[str, Any]) -> Response:
         self.backend.counters["completed"] += 1
-        return JSONResponse(completions.completion(kind, model, "".join(words), len(words)))
+        self.backend.last_body = json.dumps(answer).encode()
+        return Response(self.backend.last_body, media_type="application/json")
 
     async def _stream(self, kind: str, model: str, words: list[str]) -> AsyncIterator[bytes]:
         counters = self.backend.counters

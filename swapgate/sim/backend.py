@@ -43,6 +43,7 @@ class Backend:
         self.resident: dict[str, str] = {}  # model -> "starting" | "ready"
         self.counters: Counter[str] = Counter()
         self.loads: Counter[str] = Counter()
+        self.last_body = b""
         self._loading: dict[str, asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()
         if config.flavor == "openai":  # fixed-model servers load everything at start

@@ -135,7 +135,8 @@ CASES = [
         ],
         Unavailable(
             "no instance can serve 'a' right now "
-            "(x is down, y is drained, z backs off after a failed swap for 5s more)"
+            "(x is down, y is drained, z backs off after a failed swap for 5s more)",
+            backing_off=True,
         ),
     ),
     ("backoff over: a candidate again", [I("z", backoff_until=NOW - 1)], Swap("z")),

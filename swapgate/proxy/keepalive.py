@@ -1,0 +1,150 @@
+"""Keep-alive bytes while a request waits (SPEC §5), so no proxy in front times out.
+
+When the upstream's headers have not arrived ``early_headers_after`` into a request, the
+``Pinger`` commits ``200`` with its own headers and then writes one keep-alive every ``interval``:
+an SSE comment, a chat chunk with ``reasoning_content``, or a newline before a JSON body. From
+then on a failure can only be told in-band: one ``data: {"error": ...}`` event, or an error
+object as the JSON body. The upstream's bytes, when they come, follow unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from swapgate.config import KeepaliveConfig
+from swapgate.errors import SwapgateError
+from swapgate.metrics import Metrics
+from swapgate.proxy.messages import ResponseWriter, sse_error
+from swapgate.registry import Registry
+from swapgate.router import Progress
+
+Kind = Literal["comment", "reasoning", "whitespace"]
+OPT_OUT_HEADER = b"x-swapgate-keepalive"
+_VERBS = {"loading": "loading", "queued": "queued for", "waiting": "waiting for"}
+_CONTENT_TYPES = {
+    "comment": b"text/event-stream",
+    "reasoning": b"text/event-stream",
+    "whitespace": b"application/json",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class KeepalivePlan:
+    kind: Kind
+    early: float
+    interval: float
+
+    @property
+    def is_event_stream(self) -> bool:
+        return self.kind != "whitespace"
+
+
+def plan_keepalive(
+    config: KeepaliveConfig, *, stream: bool, chat: bool, opted_out: bool
+) -> KeepalivePlan | None:
+    """The keep-alive a request gets, or None when it waits silently."""
+    if opted_out:
+        return None
+    kind: Kind
+    if stream:
+        if config.streaming == "off":
+            return None
+        kind = "reasoning" if config.streaming == "reasoning" and chat else "comment"
+    else:
+        if config.non_streaming == "off":
+            return None
+        kind = "whitespace"
+    return KeepalivePlan(kind, config.early_headers_after, config.interval)
+
+
+class Pinger:
+    """Commits the response early and keeps it alive until stopped."""
+
+    def __init__(
+        self,
+        plan: KeepalivePlan,
+        writer: ResponseWriter,
+        model: str,
+        progress: Progress,
+        registry: Registry,
+        metrics: Metrics,
+    ) -> None:
+        self.plan = plan
+        self._writer = writer
+        self._model = model
+        self._progress = progress
+        self._registry = registry
+        self._counter = metrics.keepalives.labels(model, plan.kind)
+        self._started = time.monotonic()
+        self._chunk_id = f"swapgate-keepalive-{int(self._started * 1000)}"
+
+    async def run(self) -> None:
+        await asyncio.sleep(self.plan.early)
+        await self._writer.start(200, self._headers())
+        while True:
+            await self._writer.write(self.ping())
+            self._counter.inc()
+            await asyncio.sleep(self.plan.interval)
+
+    def error_body(self, exc: SwapgateError) -> bytes:
+        """The one in-band error that ends a committed response."""
+        return sse_error(exc) if self.plan.is_event_stream else exc.body()
+
+    def ping(self) -> bytes:
+        if self.plan.kind == "whitespace":
+            return b"\n"
+        if self.plan.kind == "comment":
+            return f": swapgate {self._status()}\n\n".encode()
+        return self._reasoning_chunk()
+
+    def _headers(self) -> list[tuple[bytes, bytes]]:
+        instance = self._progress.instance
+        waited = round((time.monotonic() - self._started) * 1000)
+        return [
+            (b"content-type", _CONTENT_TYPES[self.plan.kind]),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+            (b"x-swapgate-keepalive", self.plan.kind.encode()),
+            (b"x-swapgate-route", f"instance/{instance}".encode() if instance else b"pending"),
+            (b"x-swapgate-wait-ms", str(waited).encode()),
+        ]
+
+    def _status(self) -> str:
+        instance = self._progress.instance or "an instance"
+        verb = _VERBS.get(self._progress.state, "placing")
+        eta = self._eta()
+        elapsed = math.floor(time.monotonic() - self._started)
+        eta_text = f", eta {eta}s" if eta is not None else ""
+        return f"{verb} {self._model} on {instance}{eta_text}, elapsed {elapsed}s"
+
+    def _eta(self) -> int | None:
+        name = self._progress.instance
+        if name is None or self._progress.state == "waiting":
+            return None
+        view = self._registry.snapshot().instance(name)
+        if view.swapping is None:
+            return None
+        return max(0, math.ceil(view.swap_done_by - time.monotonic()))
+
+    def _reasoning_chunk(self) -> bytes:
+        elapsed = math.floor(time.monotonic() - self._started)
+        eta = self._eta()
+        instance = self._progress.instance or "an instance"
+        text = f"Loading {self._model} on {instance}… {elapsed}s"
+        if eta is not None:
+            text += f" (eta {eta}s)"
+        chunk = {
+            "id": self._chunk_id,
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": self._model,
+            "choices": [
+                {"index": 0, "delta": {"reasoning_content": text + "\n"}, "finish_reason": None}
+            ],
+        }
+        return b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\n"

@@ -1,0 +1,68 @@
+"""A raw HTTP/1.1 client over a socket: what really goes over the wire, and when."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class WireResponse:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    first_byte_after: float
+    chunk_times: list[float] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        return self.body.decode().split("\n")
+
+    def data_lines(self) -> list[str]:
+        return [line for line in self.lines() if line.startswith("data:")]
+
+
+def post(url: str, path: str, payload: dict[str, object], headers: dict[str, str] | None = None,
+         timeout: float = 30) -> WireResponse:  # fmt: skip
+    host, port = url.removeprefix("http://").split(":")
+    body = json.dumps(payload).encode()
+    extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+    head = (
+        f"POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n{extra}\r\n"
+    )
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sent = time.monotonic()
+        sock.sendall(head.encode() + body)
+        raw, times = _read_all(sock)
+    header_block, _, rest = raw.partition(b"\r\n\r\n")
+    status_line, *header_lines = header_block.decode("latin-1").split("\r\n")
+    parsed = dict(line.split(": ", 1) for line in header_lines)
+    headers = {k.lower(): v for k, v in parsed.items()}
+    if headers.get("transfer-encoding") == "chunked":
+        rest = _dechunk(rest)
+    return WireResponse(int(status_line.split()[1]), headers, rest, times[0] - sent,
+                        [t - sent for t in times])  # fmt: skip
+
+
+def _read_all(sock: socket.socket) -> tuple[bytes, list[float]]:
+    chunks, times = [], []
+    while True:
+        data = sock.recv(65536)
+        if not data:
+            return b"".join(chunks), times
+        chunks.append(data)
+        times.append(time.monotonic())
+
+
+def _dechunk(data: bytes) -> bytes:
+    out = bytearray()
+    while data:
+        size_line, _, data = data.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            break
+        out += data[:size]
+        data = data[size + 2 :]
+    return bytes(out)
