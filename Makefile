@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest clean
+.PHONY: run test lint typecheck pytest system-packages clean
 
 run: $(STAMP)
 	$(BIN)/swapgate demo --config config/demo.yaml
@@ -19,8 +19,11 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/mypy --config-file pyproject.toml --check-untyped-defs tests
 
-pytest: $(STAMP)
+pytest: $(STAMP) system-packages
 	$(BIN)/pytest
+
+system-packages:
+	bash .ci/ensure-packages
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

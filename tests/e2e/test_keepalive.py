@@ -99,7 +99,7 @@ def test_reasoning_mode_chunks_parse_in_the_openai_sdk(fleet) -> None:
         ):
             delta = chunk.choices[0].delta
             if getattr(delta, "reasoning_content", None):
-                reasoning.append(delta.reasoning_content)  # type: ignore[attr-defined]
+                reasoning.append(delta.reasoning_content)
                 assert chunk.model == "r"
                 assert chunk.id
             content.append(delta.content or "")

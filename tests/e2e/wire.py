@@ -47,7 +47,8 @@ def post(url: str, path: str, payload: dict[str, object], headers: dict[str, str
 
 
 def _read_all(sock: socket.socket) -> tuple[bytes, list[float]]:
-    chunks, times = [], []
+    chunks: list[bytes] = []
+    times: list[float] = []
     while True:
         data = sock.recv(65536)
         if not data:

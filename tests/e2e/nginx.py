@@ -1,0 +1,73 @@
+"""A real nginx on loopback, with a config written for the test."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.e2e.processes import _die_with_parent, free_port, wait_http
+
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+
+SERVER = """
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://{upstream};
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_read_timeout {read_timeout};
+    }}
+  }}
+"""
+
+MAIN = """
+worker_processes 1;
+daemon off;
+pid {root}/nginx.pid;
+error_log {root}/error.log warn;
+events {{ worker_connections 512; }}
+http {{
+  access_log off;
+  client_body_temp_path {root}/body;
+  proxy_temp_path {root}/proxy;
+  fastcgi_temp_path {root}/fastcgi;
+  uwsgi_temp_path {root}/uwsgi;
+  scgi_temp_path {root}/scgi;
+{servers}
+}}
+"""
+
+
+@contextmanager
+def nginx(upstreams: dict[str, str], read_timeout: str = "2s") -> Iterator[dict[str, str]]:
+    """Start nginx with one server per upstream (``name -> http://host:port``); yield the
+    front URL of each."""
+    if not Path(NGINX).exists():
+        raise RuntimeError("nginx is not installed: apt-get install nginx-light (.ci/run does)")
+    ports = {name: free_port() for name in upstreams}
+    servers = "".join(
+        SERVER.format(
+            port=ports[name], upstream=url.removeprefix("http://"), read_timeout=read_timeout
+        )
+        for name, url in upstreams.items()
+    )
+    with tempfile.TemporaryDirectory() as root:
+        config = Path(root) / "nginx.conf"
+        config.write_text(MAIN.format(root=root, servers=servers))
+        process = subprocess.Popen(
+            [NGINX, "-c", str(config), "-p", root], preexec_fn=_die_with_parent
+        )
+        fronts = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+        try:
+            for url in fronts.values():
+                wait_http(f"{url}/v1/models", process)
+            yield fronts
+        finally:
+            process.terminate()
+            process.wait(timeout=10)

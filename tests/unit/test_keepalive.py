@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from swapgate.catalog import Catalog
+from swapgate.config import KeepaliveConfig, parse_config
+from swapgate.errors import SwapFailed
+from swapgate.metrics import Metrics
+from swapgate.proxy.keepalive import KeepalivePlan, Pinger, plan_keepalive
+from swapgate.proxy.messages import ResponseWriter
+from swapgate.registry import Registry
+from swapgate.router import Progress
+
+DEFAULT = KeepaliveConfig()
+
+
+@pytest.mark.parametrize(
+    ("config", "stream", "chat", "opted_out", "kind"),
+    [
+        (DEFAULT, True, True, False, "comment"),
+        (DEFAULT, False, True, False, "whitespace"),
+        (DEFAULT, True, True, True, None),
+        (KeepaliveConfig(streaming="reasoning"), True, True, False, "reasoning"),
+        (KeepaliveConfig(streaming="reasoning"), True, False, False, "comment"),
+        (KeepaliveConfig(streaming="off"), True, True, False, None),
+        (KeepaliveConfig(streaming="off"), False, True, False, "whitespace"),
+        (KeepaliveConfig(non_streaming="off"), False, True, False, None),
+    ],
+)
+def test_plan(
+    config: KeepaliveConfig, stream: bool, chat: bool, opted_out: bool, kind: str | None
+) -> None:
+    plan = plan_keepalive(config, stream=stream, chat=chat, opted_out=opted_out)
+    assert (plan.kind if plan else None) == kind
+
+
+def test_per_model_overrides_merge_with_the_global_section() -> None:
+    settings = parse_config(
+        {
+            "instances": [{"name": "x", "url": "http://x"}],
+            "keepalive": {"interval": "2s"},
+            "models": {"r": {"keepalive": {"streaming": "reasoning"}}},
+        }
+    )
+    assert settings.keepalive_for("r") == KeepaliveConfig(interval=2.0, streaming="reasoning")
+    assert settings.keepalive_for("other") == KeepaliveConfig(interval=2.0)
+
+
+def _pinger(kind: str, state: str = "loading") -> Pinger:
+    settings = parse_config({"instances": [{"name": "gpu-a", "url": "http://x"}]})
+    registry = Registry(settings.instances, Catalog(settings))
+    registry.begin_swap("gpu-a", "m", eta=27.4)
+
+    async def send(_: object) -> None:
+        raise AssertionError("not sent in these tests")
+
+    plan = KeepalivePlan(kind, 1.0, 5.0)  # type: ignore[arg-type]
+    return Pinger(
+        plan, ResponseWriter(send, []), "m", Progress("gpu-a", state), registry, Metrics()
+    )
+
+
+def test_comment_pings_say_model_instance_eta_and_elapsed() -> None:
+    assert _pinger("comment").ping() == b": swapgate loading m on gpu-a, eta 28s, elapsed 0s\n\n"
+    queued = _pinger("comment", "queued").ping()
+    assert queued.startswith(b": swapgate queued for m on gpu-a, eta ")
+
+
+def test_reasoning_pings_are_chat_chunks() -> None:
+    ping = _pinger("reasoning").ping()
+    assert ping.startswith(b"data: ")
+    assert ping.endswith(b"\n\n")
+    chunk = json.loads(ping.removeprefix(b"data: "))
+    assert chunk["object"] == "chat.completion.chunk"
+    assert chunk["model"] == "m"
+    assert {"id", "created"} <= chunk.keys()
+    assert chunk["choices"][0]["delta"]["reasoning_content"] == "Loading m on gpu-a… 0s (eta 28s)\n"
+
+
+def test_whitespace_pings_and_errors() -> None:
+    pinger = _pinger("whitespace")
+    assert pinger.ping() == b"\n"
+    error = json.loads(pinger.error_body(SwapFailed("boom")))
+    assert error["error"]["code"] == "swap_failed"
+    event = _pinger("comment").error_body(SwapFailed("boom"))
+    assert event.startswith(b'data: {"error": ')
+    assert event.endswith(b"\n\n")
