@@ -22,7 +22,7 @@ from swapgate.sim import completions
 from swapgate.sim.backend import Backend, LoadFailed, SimConfig
 
 T = TypeVar("T")
-FAULTS = ("fail_load_rate", "crash_mid_stream_rate", "hang_rate", "load_time", "ttft")
+FAULTS = ("fail_load_rate", "crash_mid_stream_rate", "hang_rate", "load_time", "ttft", "token_rate")
 
 
 class ClientGone(Exception):

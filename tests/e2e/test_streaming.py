@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import httpx
+import openai
 import pytest
-from openai.types.chat import ChatCompletionMessageParam
+from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 
 from tests.e2e.processes import Gateway, Sim, gateway, instance, simulator, wait_for
 
@@ -85,3 +86,27 @@ def test_a_client_that_leaves_while_waiting_does_not_stop_the_swap() -> None:
             )
             assert response.headers["x-swapgate-wait-ms"] == "0"
             assert sim.loads() == 1
+
+
+def test_an_upstream_that_dies_mid_stream_ends_with_one_error_event(pair) -> None:
+    gw, sim = pair
+    sim.faults(crash_mid_stream_rate=1.0)
+    try:
+        received: list[str] = []
+        with gw.sdk() as client, pytest.raises(openai.APIError) as failure:
+            _collect(
+                client.chat.completions.create(
+                    model="a", messages=MESSAGES, stream=True, max_tokens=8
+                ),
+                received,
+            )
+    finally:
+        sim.faults(crash_mid_stream_rate=0.0)
+    assert "".join(received) == "Hello from a."  # half of 8 tokens, then the crash
+    assert failure.value.code == "upstream_error"
+    assert "broke off mid-answer" in failure.value.message
+
+
+def _collect(stream: Iterable[ChatCompletionChunk], into: list[str]) -> None:
+    for chunk in stream:
+        into.append(chunk.choices[0].delta.content or "")
