@@ -68,7 +68,7 @@ def place(model: str, snap: Snapshot, policy: Policy) -> Decision:
     if loading:
         return Join(min(loading, key=lambda i: i.swap_done_by).name)
     return _swap_target(model, candidates, snap.now, policy) or Queue(
-        min(candidates, key=lambda i: _frees_up_at(i, snap.now, policy)).name
+        min(candidates, key=lambda i: frees_up_at(i, snap.now, policy)).name
     )
 
 
@@ -108,7 +108,7 @@ def _evictable(
     return inflight == 0 and not recently_used and pinned_until <= now
 
 
-def _frees_up_at(instance: InstanceView, now: float, policy: Policy) -> float:
+def frees_up_at(instance: InstanceView, now: float, policy: Policy) -> float:
     """When the instance can next take a swap: its running swap's end, else the earliest
     residency expiry among its warm models (in-flight and pins only make it later)."""
     if instance.swapping is not None:

@@ -1,4 +1,9 @@
-"""Turning placement decisions into a lease on an instance: swap, join, queue or give up."""
+"""Turning placement decisions into a lease: on a warm instance, or on the model's relay.
+
+``acquire`` places the request, starts the one swap it needs, and waits (re-placing on every
+registry change) until the model is warm, unless the model's fallback policy sends it to the
+relay first (swapgate/fallback.py).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,19 @@ from dataclasses import dataclass
 from swapgate.catalog import Catalog
 from swapgate.config import Settings, secret
 from swapgate.errors import NoCapacity, QueueFull, SwapFailed
-from swapgate.placement import Decision, Join, Policy, Queue, Serve, Swap, Unavailable, place
+from swapgate.fallback import Reason, allows, relay_reason
+from swapgate.metrics import Metrics
+from swapgate.placement import (
+    Decision,
+    Join,
+    Policy,
+    Queue,
+    Serve,
+    Swap,
+    Unavailable,
+    frees_up_at,
+    place,
+)
 from swapgate.registry import Registry, Snapshot
 from swapgate.swaps import SwapCoordinator
 
@@ -20,8 +37,15 @@ _STATES = {Serve: "waiting", Join: "loading", Swap: "loading", Queue: "queued"}
 
 @dataclass(frozen=True, slots=True)
 class Upstream:
+    """Where requests go: an instance's server root, or a relay's OpenAI base URL (``.../v1``)."""
+
     url: str
     api_key: str | None
+    is_relay: bool = False
+    read_timeout: float | None = None
+
+    def url_for(self, path: str) -> str:
+        return self.url + (path.removeprefix("/v1") if self.is_relay else path)
 
 
 @dataclass(slots=True)
@@ -34,13 +58,21 @@ class Progress:
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """A request's claim on a warm model; give it back with ``Router.release``."""
+    """A request's claim on an instance with its model warm, or on a relay.
 
-    instance: str
+    Give it back with ``Router.release``.
+    """
+
+    kind: str  # "instance" | "relay"
+    name: str
     model: str
     upstream_model: str
     upstream: Upstream
     waited: float
+
+    @property
+    def route(self) -> str:
+        return f"{self.kind}/{self.name}"
 
 
 class Router:
@@ -50,18 +82,25 @@ class Router:
         registry: Registry,
         coordinator: SwapCoordinator,
         catalog: Catalog,
+        metrics: Metrics,
     ) -> None:
         self._settings = settings
         self._registry = registry
         self._coordinator = coordinator
         self._catalog = catalog
+        self._metrics = metrics
         self._policy = Policy(min_residency=settings.routing.min_residency)
         self._upstreams = {
             inst.name: Upstream(inst.url, secret(inst.api_key_env)) for inst in settings.instances
         }
+        self._relays = {
+            name: Upstream(relay.url, secret(relay.api_key_env), True, relay.timeout)
+            for name, relay in settings.relays.items()
+        }
 
     async def acquire(self, model: str, progress: Progress | None = None) -> Lease:
-        """Wait until ``model`` is warm somewhere (starting at most one swap), then lease it."""
+        """Wait until ``model`` is warm somewhere (starting at most one swap), then lease it;
+        or lease its relay when the fallback policy says so."""
         started = time.monotonic()
         progress = progress or Progress()
         decision = place(model, self._registry.snapshot(), self._policy)
@@ -71,6 +110,9 @@ class Router:
         depth = self._registry.enter_queue(model)
         try:
             if depth > self._settings.routing.queue_limit:
+                relayed = self.relay(model, "queue_full", started)
+                if relayed:
+                    return relayed
                 raise QueueFull(
                     f"{depth - 1} requests already wait for {model!r}; retry later",
                     retry_after=self._retry_after(model),
@@ -86,39 +128,71 @@ class Router:
         decision = place(model, others, self._policy)
         return self._lease(decision.instance, model, None) if isinstance(decision, Serve) else None
 
+    def relay(self, model: str, reason: Reason, started: float | None = None) -> Lease | None:
+        """Lease the model's relay if its fallback policy allows ``reason``."""
+        conf = self._settings.model_settings(model)
+        if conf.relay is None or not allows(conf.fallback_policy, reason):
+            return None
+        self._metrics.fallbacks.labels(model, conf.relay, reason).inc()
+        waited = time.monotonic() - started if started is not None else 0.0
+        upstream_model = conf.relay_model or model
+        return Lease("relay", conf.relay, model, upstream_model, self._relays[conf.relay], waited)
+
     def release(self, lease: Lease) -> None:
-        self._registry.end_request(lease.instance, lease.model)
+        if lease.kind == "instance":
+            self._registry.end_request(lease.name, lease.model)
 
     async def _wait(
         self, model: str, decision: Decision, started: float, progress: Progress
     ) -> Lease:
-        max_wait = self._settings.model_settings(model).max_wait or self._settings.routing.max_wait
+        conf = self._settings.model_settings(model)
+        max_wait = conf.max_wait or self._settings.routing.max_wait
         deadline = started + max_wait
         while True:
+            if isinstance(decision, Serve):
+                return self._lease(decision.instance, model, started)
+            if isinstance(decision, Swap):  # also when relaying: later requests find it warm
+                self._coordinator.start(decision.instance, model, decision.victims)
+            expected = self._expected_wait(model, decision)
+            reason = relay_reason(conf.fallback_policy, decision, expected, max_wait)
+            relayed = self.relay(model, reason, started) if reason else None
+            if relayed:
+                return relayed
             if isinstance(decision, Unavailable):
                 error = SwapFailed if decision.backing_off else NoCapacity
                 raise error(f"{decision.reason}; retry later", retry_after=self._retry_after(model))
-            progress.instance = decision.instance
-            progress.state = _STATES[type(decision)]
-            if isinstance(decision, Serve):
-                return self._lease(decision.instance, model, started)
-            if isinstance(decision, Swap):
-                self._coordinator.start(decision.instance, model, decision.victims)
+            progress.instance, progress.state = decision.instance, _STATES[type(decision)]
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise NoCapacity(
-                    f"{model!r} did not become warm within max_wait ({max_wait:g}s); retry later",
-                    retry_after=self._retry_after(model),
-                )
+                return self.relay(model, "error", started) or self._timed_out(model, max_wait)
             await self._registry.wait_for_change(min(remaining, RECHECK_INTERVAL))
             decision = place(model, self._registry.snapshot(), self._policy)
+
+    def _expected_wait(self, model: str, decision: Decision) -> float:
+        """Seconds until ``model`` would be warm on the decision's instance."""
+        if isinstance(decision, Serve | Unavailable):
+            return 0.0
+        snap = self._registry.snapshot()
+        instance = snap.instance(decision.instance)
+        if isinstance(decision, Join):
+            return max(0.0, instance.swap_done_by - snap.now)
+        eta = self._coordinator.times.eta(decision.instance, model)
+        if isinstance(decision, Queue):
+            eta += max(0.0, frees_up_at(instance, snap.now, self._policy) - snap.now)
+        return eta
+
+    def _timed_out(self, model: str, max_wait: float) -> Lease:
+        raise NoCapacity(
+            f"{model!r} did not become warm within max_wait ({max_wait:g}s); retry later",
+            retry_after=self._retry_after(model),
+        )
 
     def _lease(self, instance: str, model: str, started: float | None) -> Lease:
         """Lease ``instance``; ``started`` is when the request began waiting, None if it did not."""
         self._registry.begin_request(instance, model)
         upstream_model = self._catalog.upstream_name(instance, model)
         waited = time.monotonic() - started if started is not None else 0.0
-        return Lease(instance, model, upstream_model, self._upstreams[instance], waited)
+        return Lease("instance", instance, model, upstream_model, self._upstreams[instance], waited)
 
     def _retry_after(self, model: str) -> int:
         etas = [self._coordinator.times.eta(name, model) for name in self._registry.names()]

@@ -41,7 +41,7 @@ class Runtime:
             self.metrics,
             settings.routing.swap_timeout,
         )
-        self.router = Router(settings, self.registry, self.coordinator, self.catalog)
+        self.router = Router(settings, self.registry, self.coordinator, self.catalog, self.metrics)
         self.poller = Poller(
             self.registry, self.drivers, self.metrics, settings.routing.poll_interval
         )
@@ -87,9 +87,6 @@ class Runtime:
 def unsupported_settings(settings: Settings) -> list[str]:
     """Configured features this release validates but does not act on yet."""
     warnings = []
-    relayed = [m for m, conf in settings.models.items() if conf.fallback_policy != "off"]
-    if relayed:
-        warnings.append(f"relay fallback is not implemented in this release; ignored for {relayed}")
     if settings.preloads:
         names = [job.name for job in settings.preloads]
         warnings.append(f"scheduled preloads are not implemented in this release; ignored: {names}")

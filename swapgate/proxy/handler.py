@@ -198,48 +198,56 @@ class ProxyEndpoint:
     ) -> tuple[Lease, UpstreamResponse]:
         """Lease an instance and send the request; a failure before any byte reached the client
         is retried once on another instance that has the model warm (SPEC §4.7)."""
-        lease: Lease | None = await self._router.acquire(ex.model, progress)
-        while lease is not None:
-            ex.route, ex.waited = f"instance/{lease.instance}", ex.waited + lease.waited
+        lease = await self._router.acquire(ex.model, progress)
+        retried = False
+        while True:
+            ex.route, ex.waited = lease.route, ex.waited + lease.waited
             try:
                 response = await self._send(scope, ex, payload, body, lease)
             except UpstreamError as exc:
                 self._router.release(lease)
-                self._metrics.upstream_errors.labels(lease.instance, _error_kind(exc)).inc()
-                if isinstance(exc, UpstreamUnreachable):
-                    self._registry.mark_down(lease.instance)  # the next poll brings it back
-                lease = self._router.acquire_warm(ex.model, besides=lease.instance)
-                if lease is None:
+                self._metrics.upstream_errors.labels(lease.name, _error_kind(exc)).inc()
+                if isinstance(exc, UpstreamUnreachable) and lease.kind == "instance":
+                    self._registry.mark_down(lease.name)  # the next poll brings it back
+                fallback = self._fallback(ex.model, lease, retried)
+                if fallback is None:
                     raise
                 log.warning(
-                    "%s failed (%s); retrying %s on %s",
-                    ex.route,
-                    exc,
-                    ex.request_id,
-                    lease.instance,
+                    "%s failed (%s); %s goes to %s", lease.route, exc, ex.request_id, fallback.route
                 )
+                lease = fallback
+                retried = True
                 continue
             if response.status in RETRYABLE_STATUS:
-                other = self._router.acquire_warm(ex.model, besides=lease.instance)
+                other = self._fallback(ex.model, lease, retried)
                 if other is not None:
-                    self._metrics.upstream_errors.labels(lease.instance, "http").inc()
+                    self._metrics.upstream_errors.labels(lease.name, "http").inc()
                     response.close()
                     self._router.release(lease)
-                    lease = other
+                    lease, retried = other, True
                     continue
             self._metrics.ttfb.labels(ex.model, ex.route).observe(time.perf_counter() - ex.started)
             return lease, response
-        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _fallback(self, model: str, failed: Lease, retried: bool) -> Lease | None:
+        """After a failure before any byte reached the client: another instance with the model
+        warm (once), then the relay if the policy allows ``error`` (SPEC §4.7)."""
+        if failed.kind == "relay":
+            return None
+        other = None if retried else self._router.acquire_warm(model, besides=failed.name)
+        return other or self._router.relay(model, "error")
 
     async def _send(
         self, scope: Scope, ex: Exchange, payload: dict[str, Any], body: bytes, lease: Lease
     ) -> UpstreamResponse:
-        url = lease.upstream.url + scope["path"] + _query(scope)
+        url = lease.upstream.url_for(scope["path"]) + _query(scope)
         if lease.upstream_model != ex.model:
             body = with_model(payload, lease.upstream_model)
         headers = upstream_headers(scope["headers"], ex.request_id, lease.upstream.api_key)
         try:
-            return await self._client.open(scope["method"], url, headers, body)
+            return await self._client.open(
+                scope["method"], url, headers, body, lease.upstream.read_timeout
+            )
         except asyncio.CancelledError:
             self._router.release(lease)
             raise

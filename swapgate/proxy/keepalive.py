@@ -103,14 +103,14 @@ class Pinger:
         return self._reasoning_chunk()
 
     def _headers(self) -> list[tuple[bytes, bytes]]:
-        instance = self._progress.instance
         waited = round((time.monotonic() - self._started) * 1000)
         return [
             (b"content-type", _CONTENT_TYPES[self.plan.kind]),
             (b"cache-control", b"no-cache"),
             (b"x-accel-buffering", b"no"),
             (b"x-swapgate-keepalive", self.plan.kind.encode()),
-            (b"x-swapgate-route", f"instance/{instance}".encode() if instance else b"pending"),
+            # Not final yet: a relay may still answer, or another instance after a failure.
+            (b"x-swapgate-route", b"pending"),
             (b"x-swapgate-wait-ms", str(waited).encode()),
         ]
 

@@ -80,12 +80,25 @@ class UpstreamClient:
         if self._session is not None:
             await self._session.close()
 
-    async def open(self, method: str, url: str, headers: Headers, body: bytes) -> UpstreamResponse:
-        """Send the request and return once the upstream's status and headers arrived."""
+    async def open(
+        self,
+        method: str,
+        url: str,
+        headers: Headers,
+        body: bytes,
+        read_timeout: float | None = None,
+    ) -> UpstreamResponse:
+        """Send the request and return once the upstream's status and headers arrived;
+        ``read_timeout`` replaces the idle timeout for this request (relays have their own)."""
         assert self._session is not None, "UpstreamClient.start() was not awaited"
+        timeout = self._timeout
+        if read_timeout is not None:
+            timeout = aiohttp.ClientTimeout(
+                total=None, sock_connect=CONNECT_TIMEOUT, sock_read=read_timeout
+            )
         try:
             response = await self._session.request(
-                method, url, data=body, headers=headers, allow_redirects=False
+                method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout
             )
         except aiohttp.ClientConnectorError as exc:
             raise UpstreamUnreachable(f"cannot connect to {url}: {exc.strerror}") from exc
