@@ -52,11 +52,16 @@ def _check_url(value: str) -> str:
     return value.rstrip("/")
 
 
+def _yaml_off(value: object) -> object:
+    """YAML 1.1 reads a bare ``off`` as false; in these keys it means the word."""
+    return "off" if value is False else value
+
+
 Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
 PositiveDuration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
 Url = Annotated[str, AfterValidator(_check_url)]
 Name = Annotated[str, Field(pattern=_NAME)]
-FallbackPolicy = Literal["off", "error", "slow", "swap"]
+FallbackPolicy = Annotated[Literal["off", "error", "slow", "swap"], BeforeValidator(_yaml_off)]
 InstanceKind = Literal["llama-swap", "ollama", "openai", "swap-on-request"]
 
 
@@ -85,8 +90,8 @@ class RoutingConfig(_Section):
     stream_idle_timeout: PositiveDuration = 120.0
 
 
-StreamingKeepalive = Literal["comment", "reasoning", "off"]
-NonStreamingKeepalive = Literal["whitespace", "off"]
+StreamingKeepalive = Annotated[Literal["comment", "reasoning", "off"], BeforeValidator(_yaml_off)]
+NonStreamingKeepalive = Annotated[Literal["whitespace", "off"], BeforeValidator(_yaml_off)]
 
 
 class KeepaliveConfig(_Section):

@@ -29,7 +29,9 @@ def relay() -> Iterator[Sim]:
         yield sim
 
 
-def _config(relay: Sim, instances: list[dict[str, Any]], models: dict[str, Any], **routing: Any) -> dict[str, Any]:  # fmt: skip
+def _config(
+    relay: Sim, instances: list[dict[str, Any]], models: dict[str, Any], **routing: Any
+) -> dict[str, Any]:
     return {
         "server": {"api_keys_env": "TEST_CLIENT_KEYS"},
         "routing": {"poll_interval": "200ms", "min_residency": 0, **routing},
@@ -97,12 +99,14 @@ def _stream_through(gw: Gateway, model: str) -> dict[str, Any]:
 
 
 def test_slow_policy_relays_when_the_measured_eta_exceeds_max_wait(relay) -> None:
-    with simulator(models=("big",), load_time=2.5) as slow, simulator(models=("small",),
-                                                                      load_time=0.3) as fast:  # fmt: skip
+    slow_node = simulator(models=("big",), load_time=2.5)
+    fast_node = simulator(models=("small",), load_time=0.3)
+    with slow_node as slow, fast_node as fast:
+        relayed = {"relay": "cloud", "fallback": "slow"}
         models = {
-            "big": {"relay": "cloud", "relay_model": "remote-a", "fallback": "slow", "max_wait": "1500ms"},
-            "small": {"relay": "cloud", "relay_model": "remote-b", "fallback": "slow", "max_wait": "5s"},
-        }  # fmt: skip
+            "big": {**relayed, "relay_model": "remote-a", "max_wait": "1500ms"},
+            "small": {**relayed, "relay_model": "remote-b", "max_wait": "5s"},
+        }
         instances = [instance("gpu-slow", slow), instance("gpu-fast", fast)]
         with gateway(_config(relay, instances, models, expected_swap="1s"), ENV) as gw:
             # Never measured: the 1 s default ETA is inside max_wait, so it waits for the swap.
@@ -164,3 +168,22 @@ def test_fallback_off_never_leaves_the_premises(relay) -> None:
             assert response.headers["retry-after"]
             assert response.json()["error"]["code"] == "no_capacity"
     assert relay.stats()["requests"] == before, "the relay saw nothing"
+
+
+def test_a_full_queue_relays_or_answers_429(relay) -> None:
+    with simulator(models=("a", "private"), load_time=1.5, capacity=2) as node:
+        models = {
+            "a": {"relay": "cloud", "relay_model": "remote-a", "fallback": "error"},
+            "private": {"relay": "cloud", "fallback": "off"},
+        }
+        instances = [instance("gpu-a", node, capacity=2)]
+        with gateway(_config(relay, instances, models, queue_limit=2), ENV) as gw:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+                answers = list(pool.map(lambda m: _chat(gw, m), ["a"] * 4 + ["private"] * 4))
+            a_routes = sorted(r.headers["x-swapgate-route"] for r in answers[:4])
+            assert a_routes == ["instance/gpu-a"] * 2 + ["relay/cloud"] * 2
+            private = sorted(r.status_code for r in answers[4:])
+            assert private == [200, 200, 429, 429]
+            refused = next(r for r in answers[4:] if r.status_code == 429)
+            assert refused.json()["error"]["code"] == "queue_full"
+            assert refused.headers["retry-after"]

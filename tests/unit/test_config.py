@@ -150,3 +150,17 @@ def test_settings_not_acted_on_yet_are_named_at_start() -> None:
     assert "preloads" in warnings[0]
     assert "'morning'" in warnings[0]
     assert unsupported_settings(parse_config(MINIMAL)) == []
+
+
+def test_a_bare_yaml_off_means_off(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "instances: [{name: a, url: 'http://x'}]\n"
+        "keepalive: {streaming: off, non_streaming: off}\n"
+        "models: {m: {fallback: off, keepalive: {streaming: off}}}\n"
+    )
+    settings = load_config(path)
+    assert settings.keepalive.streaming == "off"
+    assert settings.keepalive.non_streaming == "off"
+    assert settings.models["m"].fallback_policy == "off"
+    assert settings.keepalive_for("m").streaming == "off"
