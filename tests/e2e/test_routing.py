@@ -21,6 +21,7 @@ def fleet() -> Iterator[tuple[Gateway, Sim, Sim]]:
     with simulator(load_time=1.0) as one, simulator(load_time=1.0) as two:
         config = {
             "routing": {"poll_interval": "300ms"},
+            "keepalive": {"early_headers_after": "30s"},  # final routes in the headers
             "instances": [instance("gpu-a", one), instance("gpu-b", two)],
         }
         with gateway(config) as gw:
@@ -96,6 +97,7 @@ def test_a_killed_instance_fails_over_and_readiness_follows() -> None:
     with simulator(load_time=0.5) as one, simulator(load_time=0.5) as two:
         config = {
             "routing": {"poll_interval": "200ms"},
+            "keepalive": {"early_headers_after": "30s"},
             "instances": [instance("gpu-a", one), instance("gpu-b", two)],
         }
         with gateway(config) as gw, gw.sdk() as client:
