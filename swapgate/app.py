@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -14,14 +15,16 @@ from starlette.routing import Route
 from swapgate import __version__
 from swapgate.config import Settings
 from swapgate.errors import BadRequest, MethodNotAllowed, PathNotFound, SwapgateError
+from swapgate.routes.admin import admin_routes
 from swapgate.routes.public import public_routes
 from swapgate.runtime import Runtime
 
 PROXIED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 
 
-def create_app(settings: Settings) -> FastAPI:
-    runtime = Runtime(settings)
+def create_app(settings: Settings, config_path: str | Path | None = None) -> FastAPI:
+    """The gateway; ``config_path`` is the file ``POST /admin/reload`` and SIGHUP re-read."""
+    runtime = Runtime(settings, config_path)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -35,10 +38,10 @@ def create_app(settings: Settings) -> FastAPI:
         title="swapgate", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None
     )
     app.state.runtime = runtime  # for tests and embedding; handlers get it by closure
-    endpoint = runtime.proxy_endpoint()
     for path in PROXIED_PATHS:
-        app.router.routes.append(Route(path, endpoint, methods=["POST"]))
+        app.router.routes.append(Route(path, runtime.endpoint, methods=["POST"]))
     app.include_router(public_routes(runtime))
+    app.include_router(admin_routes(runtime))
     _install_error_handlers(app)
     return app
 

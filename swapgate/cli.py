@@ -100,7 +100,7 @@ def _serve(args: argparse.Namespace) -> int:
     settings = _load(args.config)
     if settings is None:
         return 1
-    serve(settings, host=args.host, port=args.port)
+    serve(settings, config_path=args.config, host=args.host, port=args.port)
     return 0
 
 
@@ -120,4 +120,4 @@ def _demo(args: argparse.Namespace) -> int:
     settings = _load(args.config)
     if settings is None:
         return 1
-    return run_demo(settings, load_time=args.load_time)
+    return run_demo(settings, load_time=args.load_time, config_path=args.config)

@@ -286,11 +286,11 @@ def _check_model(
 
 
 def _check_preload(index: int, job: PreloadConfig, settings: Settings) -> Iterable[str]:
-    from apscheduler.triggers.cron import CronTrigger
+    from swapgate.scheduler import cron_trigger
 
     where = f"preloads[{index}]"
     try:
-        CronTrigger.from_crontab(job.cron, timezone=job.timezone)
+        cron_trigger(job.cron, job.timezone)
     except Exception as exc:  # APScheduler raises ValueError or zoneinfo errors
         yield f"{where}: invalid cron {job.cron!r} or timezone {job.timezone!r}: {exc}"
     if job.instances > len(settings.instances):

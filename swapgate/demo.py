@@ -18,12 +18,12 @@ FLAVOURS = {"llama-swap": "llama-swap", "ollama": "ollama", "openai": "openai"}
 STARTUP_TIMEOUT = 20.0
 
 
-def run_demo(settings: Settings, load_time: float) -> int:
+def run_demo(settings: Settings, load_time: float, config_path: str | None = None) -> int:
     with ExitStack() as stack:
         for instance in settings.instances:
             stack.enter_context(simulator(instance, load_time))
         print(_instructions(settings, load_time), flush=True)
-        serve(settings)
+        serve(settings, config_path=config_path)
     return 0
 
 

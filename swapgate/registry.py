@@ -269,11 +269,45 @@ class Registry:
         slot.last_used = self._clock()
 
     def end_request(self, name: str, model: str) -> None:
-        inst = self._instances[name]
+        inst = self._instances.get(name)
+        if inst is None:
+            return  # removed by a reload while this request ran
         slot = inst.slot(model)
         inst.inflight -= 1
         slot.inflight -= 1
         slot.last_used = self._clock()
+        self._notify()
+
+    # -- operators -----------------------------------------------------------------------------
+
+    def pin(self, name: str, model: str, until: float) -> None:
+        """Keep ``model`` out of request-driven eviction on ``name`` until ``until`` (monotonic)."""
+        slot = self._instances[name].slot(model)
+        slot.pinned_until = max(slot.pinned_until, until)
+
+    def unpin(self, name: str, model: str) -> None:
+        self._instances[name].slot(model).pinned_until = 0.0
+
+    def set_drained(self, name: str, drained: bool) -> None:
+        self._instances[name].drained = drained
+        self._notify()
+
+    def has(self, name: str) -> bool:
+        return name in self._instances
+
+    def reconfigure(self, instances: Iterable[InstanceConfig], catalog: Catalog) -> None:
+        """Take a reloaded config: instances that stay keep their warm state and counts."""
+        self._catalog = catalog
+        kept: dict[str, _Instance] = {}
+        for conf in instances:
+            inst = self._instances.get(conf.name) or _Instance(conf, frozenset())
+            if inst.config.url != conf.url or inst.config.kind != conf.kind:
+                inst = _Instance(conf, frozenset())  # another server: nothing known about it
+            inst.config = conf
+            if conf.models is not None or not inst.serves:
+                inst.serves = _configured_models(conf, catalog)
+            kept[conf.name] = inst
+        self._instances = kept
         self._notify()
 
 

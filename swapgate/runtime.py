@@ -1,38 +1,51 @@
-"""The Runtime owns every live object of a running gateway and closes them in order."""
+"""The Runtime owns every live object of a running gateway, reloads them, and closes them in order.
+
+Built from validated settings without I/O; ``start`` connects and schedules, ``reload`` swaps in a
+new config while instances that stay keep their warm state, ``aclose`` tears down.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import signal
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
 
 import httpx
 
+from swapgate.auth import AdminAuth, ClientAuth
 from swapgate.catalog import Catalog
-from swapgate.config import Settings, secret
-from swapgate.drivers import make_driver
+from swapgate.config import ConfigError, Settings, load_config, secret
+from swapgate.drivers import Driver, make_driver
 from swapgate.metrics import Metrics
+from swapgate.placement import Policy
 from swapgate.poller import Poller
-from swapgate.proxy.handler import ClientAuth, ProxyEndpoint
+from swapgate.preload import Preloader
+from swapgate.proxy.handler import ProxyEndpoint
 from swapgate.proxy.upstream import UpstreamClient
 from swapgate.registry import Registry
 from swapgate.router import Router
+from swapgate.scheduler import PreloadScheduler
 from swapgate.swaps import SwapCoordinator, SwapTimes
 
 log = logging.getLogger("swapgate")
+# Keys whose change a reload cannot apply to a running server.
+RESTART_KEYS = ("host", "port")
 
 
 class Runtime:
-    """Built from validated settings without I/O; ``start`` connects, ``aclose`` tears down."""
-
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, config_path: str | Path | None = None) -> None:
         self.settings = settings
+        self.config_path = config_path
         self.catalog = Catalog(settings)
         self.registry = Registry(settings.instances, self.catalog)
         self.metrics = Metrics()
         self.metrics.watch(self.registry)
         self._control = httpx.AsyncClient()
-        self.drivers = {inst.name: make_driver(inst, self._control) for inst in settings.instances}
+        self.drivers = self._drivers(settings)
         self.coordinator = SwapCoordinator(
             self.registry,
             self.drivers,
@@ -41,56 +54,104 @@ class Runtime:
             self.metrics,
             settings.routing.swap_timeout,
         )
+        self.upstream = UpstreamClient(settings.routing.stream_idle_timeout)
+        self.endpoint = ProxyEndpoint(
+            registry=self.registry, client=self.upstream, metrics=self.metrics
+        )
+        self.scheduler: PreloadScheduler | None = None
+        self.started = False
+        self._poll_task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[object]] = set()
+        self._configure(settings)
+
+    def _drivers(self, settings: Settings) -> dict[str, Driver]:
+        return {inst.name: make_driver(inst, self._control) for inst in settings.instances}
+
+    def _configure(self, settings: Settings) -> None:
+        """(Re)build what depends on the config alone; live state stays where it is."""
+        self.settings = settings
         self.router = Router(settings, self.registry, self.coordinator, self.catalog, self.metrics)
+        self.auth = ClientAuth(_split_keys(secret(settings.server.api_keys_env)))
+        self.admin_auth = AdminAuth(secret(settings.server.admin_token_env))
+        policy = Policy(min_residency=settings.routing.min_residency)
+        self.preloader = Preloader(
+            self.registry, self.coordinator, policy, settings.routing.swap_timeout
+        )
         self.poller = Poller(
             self.registry, self.drivers, self.metrics, settings.routing.poll_interval
         )
-        self.upstream = UpstreamClient(settings.routing.stream_idle_timeout)
-        self.auth = ClientAuth(_split_keys(secret(settings.server.api_keys_env)))
-        self.started = False
-        self._poll_task: asyncio.Task[None] | None = None
-
-    def proxy_endpoint(self) -> ProxyEndpoint:
-        return ProxyEndpoint(
-            router=self.router,
-            registry=self.registry,
-            catalog=self.catalog,
-            client=self.upstream,
-            metrics=self.metrics,
-            auth=self.auth,
-            keepalive=self.settings.keepalive_for,
-            max_body_bytes=self.settings.server.max_body_bytes,
-            access_log=self.settings.server.access_log,
-        )
+        self.endpoint.configure(settings, self.router, self.catalog, self.auth)
 
     async def start(self) -> None:
         await self.upstream.start()
         await self.poller.poll_all()
         self._poll_task = asyncio.create_task(self.poller.run(), name="poller")
+        self.scheduler = PreloadScheduler(self.preloader, self.metrics)
+        self.scheduler.start(self.settings.preloads)
+        self._watch_sighup()
         self.started = True
         up = [name for name in self.registry.names() if self.registry.is_up(name)]
         log.info("swapgate started: %d of %d instances up", len(up), len(self.drivers))
-        for warning in unsupported_settings(self.settings):
-            log.warning("%s", warning)
+
+    async def reload(self) -> Settings:
+        """Re-read the config file and apply it; ``ConfigError`` leaves everything as it was."""
+        if self.config_path is None:
+            raise ConfigError(["no config file to reload: the gateway was started without one"])
+        new = load_config(self.config_path)
+        for key in RESTART_KEYS:
+            if getattr(new.server, key) != getattr(self.settings.server, key):
+                log.warning("reload: server.%s changed; it takes effect at the next start", key)
+        self.catalog = Catalog(new)
+        self.drivers = self._drivers(new)
+        self.registry.reconfigure(new.instances, self.catalog)
+        self.coordinator.reconfigure(self.drivers, self.catalog, new.routing.swap_timeout)
+        self.coordinator.times.expected = new.routing.expected_swap
+        self._configure(new)
+        await self._restart_poller()
+        if self.scheduler is not None:
+            self.scheduler.replace(new.preloads)
+        log.info("configuration reloaded from %s", self.config_path)
+        return new
+
+    def spawn(self, work: Coroutine[Any, Any, object]) -> None:
+        """Keep a fire-and-forget task alive until it ends (``?wait=false`` preloads)."""
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def aclose(self) -> None:
         self.started = False
-        if self._poll_task is not None:
-            self._poll_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._poll_task
+        if self.scheduler is not None:
+            self.scheduler.shutdown()
+        await _cancel(self._poll_task)
+        for task in list(self._background):
+            await _cancel(task)
         await self.coordinator.aclose()
         await self.upstream.aclose()
         await self._control.aclose()
 
+    async def _restart_poller(self) -> None:
+        await _cancel(self._poll_task)
+        await self.poller.poll_all()
+        self._poll_task = asyncio.create_task(self.poller.run(), name="poller")
 
-def unsupported_settings(settings: Settings) -> list[str]:
-    """Configured features this release validates but does not act on yet."""
-    warnings = []
-    if settings.preloads:
-        names = [job.name for job in settings.preloads]
-        warnings.append(f"scheduled preloads are not implemented in this release; ignored: {names}")
-    return warnings
+    def _watch_sighup(self) -> None:
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signal.SIGHUP, lambda: self.spawn(self._reload_logged()))
+
+    async def _reload_logged(self) -> None:
+        try:
+            await self.reload()
+        except ConfigError as exc:
+            log.error("SIGHUP reload refused; the running config stays. %s", exc)
+
+
+async def _cancel(task: asyncio.Task[object] | asyncio.Task[None] | None) -> None:
+    if task is not None and not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def _split_keys(value: str | None) -> list[str]:

@@ -10,10 +10,16 @@ from swapgate.app import create_app
 from swapgate.config import Settings
 
 
-def serve(settings: Settings, *, host: str | None = None, port: int | None = None) -> None:
+def serve(
+    settings: Settings,
+    *,
+    config_path: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+) -> None:
     configure_logging(settings.server.log_level)
     config = uvicorn.Config(
-        create_app(settings),
+        create_app(settings, config_path),
         host=host or settings.server.host,
         port=port if port is not None else settings.server.port,
         log_level=settings.server.log_level,

@@ -28,7 +28,7 @@ class SwapTimes:
     """The swap ETA: median of the last five measured swaps of (instance, model)."""
 
     def __init__(self, expected: float) -> None:
-        self._expected = expected
+        self.expected = expected
         self._recent: dict[tuple[str, str], deque[float]] = {}
 
     def record(self, instance: str, model: str, seconds: float) -> None:
@@ -37,7 +37,7 @@ class SwapTimes:
 
     def eta(self, instance: str, model: str) -> float:
         recent = self._recent.get((instance, model))
-        return statistics.median(recent) if recent else self._expected
+        return statistics.median(recent) if recent else self.expected
 
 
 class SwapCoordinator:
@@ -72,6 +72,21 @@ class SwapCoordinator:
         """Wait for the swap running on ``instance``; True when it made its model warm."""
         task = self._running.get(instance)
         return await asyncio.shield(task) if task else False
+
+    def busy(self, instance: str) -> bool:
+        return instance in self._running
+
+    async def unload(self, instance: str, model: str) -> None:
+        """Evict ``model`` from ``instance`` for an operator; raises ``DriverError``."""
+        await self._drivers[instance].unload(self._catalog.upstream_name(instance, model))
+        self._registry.evicted(instance, model)
+        self._registry.unpin(instance, model)
+
+    def reconfigure(
+        self, drivers: Mapping[str, Driver], catalog: Catalog, swap_timeout: float
+    ) -> None:
+        """Take a reloaded config; swaps already running finish with what they started with."""
+        self._drivers, self._catalog, self._swap_timeout = drivers, catalog, swap_timeout
 
     async def aclose(self) -> None:
         tasks = list(self._running.values())

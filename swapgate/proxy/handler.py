@@ -9,22 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
+from swapgate.auth import ClientAuth
 from swapgate.catalog import Catalog
-from swapgate.config import KeepaliveConfig
+from swapgate.config import Settings
 from swapgate.errors import (
     ModelNotFound,
     SwapgateError,
-    Unauthorized,
     UpstreamError,
     UpstreamUnreachable,
 )
@@ -61,44 +60,22 @@ class Exchange:
     failed: SwapgateError | None = None  # an error told in-band, after a committed 200
 
 
-class ClientAuth:
-    def __init__(self, keys: list[str]) -> None:
-        self._keys = [key.encode() for key in keys]
-
-    def check(self, headers: list[tuple[bytes, bytes]]) -> None:
-        if not self._keys:
-            return
-        offered = _credential(headers)
-        if offered is None or not any(hmac.compare_digest(offered, k) for k in self._keys):
-            raise Unauthorized(
-                "missing or wrong API key; send 'Authorization: Bearer KEY' with a key "
-                "from the gateway's operator"
-            )
-
-
 class ProxyEndpoint:
-    def __init__(
-        self,
-        *,
-        router: Router,
-        registry: Registry,
-        catalog: Catalog,
-        client: UpstreamClient,
-        metrics: Metrics,
-        auth: ClientAuth,
-        keepalive: Callable[[str], KeepaliveConfig],
-        max_body_bytes: int,
-        access_log: bool,
-    ) -> None:
-        self._router = router
+    def __init__(self, *, registry: Registry, client: UpstreamClient, metrics: Metrics) -> None:
         self._registry = registry
-        self._catalog = catalog
         self._client = client
         self._metrics = metrics
+
+    def configure(
+        self, settings: Settings, router: Router, catalog: Catalog, auth: ClientAuth
+    ) -> None:
+        """Take the parts that a config reload replaces; requests in flight keep the old ones."""
+        self._router = router
+        self._catalog = catalog
         self._auth = auth
-        self._keepalive = keepalive
-        self._max_body = max_body_bytes
-        self._access_log = access_log
+        self._keepalive = settings.keepalive_for
+        self._max_body = settings.server.max_body_bytes
+        self._access_log = settings.server.access_log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers: list[tuple[bytes, bytes]] = scope["headers"]
@@ -335,15 +312,6 @@ def _request_id(headers: list[tuple[bytes, bytes]]) -> str:
         if name == b"x-request-id" and 0 < len(value) <= 128:
             return value.decode("latin-1")
     return uuid.uuid4().hex
-
-
-def _credential(headers: list[tuple[bytes, bytes]]) -> bytes | None:
-    for name, value in headers:
-        if name == b"authorization" and value[:7].lower() == b"bearer ":
-            return value[7:].strip()
-        if name == b"x-api-key":
-            return value.strip()
-    return None
 
 
 def _query(scope: Scope) -> str:

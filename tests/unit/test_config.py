@@ -134,24 +134,6 @@ def test_shipped_configs_are_valid(name: str) -> None:
     assert load_config(root / name).instances
 
 
-def test_settings_not_acted_on_yet_are_named_at_start() -> None:
-    from swapgate.runtime import unsupported_settings
-
-    settings = parse_config(
-        {
-            **MINIMAL,
-            "relays": {"r": {"url": "https://relay.example/v1"}},
-            "models": {"m": {"relay": "r"}},
-            "preloads": [{"name": "morning", "model": "m", "cron": "45 7 * * 1-5"}],
-        }
-    )
-    warnings = unsupported_settings(settings)
-    assert len(warnings) == 1
-    assert "preloads" in warnings[0]
-    assert "'morning'" in warnings[0]
-    assert unsupported_settings(parse_config(MINIMAL)) == []
-
-
 def test_a_bare_yaml_off_means_off(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text(

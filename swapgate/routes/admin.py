@@ -1,0 +1,212 @@
+"""The admin API (SPEC §9): state, preload, unload, drain, jobs and reload, behind a token."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from swapgate.config import ConfigError, Duration
+from swapgate.errors import BadRequest, DriverError, ModelNotFound, PathNotFound, SwapgateError
+from swapgate.preload import PreloadResult
+from swapgate.registry import InstanceView, ModelView, Snapshot
+from swapgate.runtime import Runtime
+from swapgate.scheduler import describe_result
+from swapgate.state import WarmState
+
+
+class Conflict(SwapgateError):
+    status = 409
+    type = "invalid_request_error"
+    code = "conflict"
+
+
+class PreloadRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    instance: str | None = None
+    count: Annotated[int, Field(ge=1)] = 1
+    pin_for: Duration = 0.0
+
+
+class UnloadRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    instance: str | None = None
+
+
+def admin_routes(runtime: Runtime) -> APIRouter:
+    def authorized(request: Request) -> None:
+        runtime.admin_auth.check(request.headers.raw, request.url.path)
+
+    router = APIRouter(prefix="/admin", dependencies=[Depends(authorized)])
+
+    @router.get("/state")
+    async def state() -> dict[str, Any]:
+        return describe_state(runtime)
+
+    @router.post("/preload")
+    async def preload(body: PreloadRequest, wait: bool = True) -> JSONResponse:
+        model = _known_model(runtime, body.model)
+        _known_instance(runtime, body.instance)
+        work = runtime.preloader.preload(model, body.count, body.instance, body.pin_for)
+        if not wait:
+            runtime.spawn(work)
+            return JSONResponse({"status": "started", "model": model}, status_code=202)
+        result = await work
+        return JSONResponse(describe_result(result), status_code=200 if result.ok else 503)
+
+    @router.post("/unload")
+    async def unload(body: UnloadRequest) -> dict[str, Any]:
+        model = _known_model(runtime, body.model)
+        _known_instance(runtime, body.instance)
+        return {"model": model, "unloaded": await _unload(runtime, model, body.instance)}
+
+    @router.post("/instances/{name}/drain")
+    async def drain(name: str) -> dict[str, Any]:
+        return _set_drained(runtime, name, True)
+
+    @router.post("/instances/{name}/undrain")
+    async def undrain(name: str) -> dict[str, Any]:
+        return _set_drained(runtime, name, False)
+
+    @router.get("/jobs")
+    async def jobs() -> dict[str, Any]:
+        return {"jobs": runtime.scheduler.describe() if runtime.scheduler else []}
+
+    @router.post("/jobs/{name}/run")
+    async def run_job(name: str) -> JSONResponse:
+        if runtime.scheduler is None or not runtime.scheduler.has(name):
+            raise PathNotFound(f"no preload job named {name!r}; GET /admin/jobs lists them")
+        result: PreloadResult = await runtime.scheduler.run(name)
+        return JSONResponse(describe_result(result), status_code=200 if result.ok else 503)
+
+    @router.post("/reload")
+    async def reload() -> JSONResponse:
+        try:
+            settings = await runtime.reload()
+        except ConfigError as exc:
+            error = BadRequest("the config file is invalid; the running config stays")
+            body = {"error": {**_error_fields(error), "problems": exc.problems}}
+            return JSONResponse(body, status_code=400)
+        names = [inst.name for inst in settings.instances]
+        return JSONResponse({"status": "reloaded", "instances": names})
+
+    return router
+
+
+def describe_state(runtime: Runtime) -> dict[str, Any]:
+    snap = runtime.registry.snapshot()
+    wall = _WallClock(snap.now)
+    queues = runtime.registry.queue_depths()
+    models = sorted(runtime.registry.known_models())
+    times = runtime.coordinator.times
+    return {
+        "instances": [_describe_instance(inst, runtime, wall) for inst in snap.instances],
+        "models": {
+            model: {
+                "queue": queues.get(model, 0),
+                "warm_on": _where(snap, model, WarmState.WARM),
+                "loading_on": _where(snap, model, WarmState.LOADING),
+                "eta_seconds": {
+                    i.name: round(times.eta(i.name, model), 3)
+                    for i in snap.instances
+                    if model in i.serves
+                },
+            }
+            for model in models
+        },
+    }
+
+
+def _describe_instance(inst: InstanceView, runtime: Runtime, wall: _WallClock) -> dict[str, Any]:
+    conf = next(i for i in runtime.settings.instances if i.name == inst.name)
+    return {
+        "name": inst.name,
+        "kind": conf.kind,
+        "url": conf.url,
+        "up": inst.up,
+        "drained": inst.drained,
+        "capacity": inst.capacity,
+        "inflight": inst.inflight,
+        "swapping": inst.swapping,
+        "backoff_until": wall.iso(inst.backoff_until) if inst.backoff_until > wall.now else None,
+        "models": {
+            name: _describe_model(view, wall)
+            for name, view in sorted(inst.models.items())
+            if view.state is not WarmState.COLD or view.inflight or view.pinned_until > wall.now
+        },
+    }
+
+
+def _describe_model(view: ModelView, wall: _WallClock) -> dict[str, Any]:
+    return {
+        "state": view.state.value,
+        "since": wall.iso(view.since),
+        "inflight": view.inflight,
+        "last_used": wall.iso(view.last_used) if view.last_used else None,
+        "pinned_until": wall.iso(view.pinned_until) if view.pinned_until > wall.now else None,
+    }
+
+
+class _WallClock:
+    """Turns the registry's monotonic times into ISO wall-clock times."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self._offset = time.time() - now
+
+    def iso(self, monotonic: float) -> str:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(monotonic + self._offset))
+        return stamp + "Z"
+
+
+def _where(snap: Snapshot, model: str, state: WarmState) -> list[str]:
+    return [i.name for i in snap.instances if i.state_of(model) is state]
+
+
+def _known_model(runtime: Runtime, requested: str) -> str:
+    model = runtime.catalog.resolve(requested)
+    known = runtime.registry.known_models()
+    if model not in known:
+        raise ModelNotFound(f"model {requested!r} does not exist here; known: {sorted(known)}")
+    return model
+
+
+def _known_instance(runtime: Runtime, name: str | None) -> None:
+    if name is not None and not runtime.registry.has(name):
+        raise PathNotFound(f"no instance named {name!r}; known: {runtime.registry.names()}")
+
+
+async def _unload(runtime: Runtime, model: str, only: str | None) -> list[str]:
+    snap = runtime.registry.snapshot()
+    holders = [
+        i
+        for i in snap.instances
+        if i.state_of(model) is not WarmState.COLD and only in (None, i.name)
+    ]
+    for inst in holders:
+        if inst.models[model].inflight or runtime.coordinator.busy(inst.name):
+            raise Conflict(
+                f"{model!r} on {inst.name} is serving or swapping; drain it "
+                f"(POST /admin/instances/{inst.name}/drain) and retry"
+            )
+    for inst in holders:
+        try:
+            await runtime.coordinator.unload(inst.name, model)
+        except DriverError as exc:
+            raise Conflict(f"{inst.name} refused to unload {model!r}: {exc}") from exc
+    return [inst.name for inst in holders]
+
+
+def _set_drained(runtime: Runtime, name: str, drained: bool) -> dict[str, Any]:
+    _known_instance(runtime, name)
+    runtime.registry.set_drained(name, drained)
+    return {"instance": name, "drained": drained}
+
+
+def _error_fields(error: SwapgateError) -> dict[str, Any]:
+    return {"message": error.message, "type": error.type, "param": None, "code": error.code}
