@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from swapgate import __version__
+from swapgate.admin_cli import add_commands as add_admin_commands
 from swapgate.config import ConfigError, Settings, load_config, parse_duration
 
 
@@ -45,6 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--config", default="config/demo.yaml", help="YAML file of the demo")
     demo.add_argument("--load-time", type=_duration, default=4.0)
     demo.set_defaults(run=_demo)
+
+    add_admin_commands(commands)
     return parser
 
 

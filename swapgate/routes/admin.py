@@ -132,6 +132,7 @@ def _describe_instance(inst: InstanceView, runtime: Runtime, wall: _WallClock) -
         "drained": inst.drained,
         "capacity": inst.capacity,
         "inflight": inst.inflight,
+        "serves": sorted(inst.serves),
         "swapping": inst.swapping,
         "backoff_until": wall.iso(inst.backoff_until) if inst.backoff_until > wall.now else None,
         "models": {

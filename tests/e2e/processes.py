@@ -114,6 +114,15 @@ def simulator(
 class Gateway:
     url: str
     process: subprocess.Popen[bytes]
+    config_path: str = ""
+
+    def rewrite_config(self, config: dict[str, Any]) -> None:
+        with open(self.config_path, "w") as handle:
+            yaml.safe_dump(_with_server(config, self.url), handle)
+
+    def admin(self, token: str | None) -> httpx.Client:
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
 
     def sdk(self, api_key: str = "unused", **options: Any) -> openai.OpenAI:
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key=api_key, max_retries=0, **options)
@@ -131,21 +140,23 @@ def instance(name: str, sim: Sim, kind: str = "llama-swap", **extra: Any) -> dic
 
 @contextmanager
 def gateway(config: dict[str, Any], env: dict[str, str] | None = None) -> Iterator[Gateway]:
-    port = free_port()
-    config = {
-        **config,
-        "server": {"port": port, "log_level": "warning", **config.get("server", {})},
-    }
+    url = f"http://127.0.0.1:{free_port()}"
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
-        yaml.safe_dump(config, handle)
+        yaml.safe_dump(_with_server(config, url), handle)
     process = spawn(["serve", "--config", handle.name], env)
-    gw = Gateway(f"http://127.0.0.1:{port}", process)
+    gw = Gateway(url, process, handle.name)
     try:
         wait_http(f"{gw.url}/healthz", process)
         yield gw
     finally:
         stop(process)
         os.unlink(handle.name)
+
+
+def _with_server(config: dict[str, Any], url: str) -> dict[str, Any]:
+    port = int(url.rsplit(":", 1)[1])
+    server = {"port": port, "log_level": "warning", **config.get("server", {})}
+    return {**config, "server": server}
 
 
 def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> None:

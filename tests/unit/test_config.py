@@ -146,3 +146,17 @@ def test_a_bare_yaml_off_means_off(tmp_path: Path) -> None:
     assert settings.keepalive.non_streaming == "off"
     assert settings.models["m"].fallback_policy == "off"
     assert settings.keepalive_for("m").streaming == "off"
+
+
+def test_six_field_crons_put_seconds_first() -> None:
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    from swapgate.scheduler import cron_trigger
+
+    start = datetime(2026, 12, 2, 10, 0, 0, tzinfo=ZoneInfo("UTC"))
+    every_ten = cron_trigger("*/10 * * * * *", "UTC")
+    assert every_ten.get_next_fire_time(None, start.replace(second=1)) == start.replace(second=10)
+    weekday = cron_trigger("45 7 * * 1-5", "Europe/Berlin")
+    fire = weekday.get_next_fire_time(None, start)
+    assert fire.isoformat() == "2026-12-03T07:45:00+01:00"
