@@ -1,0 +1,98 @@
+"""Every metric of SPEC §10 with exactly its name, type, labels (and swap buckets)."""
+
+from __future__ import annotations
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from swapgate.catalog import Catalog
+from swapgate.config import parse_config
+from swapgate.metrics import SWAP_BUCKETS, Metrics
+from swapgate.registry import Registry
+from swapgate.state import InstanceReport, WarmState
+
+SPEC = {
+    "swapgate_requests": ("counter", {"model", "route", "status"}),
+    "swapgate_request_duration_seconds": ("histogram", {"model", "route"}),
+    "swapgate_time_to_first_byte_seconds": ("histogram", {"model", "route"}),
+    "swapgate_wait_seconds": ("histogram", {"model"}),
+    "swapgate_swap_duration_seconds": ("histogram", {"instance", "model", "result"}),
+    "swapgate_swaps": ("counter", {"instance", "model", "result"}),
+    "swapgate_swaps_in_progress": ("gauge", {"instance"}),
+    "swapgate_model_warm": ("gauge", {"instance", "model"}),
+    "swapgate_instance_up": ("gauge", {"instance"}),
+    "swapgate_inflight_requests": ("gauge", {"instance"}),
+    "swapgate_queue_depth": ("gauge", {"model"}),
+    "swapgate_keepalives_sent": ("counter", {"model", "kind"}),
+    "swapgate_fallbacks": ("counter", {"model", "relay", "reason"}),
+    "swapgate_preload_runs": ("counter", {"job", "result"}),
+    "swapgate_upstream_errors": ("counter", {"instance", "kind"}),
+}
+
+
+def exposed() -> str:
+    settings = parse_config({"instances": [{"name": "gpu-a", "url": "http://x", "models": ["a"]}]})
+    registry = Registry(settings.instances, Catalog(settings))
+    registry.apply_report("gpu-a", InstanceReport({"a": WarmState.WARM}, None), 0)
+    registry.enter_queue("a")
+    metrics = Metrics()
+    metrics.watch(registry)
+    labels = {
+        "requests": ("a", "instance/gpu-a", "200"),
+        "request_duration": ("a", "instance/gpu-a"),
+        "ttfb": ("a", "instance/gpu-a"),
+        "wait": ("a",),
+        "swap_duration": ("gpu-a", "a", "ok"),
+        "swaps": ("gpu-a", "a", "ok"),
+        "keepalives": ("a", "comment"),
+        "fallbacks": ("a", "cloud", "swap"),
+        "preload_runs": ("morning", "ok"),
+        "upstream_errors": ("gpu-a", "connect"),
+    }
+    for attribute, values in labels.items():
+        metric = getattr(metrics, attribute).labels(*values)
+        if hasattr(metric, "observe"):
+            metric.observe(1.0)
+        else:
+            metric.inc()
+    return generate_latest(metrics.registry).decode()
+
+
+def test_every_spec_metric_has_its_type_and_labels() -> None:
+    families = {f.name: f for f in text_string_to_metric_families(exposed())}
+    for name, (kind, labels) in SPEC.items():
+        assert name in families, name
+        family = families[name]
+        assert family.type == kind, name
+        samples = [s for s in family.samples if not s.name.endswith(("_created", "_bucket"))]
+        assert samples, name
+        assert {key for s in samples for key in s.labels} == labels, name
+
+
+def test_live_state_gauges_read_the_registry() -> None:
+    text = exposed()
+    assert 'swapgate_model_warm{instance="gpu-a",model="a"} 1.0' in text
+    assert 'swapgate_instance_up{instance="gpu-a"} 1.0' in text
+    assert 'swapgate_queue_depth{model="a"} 1.0' in text
+
+
+def test_swap_buckets_are_the_specs() -> None:
+    assert SWAP_BUCKETS == (0.5, 1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600)
+    text = exposed()
+    bounds = [
+        line.split('le="')[1].split('"')[0]
+        for line in text.splitlines()
+        if line.startswith("swapgate_swap_duration_seconds_bucket")
+    ]
+    assert bounds == [str(float(b)) for b in SWAP_BUCKETS] + ["+Inf"]
+
+
+def test_each_app_has_its_own_registry() -> None:
+    one, two = Metrics(), Metrics()
+    one.swaps.labels("gpu-a", "a", "ok").inc()
+    assert (
+        two.registry.get_sample_value(
+            "swapgate_swaps_total", {"instance": "gpu-a", "model": "a", "result": "ok"}
+        )
+        is None
+    )
