@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from swapgate import __version__
 from swapgate.config import Settings
@@ -20,9 +21,26 @@ from swapgate.routes.public import public_routes
 from swapgate.runtime import Runtime
 
 PROXIED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+PROXIED = frozenset(PROXIED_PATHS)
 
 
-def create_app(settings: Settings, config_path: str | Path | None = None) -> FastAPI:
+class SwapgateApp:
+    """The ASGI entry point: the proxied POSTs go straight to the pure-ASGI endpoint, without
+    FastAPI's middleware stack between the bytes and the client; everything else is FastAPI."""
+
+    def __init__(self, api: FastAPI, runtime: Runtime) -> None:
+        self.api = api
+        self.runtime = runtime
+        self._endpoint = runtime.endpoint
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in PROXIED:
+            await self._endpoint(scope, receive, send)
+        else:
+            await self.api(scope, receive, send)
+
+
+def create_app(settings: Settings, config_path: str | Path | None = None) -> SwapgateApp:
     """The gateway; ``config_path`` is the file ``POST /admin/reload`` and SIGHUP re-read."""
     runtime = Runtime(settings, config_path)
 
@@ -37,13 +55,13 @@ def create_app(settings: Settings, config_path: str | Path | None = None) -> Fas
     app = FastAPI(
         title="swapgate", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None
     )
-    app.state.runtime = runtime  # for tests and embedding; handlers get it by closure
+    # Also routed here, so FastAPI answers other methods on these paths with 405.
     for path in PROXIED_PATHS:
         app.router.routes.append(Route(path, runtime.endpoint, methods=["POST"]))
     app.include_router(public_routes(runtime))
     app.include_router(admin_routes(runtime))
     _install_error_handlers(app)
-    return app
+    return SwapgateApp(app, runtime)
 
 
 def _install_error_handlers(app: FastAPI) -> None:

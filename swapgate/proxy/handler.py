@@ -278,21 +278,32 @@ class ProxyEndpoint:
 
 
 async def _until_disconnect(receive: Receive, work: Coroutine[Any, Any, None]) -> None:
-    """Run ``work``; cancel it when the client disconnects first."""
-    task = asyncio.create_task(work)
-    watcher = asyncio.create_task(_disconnected(receive))
+    """Run ``work`` in this task; a client that disconnects first cancels it.
+
+    One watcher task per request, not two: the watcher cancels the request's own task.
+    """
+    current = asyncio.current_task()
+    assert current is not None
+    state = {"done": False, "gone": False}
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if not state["done"]:
+            state["gone"] = True
+            current.cancel()
+
+    watcher = asyncio.create_task(watch())
     try:
-        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+        await work
+    except asyncio.CancelledError:
+        if not state["gone"]:
+            raise
+        current.uncancel()
+        raise ConnectionAbortedError("the client went away") from None
     finally:
-        for pending in (task, watcher):
-            pending.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
-    if not task.done() or task.cancelled():
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        raise ConnectionAbortedError("the client went away")
-    task.result()
+        state["done"] = True
+        watcher.cancel()
 
 
 async def _stop(task: asyncio.Task[None] | None) -> None:
@@ -300,11 +311,6 @@ async def _stop(task: asyncio.Task[None] | None) -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-
-
-async def _disconnected(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 def _request_id(headers: list[tuple[bytes, bytes]]) -> str:

@@ -1,0 +1,152 @@
+"""Starting and measuring the processes a benchmark compares, all on loopback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.error import HTTPError, URLError
+from urllib.request import urlopen
+
+import yaml
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+STARTUP_TIMEOUT = 30.0
+FIXED_ANSWER = (
+    '{"id":"fixed","object":"chat.completion","created":0,"model":"m","choices":[{"index":0,'
+    '"message":{"role":"assistant","content":"Hello from the fixed upstream."},'
+    '"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":6,"total_tokens":7}}'
+)
+NGINX_FIXED = """
+worker_processes 1;
+daemon off;
+pid {root}/nginx.pid;
+error_log {root}/error.log crit;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {root}/body;
+  proxy_temp_path {root}/proxy;
+  fastcgi_temp_path {root}/fastcgi;
+  uwsgi_temp_path {root}/uwsgi;
+  scgi_temp_path {root}/scgi;
+  keepalive_requests 1000000;
+  server {{
+    listen 127.0.0.1:{port};
+    default_type application/json;
+    location = /v1/models {{ return 200 '{{"object":"list","data":[{{"id":"m"}}]}}'; }}
+    location / {{ return 200 '{answer}'; }}
+  }}
+}}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Proc:
+    name: str
+    url: str
+    process: subprocess.Popen[bytes]
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise RuntimeError("no VmRSS")
+
+
+@contextmanager
+def running(
+    name: str, command: list[str], url: str, env: dict[str, str] | None = None
+) -> Iterator[Proc]:
+    process = subprocess.Popen(command, env={**os.environ, **(env or {})})
+    try:
+        _wait_http(url, process)
+        yield Proc(name, url, process)
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+def _wait_http(url: str, process: subprocess.Popen[bytes]) -> None:
+    """Return once anything answers HTTP at ``url`` (a 404 counts)."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args} exited with {process.returncode}")
+        try:
+            with urlopen(url + "/v1/models", timeout=1):
+                return
+        except HTTPError:
+            return
+        except (URLError, OSError):
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing answered at {url} within {STARTUP_TIMEOUT}s")
+
+
+@contextmanager
+def fixed_upstream() -> Iterator[Proc]:
+    """nginx answering every POST with one completion: the physical limit."""
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    port = free_port()
+    with tempfile.TemporaryDirectory() as root:
+        config = Path(root) / "nginx.conf"
+        config.write_text(NGINX_FIXED.format(root=root, port=port, answer=FIXED_ANSWER))
+        command = [nginx, "-c", str(config), "-p", root]
+        with running("nginx", command, f"http://127.0.0.1:{port}") as proc:
+            yield proc
+
+
+@contextmanager
+def simulator(token_rate: float) -> Iterator[Proc]:
+    port = free_port()
+    command = [sys.executable, "-m", "swapgate", "sim", "--flavor", "openai", "--port", str(port),
+               "--models", "m", "--ttft", "0", "--token-rate", str(token_rate)]  # fmt: skip
+    with running("sim", command, f"http://127.0.0.1:{port}") as proc:
+        yield proc
+
+
+@contextmanager
+def swapgate(upstream: str) -> Iterator[Proc]:
+    port = free_port()
+    config = {
+        "server": {"port": port, "access_log": False, "log_level": "warning"},
+        "routing": {"poll_interval": "5s"},
+        "instances": [{"name": "up", "kind": "openai", "url": upstream, "models": ["m"]}],
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
+        yaml.safe_dump(config, handle)
+    command = [sys.executable, "-m", "swapgate", "serve", "--config", handle.name]
+    try:
+        with running("swapgate", command, f"http://127.0.0.1:{port}") as proc:
+            yield proc
+    finally:
+        os.unlink(handle.name)
+
+
+@contextmanager
+def passthrough(upstream: str) -> Iterator[Proc]:
+    port = free_port()
+    command = [sys.executable, "-m", "uvicorn", "bench.passthrough:app", "--port", str(port),
+               "--log-level", "warning", "--no-access-log"]  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    with running("passthrough", command, url, {"UPSTREAM": upstream}) as proc:
+        yield proc

@@ -1,0 +1,138 @@
+"""The benchmark's table (docs/benchmarks.md) and plot (docs/benchmarks.png)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from bench.load import StreamResult, WrkResult
+
+
+@dataclass
+class Report:
+    started: datetime
+    machine: str
+    warm: dict[str, dict[str, WrkResult]] = field(default_factory=dict)
+    streams: dict[str, tuple[StreamResult, float | None]] = field(default_factory=dict)
+    memory: tuple[float, float, int, float] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def markdown(self) -> str:
+        return "\n".join([*self._warm_table(), "", *self._stream_table(), "", *self._memory()])
+
+    def _warm_table(self) -> list[str]:
+        floor = self.warm.get("passthrough", {}).get("c16")
+        direct = self.warm["direct"]["c1"].p50_ms
+        rows = [
+            "| contender | req/s @16 | × passthrough | p50 @16 | p99 @16 | p50 @1 | p99 @1 "
+            "| p50 @1 over direct | errors |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for name, runs in self.warm.items():
+            c16, c1 = runs["c16"], runs["c1"]
+            ratio = f"{c16.rps / floor.rps:.2f}×" if floor and name != "direct" else "–"
+            over = f"+{c1.p50_ms - direct:.2f} ms" if name != "direct" else "–"
+            rows.append(
+                f"| {name} | {c16.rps:,.0f} | {ratio} | {c16.p50_ms:.2f} ms | {c16.p99_ms:.2f} ms "
+                f"| {c1.p50_ms:.2f} ms | {c1.p99_ms:.2f} ms | {over} | {c16.errors + c1.errors} |"
+            )
+        return rows
+
+    def _stream_table(self) -> list[str]:
+        direct = self.streams["direct"][0]
+        floor = self.streams.get("passthrough", (None, None))
+        rows = [
+            "| contender | streams | chunks | gap p50 | gap p99 | added p99 | CPU s / 1,000 "
+            "chunks | × passthrough | failed |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for name, (result, cpu) in self.streams.items():
+            per_k = cpu / (result.chunks / 1000) if cpu is not None else None
+            floor_k = floor[1] / (floor[0].chunks / 1000) if floor[0] and floor[1] else None
+            ratio = (
+                f"{per_k / floor_k:.2f}×" if per_k and floor_k and name != "passthrough" else "–"
+            )
+            added = f"+{result.gap_p99_ms - direct.gap_p99_ms:.2f} ms" if name != "direct" else "–"
+            rows.append(
+                f"| {name} | {result.streams} | {result.chunks:,} | {result.gap_p50_ms:.2f} ms "
+                f"| {result.gap_p99_ms:.2f} ms | {added} | "
+                f"{f'{per_k:.3f}' if per_k is not None else '–'} | {ratio} | {result.failed} |"
+            )
+        return rows
+
+    def _memory(self) -> list[str]:
+        if self.memory is None:
+            return []
+        before, after, served, seconds = self.memory
+        return [
+            f"swapgate RSS: {before:.1f} MB before, {after:.1f} MB after {served:,} requests "
+            f"({seconds:.0f} s): {after - before:+.1f} MB.",
+        ]
+
+    def write(self, markdown: Path, plot: Path) -> None:
+        self._plot(plot)
+        notes = "".join(f"- {note}\n" for note in self.notes)
+        markdown.write_text(
+            MARKDOWN.format(
+                date=self.started.strftime("%Y-%m-%d %H:%M UTC"),
+                machine=self.machine,
+                tables=self.markdown(),
+                notes=notes or "- none\n",
+                plot=plot.name,
+            )
+        )
+
+    def _plot(self, path: Path) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        names = list(self.warm)
+        fig, (rps, latency) = plt.subplots(1, 2, figsize=(11, 4))
+        rps.bar(names, [self.warm[n]["c16"].rps for n in names], color="#4c72b0")
+        rps.set_title("warm non-streaming req/s, 16 clients")
+        rps.set_yscale("log")
+        width = 0.2
+        for offset, (run, quantile) in enumerate(
+            [("c1", "p50_ms"), ("c1", "p99_ms"), ("c16", "p50_ms"), ("c16", "p99_ms")]
+        ):
+            values = [getattr(self.warm[n][run], quantile) for n in names]
+            xs = [i + (offset - 1.5) * width for i in range(len(names))]
+            latency.bar(xs, values, width, label=f"{quantile[:3]} @{run[1:]}")
+        latency.set_xticks(range(len(names)), names)
+        latency.set_yscale("log")
+        latency.set_ylabel("ms")
+        latency.set_title("latency percentiles")
+        latency.legend()
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+
+
+MARKDOWN = """# Benchmarks
+
+Measured by `make bench` (`python -m bench`) on {date}, {machine}. Every contender ran in the
+same run against the same upstream, one after another; read the ratios, not the absolutes: the
+load generator, the upstream and the proxy share two cores.
+
+- **Upstreams**: a fixed nginx answering every POST with one completion (the physical limit), and
+  `swapgate sim --flavor openai` streaming tokens at 50/s.
+- **Contenders**: direct to the upstream; `bench/passthrough.py`, a bare Starlette + aiohttp
+  passthrough with no logic (the Python floor); swapgate (`access_log: false`, an `openai`
+  instance, so every request is on the warm path); LiteLLM's proxy when asked
+  (`make bench PEERS=litellm`).
+- **Load**: `wrk` (2 threads) posting a small chat request; an asyncio aiohttp client holding
+  the streams, measuring the gap between consecutive chunks of each stream.
+
+{tables}
+
+![latency and throughput]({plot})
+
+Notes:
+{notes}
+How to read it: "× passthrough" is swapgate's throughput (or CPU per 1,000 chunks) divided by the
+bare passthrough's in the same run; "added p99" is the p99 gap between chunks minus the direct
+one; "p50 @1 over direct" is the median latency added at one client.
+"""
