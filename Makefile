@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest system-packages clean
+.PHONY: run test lint typecheck pytest system-packages bench clean
+PEERS ?=
 
 run: $(STAMP)
 	$(BIN)/swapgate demo --config config/demo.yaml
@@ -17,7 +18,7 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
-	$(BIN)/mypy --config-file pyproject.toml --check-untyped-defs tests
+	$(BIN)/mypy --config-file pyproject.toml --check-untyped-defs tests bench
 
 pytest: $(STAMP) system-packages
 	$(BIN)/pytest
@@ -30,6 +31,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+# Measures swapgate against direct, a bare passthrough (and PEERS=litellm); writes docs/benchmarks.md.
+bench: $(STAMP) system-packages
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
+	$(BIN)/python -m bench --peers "$(PEERS)"
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

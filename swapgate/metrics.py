@@ -7,7 +7,7 @@ are read from the registry at scrape time, so the request path never pays for th
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -80,6 +80,28 @@ class Metrics:
         self.upstream_errors = Counter(
             "swapgate_upstream_errors", "Failed upstream calls", ["instance", "kind"], registry=r
         )
+
+        # Labelled children, looked up once per label set: .labels() takes a lock and hashes.
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def request_done(
+        self, model: str, route: str, status: int, elapsed: float, waited: float
+    ) -> None:
+        """Count one answered request; called once per request on the hot path."""
+        self._child(self.requests, model, route, str(status)).inc()
+        self._child(self.request_duration, model, route).observe(elapsed)
+        if waited:
+            self._child(self.wait, model).observe(waited)
+
+    def first_byte(self, model: str, route: str, seconds: float) -> None:
+        self._child(self.ttfb, model, route).observe(seconds)
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (metric._name, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def watch(self, source: StateSource) -> None:
         """Export the live-state gauges from ``source`` at every scrape."""

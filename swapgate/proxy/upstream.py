@@ -24,10 +24,7 @@ class UpstreamResponse:
         self._response = response
         self.status = response.status
         self.headers: RawHeaders = list(response.raw_headers)
-
-    @property
-    def is_event_stream(self) -> bool:
-        return (self._response.content_type or "").startswith("text/event-stream")
+        self.is_event_stream = (response.content_type or "").startswith("text/event-stream")
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives; a broken or stalled upstream raises ``UpstreamError``."""
