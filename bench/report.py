@@ -19,7 +19,58 @@ class Report:
     notes: list[str] = field(default_factory=list)
 
     def markdown(self) -> str:
-        return "\n".join([*self._warm_table(), "", *self._stream_table(), "", *self._memory()])
+        sections = [
+            ["## Targets", "", *self._targets()],
+            ["## Warm path, non-streaming (fixed upstream)", "", *self._warm_table()],
+            ["## Streaming (simulator, 50 tokens/s per stream)", "", *self._stream_table()],
+            ["## Memory", "", *self._memory()],
+        ]
+        return "\n\n".join("\n".join(section) for section in sections)
+
+    def _targets(self) -> list[str]:
+        rows = ["| target | measured | met |", "|---|---|---|"]
+        for target, value, met in self._checks():
+            rows.append(f"| {target} | {value} | {'yes' if met else '**no**'} |")
+        return rows
+
+    def _checks(self) -> list[tuple[str, str, bool]]:
+        checks = []
+        swapgate, floor = self.warm.get("swapgate"), self.warm.get("passthrough")
+        if swapgate and floor:
+            ratio = swapgate["c16"].rps / floor["c16"].rps
+            checks.append(("warm req/s @16 ≥ 0.85× passthrough", f"{ratio:.2f}×", ratio >= 0.85))
+            added = swapgate["c1"].p50_ms - self.warm["direct"]["c1"].p50_ms
+            floor_added = floor["c1"].p50_ms - self.warm["direct"]["c1"].p50_ms
+            checks.append((
+                "p50 added @1 ≤ 0.5 ms over direct",
+                f"+{added:.2f} ms (passthrough: +{floor_added:.2f} ms)", added <= 0.5,
+            ))  # fmt: skip
+        if "swapgate" in self.streams and "passthrough" in self.streams:
+            direct = self.streams["direct"][0].gap_p99_ms
+            (ours, cpu), (theirs, floor_cpu) = self.streams["swapgate"], self.streams["passthrough"]
+            added, floor_added = ours.gap_p99_ms - direct, theirs.gap_p99_ms - direct
+            checks.append((
+                "streaming added inter-chunk p99 ≤ 2 ms",
+                f"+{added:.2f} ms (passthrough: +{floor_added:.2f} ms)", added <= 2.0,
+            ))  # fmt: skip
+            if cpu and floor_cpu:
+                ratio = (cpu / ours.chunks) / (floor_cpu / theirs.chunks)
+                checks.append(
+                    ("CPU per 1,000 chunks ≤ 1.3× passthrough", f"{ratio:.2f}×", ratio <= 1.3)
+                )
+        if self.memory:
+            growth = self.memory[1] - self.memory[0]
+            checks.append((
+                f"RSS growth over {self.memory[2]:,} requests ≤ 10 MB", f"{growth:+.1f} MB",
+                growth <= 10,
+            ))  # fmt: skip
+        if "litellm" in self.warm and swapgate:
+            ratio = swapgate["c16"].rps / self.warm["litellm"]["c16"].rps
+            p50 = self.warm["litellm"]["c1"].p50_ms / swapgate["c1"].p50_ms
+            checks.append(
+                ("vs LiteLLM (report)", f"{ratio:.1f}× its req/s, {p50:.1f}× lower p50 @1", True)
+            )
+        return checks
 
     def _warm_table(self) -> list[str]:
         floor = self.warm.get("passthrough", {}).get("c16")
@@ -66,8 +117,8 @@ class Report:
             return []
         before, after, served, seconds = self.memory
         return [
-            f"swapgate RSS: {before:.1f} MB before, {after:.1f} MB after {served:,} requests "
-            f"({seconds:.0f} s): {after - before:+.1f} MB.",
+            f"Memory: swapgate's RSS was {before:.1f} MB before, {after:.1f} MB after "
+            f"{served:,} requests ({seconds:.0f} s): {after - before:+.1f} MB.",
         ]
 
     def write(self, markdown: Path, plot: Path) -> None:
@@ -135,4 +186,10 @@ Notes:
 How to read it: "× passthrough" is swapgate's throughput (or CPU per 1,000 chunks) divided by the
 bare passthrough's in the same run; "added p99" is the p99 gap between chunks minus the direct
 one; "p50 @1 over direct" is the median latency added at one client.
+
+Where a target is missed, compare with the passthrough's figure beside it: that is what any
+Python proxy pays on this machine. On two shared cores the 0.5 ms and 2 ms targets sit below
+that floor (the passthrough alone adds more), so they measure the machine as much as swapgate.
+What swapgate adds on the warm path, and what it does not, is in docs/architecture.md
+("The warm path").
 """
