@@ -48,9 +48,12 @@ def warm_path(report: Report, contenders: dict[str, Contender], seconds: float) 
     with procs.fixed_upstream() as upstream:
         report.warm["direct"] = _warm_runs(upstream.url, seconds)
         for name, start in contenders.items():
-            with start(upstream.url) as proxy:
-                load.wrk(proxy.url, 16, 2)  # warm-up: connections, caches
-                report.warm[name] = _warm_runs(proxy.url, seconds)
+            try:
+                with start(upstream.url) as proxy:
+                    load.wrk(proxy.url, 16, 2)  # warm-up: connections, caches
+                    report.warm[name] = _warm_runs(proxy.url, seconds)
+            except RuntimeError as exc:
+                report.notes.append(f"{name} skipped: it did not start ({exc})")
 
 
 def _warm_runs(url: str, seconds: float) -> dict[str, load.WrkResult]:

@@ -45,7 +45,11 @@ def contender(notes: list[str]) -> Callable[[str], AbstractContextManager[procs.
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
             yaml.safe_dump(config, handle)
         command = [str(binary), "--config", handle.name, "--port", str(port), "--num_workers", "1"]
-        with procs.running("litellm", command, f"http://127.0.0.1:{port}") as proc:
+        env = {
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no fetch from the internet
+            "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",  # loopback only
+        }
+        with procs.running("litellm", command, f"http://127.0.0.1:{port}", env) as proc:
             yield proc
 
     return start

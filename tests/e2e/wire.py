@@ -15,6 +15,7 @@ class WireResponse:
     body: bytes
     first_byte_after: float
     chunk_times: list[float] = field(default_factory=list)
+    first_event_after: float | None = None  # when the first "data:" line arrived
 
     def lines(self) -> list[str]:
         return self.body.decode().split("\n")
@@ -35,26 +36,31 @@ def post(url: str, path: str, payload: dict[str, object], headers: dict[str, str
     with socket.create_connection((host, int(port)), timeout=timeout) as sock:
         sent = time.monotonic()
         sock.sendall(head.encode() + body)
-        raw, times = _read_all(sock)
+        raw, times, first_event = _read_all(sock)
     header_block, _, rest = raw.partition(b"\r\n\r\n")
     status_line, *header_lines = header_block.decode("latin-1").split("\r\n")
     parsed = dict(line.split(": ", 1) for line in header_lines)
     headers = {k.lower(): v for k, v in parsed.items()}
     if headers.get("transfer-encoding") == "chunked":
         rest = _dechunk(rest)
-    return WireResponse(int(status_line.split()[1]), headers, rest, times[0] - sent,
-                        [t - sent for t in times])  # fmt: skip
+    return WireResponse(
+        int(status_line.split()[1]), headers, rest, times[0] - sent, [t - sent for t in times],
+        first_event - sent if first_event else None,
+    )  # fmt: skip
 
 
-def _read_all(sock: socket.socket) -> tuple[bytes, list[float]]:
+def _read_all(sock: socket.socket) -> tuple[bytes, list[float], float | None]:
     chunks: list[bytes] = []
     times: list[float] = []
+    first_event = None
     while True:
         data = sock.recv(65536)
         if not data:
-            return b"".join(chunks), times
+            return b"".join(chunks), times, first_event
         chunks.append(data)
         times.append(time.monotonic())
+        if first_event is None and b"data: " in b"".join(chunks):
+            first_event = times[-1]
 
 
 def _dechunk(data: bytes) -> bytes:

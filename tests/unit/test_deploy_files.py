@@ -1,13 +1,15 @@
-"""The operator's files in deploy/ name only metrics swapgate exports."""
+"""The operator's files in deploy/ parse, fit together, and name only metrics swapgate exports."""
 
 from __future__ import annotations
 
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from swapgate.config import parse_config
 from tests.unit.test_metrics import SPEC
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,3 +69,115 @@ def test_the_scrape_config_keeps_swapgates_own_labels() -> None:
     assert job["honor_labels"] is True
     assert job["metrics_path"] == "/metrics"
     assert "alerts.yml" in config["rule_files"]
+
+
+def _yaml_files() -> list[Path]:
+    return sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yml", ".yaml"))
+
+
+def test_every_yaml_file_in_deploy_parses() -> None:
+    files = _yaml_files()
+    assert len(files) >= 10
+    for path in files:
+        documents = list(yaml.safe_load_all(path.read_text()))
+        assert documents, path
+        assert all(isinstance(doc, dict) for doc in documents), path
+
+
+def _compose() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((DEPLOY / "compose" / "docker-compose.yml").read_text())
+    return loaded
+
+
+def test_compose_mounts_files_that_exist_and_wires_its_ports() -> None:
+    compose = _compose()
+    services = compose["services"]
+    for name, service in services.items():
+        for volume in service.get("volumes", []):
+            source = (DEPLOY / "compose" / volume.split(":")[0]).resolve()
+            assert source.exists(), f"{name} mounts {source}"
+        assert service["restart"] == "unless-stopped", name
+        assert "start_period" in service["healthcheck"], name
+    gateway = parse_config(yaml.safe_load((DEPLOY / "compose" / "swapgate.yaml").read_text()))
+    assert services["swapgate"]["expose"] == [str(gateway.server.port)]
+    for inst in gateway.instances:
+        host, port = inst.url.removeprefix("http://").split(":")
+        assert host in services
+        assert services[host]["expose"] == [port]
+    nginx = (DEPLOY / "compose" / "nginx.conf").read_text()
+    assert f"server swapgate:{gateway.server.port};" in nginx
+    assert "proxy_buffering off;" in nginx
+    timeout = float(nginx.split("proxy_read_timeout ")[1].split("s;")[0])
+    assert gateway.keepalive.interval < timeout, "keep-alives must beat nginx's read timeout"
+    scrape = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    assert scrape["scrape_configs"][0]["static_configs"][0]["targets"] == [
+        f"swapgate:{gateway.server.port}"
+    ]
+
+
+def test_grafana_provisioning_points_at_the_dashboard_and_prometheus() -> None:
+    grafana = _compose()["services"]["grafana"]
+    mounts = dict(v.split(":")[:2] for v in grafana["volumes"])
+    assert mounts["../grafana/swapgate-dashboard.json"].startswith("/var/lib/grafana/dashboards")
+    provider = yaml.safe_load((DEPLOY / "grafana/provisioning/dashboards/swapgate.yml").read_text())
+    assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+    source = yaml.safe_load(
+        (DEPLOY / "grafana/provisioning/datasources/prometheus.yml").read_text()
+    )
+    assert source["datasources"][0]["url"] == "http://prometheus:9090"
+
+
+def _k8s(kind: str) -> dict[str, Any]:
+    for path in (DEPLOY / "k8s").glob("*.yaml"):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc["kind"] == kind:
+                found: dict[str, Any] = doc
+                return found
+    raise AssertionError(f"no {kind} in deploy/k8s")
+
+
+def test_kubernetes_manifests_fit_together() -> None:
+    config_map = _k8s("ConfigMap")
+    settings = parse_config(yaml.safe_load(config_map["data"]["config.yaml"]))
+    deployment = _k8s("Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    port = container["ports"][0]["containerPort"]
+    assert port == settings.server.port
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["resources"]["requests"]
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert deployment["spec"]["replicas"] == 1
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(port)
+    assert annotations["prometheus.io/path"] == settings.metrics.path
+    mount = container["volumeMounts"][0]
+    assert mount["mountPath"] == "/etc/swapgate"
+    assert container["args"][-1] == "/etc/swapgate/config.yaml"
+    secret = _k8s("Secret")["stringData"]
+    needed = {settings.server.admin_token_env, settings.server.api_keys_env}
+    needed |= {i.api_key_env for i in settings.instances if i.api_key_env}
+    assert needed <= set(secret)
+    service = _k8s("Service")
+    assert service["spec"]["ports"][0]["targetPort"] == "http"
+
+
+def test_the_configmap_passes_check_config(tmp_path: Path) -> None:
+    from swapgate.cli import main
+
+    path = tmp_path / "config.yaml"
+    path.write_text(_k8s("ConfigMap")["data"]["config.yaml"])
+    assert main(["check-config", str(path)]) == 0
+
+
+def test_the_dockerfile_runs_non_root_with_a_health_check() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert dockerfile.count("FROM ") >= 2, "multi-stage"
+    assert "USER swapgate" in dockerfile
+    assert "HEALTHCHECK" in dockerfile
+    assert "/healthz" in dockerfile
+    assert "SWAPGATE_CONFIG=/etc/swapgate/config.yaml" in dockerfile
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".git", ".venv", "tests"} <= set(ignored)
