@@ -62,12 +62,11 @@ def with_docker() -> None:
 def without_docker(work: Path) -> None:
     venv = work / "opt-swapgate"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    # The build stage's install step, verbatim but for the path.
-    install = [a for a in instruction("RUN").split() if a.startswith("/opt/swapgate") is False]
-    assert install[:2] == ["install", "--no-cache-dir"] or "install" in install, install
-    subprocess.run(
-        [str(venv / "bin" / "pip"), "install", "--quiet", "--no-cache-dir", str(ROOT)], check=True
-    )
+    # The build stage's `RUN /opt/swapgate/bin/pip install ... .`, with this venv and tree.
+    pip, *arguments = instruction("RUN", containing="pip install").split()
+    assert pip == "/opt/swapgate/bin/pip", pip
+    arguments = [str(ROOT) if a == "." else a for a in arguments]
+    subprocess.run([str(venv / "bin" / "pip"), *arguments, "--quiet"], check=True)
     sim_port, port = free_port(), free_port()
     config = work / "config.yaml"
     config.write_text(
@@ -76,6 +75,7 @@ def without_docker(work: Path) -> None:
     env = {**os.environ, **env_from_dockerfile(venv)}
     env["SWAPGATE_CONFIG"] = str(config)  # the file the image expects at /etc/swapgate/config.yaml
     env["SWAPGATE_SERVER__PORT"] = str(port)
+    env["SWAPGATE_SERVER__HOST"] = "127.0.0.1"  # the image's 0.0.0.0 is for a container network
     entrypoint = json.loads(instruction("ENTRYPOINT"))
     command = json.loads(instruction("CMD"))
     sim = subprocess.Popen([*entrypoint, "sim", "--port", str(sim_port), "--models", "a"], env=env)

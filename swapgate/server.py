@@ -37,3 +37,4 @@ def configure_logging(level: str) -> None:
     )
     # One line per control-plane poll would drown the access log.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
