@@ -88,6 +88,9 @@ class RoutingConfig(_Section):
     swap_timeout: PositiveDuration = 300.0
     expected_swap: PositiveDuration = 30.0
     stream_idle_timeout: PositiveDuration = 120.0
+    eviction: Literal["lru", "demand"] = "lru"
+    # A request that has waited this fraction of max_wait for capacity closes a busy model.
+    starvation_after: Annotated[float, Field(gt=0, lt=1)] = 0.25
 
 
 StreamingKeepalive = Annotated[Literal["comment", "reasoning", "off"], BeforeValidator(_yaml_off)]

@@ -5,22 +5,37 @@ The rules (SPEC §4.3), in order:
   2. a warm candidate: the one with the fewest in-flight requests per weight;
   3. a candidate already loading the model: join that swap;
   4. a swap target among candidates not swapping already: free capacity first; else one whose
-     victims are evictable (not pinned, not used within ``min_residency``, nothing in flight),
-     least recently used victims first;
+     victims are evictable (not pinned, not used within ``min_residency``, nothing in flight,
+     no request waiting for it), the cheapest victims first: least recently used (``lru``), or
+     least expected cost, request rate × measured swap time (``demand``);
   5. else queue on the candidate expected to free up first.
+
+A model "closing" on an instance (the starvation rule, ``starvation_target``) takes no new
+requests there and is evictable once its in-flight requests are done, residency or not.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
-from swapgate.registry import InstanceView, Snapshot
+from swapgate.registry import InstanceView, ModelView, Snapshot
 from swapgate.state import WarmState
+
+Eviction = Literal["lru", "demand"]
+
+
+def _unmeasured(instance: str, model: str) -> float:
+    return 1.0
 
 
 @dataclass(frozen=True, slots=True)
 class Policy:
     min_residency: float
+    eviction: Eviction = "lru"
+    # The measured swap time of (instance, model): what evicting a model costs when it returns.
+    eta: Callable[[str, str], float] = _unmeasured
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +76,9 @@ def place(model: str, snap: Snapshot, policy: Policy) -> Decision:
             for i in snap.instances
         )
         return Unavailable(_why_unavailable(model, snap), backing_off)
-    warm = [i for i in candidates if i.state_of(model) is WarmState.WARM]
+    warm = [
+        i for i in candidates if i.state_of(model) is WarmState.WARM and not i.models[model].closing
+    ]
     if warm:
         return Serve(min(warm, key=_load).name)
     loading = [i for i in candidates if i.state_of(model) is WarmState.LOADING]
@@ -79,33 +96,67 @@ def _swap_target(
     free = [i for i in idle if i.resident < i.capacity]
     if free:
         return Swap(min(free, key=_load).name)
-    options = [(victims, i) for i in idle if (victims := _victims(i, now, policy)) is not None]
+    cheapest = _cheapest_room(idle, now, policy, drain=False)
+    return Swap(cheapest[0].name, cheapest[1]) if cheapest else None
+
+
+def starvation_target(model: str, snap: Snapshot, policy: Policy) -> Swap | None:
+    """Where to make room for ``model`` by closing models that still serve: the instance whose
+    unpinned victims cost least, counting their in-flight requests as drainable."""
+    idle = [
+        i
+        for i in snap.instances
+        if model in i.serves and i.available(snap.now) and i.swapping is None
+    ]
+    cheapest = _cheapest_room(idle, snap.now, policy, drain=True)
+    return Swap(cheapest[0].name, cheapest[1]) if cheapest else None
+
+
+def _cheapest_room(
+    instances: list[InstanceView], now: float, policy: Policy, drain: bool
+) -> tuple[InstanceView, tuple[str, ...]] | None:
+    options = [
+        (i, victims) for i in instances if (victims := _victims(i, now, policy, drain)) is not None
+    ]
     if not options:
         return None
-    victims, instance = min(options, key=lambda o: o[1].models[o[0][0]].last_used)
-    return Swap(instance.name, victims)
+    return min(options, key=lambda o: _room_cost(o[0], o[1], policy))
 
 
-def _victims(instance: InstanceView, now: float, policy: Policy) -> tuple[str, ...] | None:
-    """The least recently used evictable models that make room for one more, if there are."""
+def _victims(
+    instance: InstanceView, now: float, policy: Policy, drain: bool = False
+) -> tuple[str, ...] | None:
+    """The cheapest evictable models that make room for one more, if there are enough."""
     needed = instance.resident - instance.capacity + 1
     evictable = sorted(
-        (
-            name
-            for name, m in instance.models.items()
-            if m.state is WarmState.WARM
-            and _evictable(m.inflight, m.last_used, m.pinned_until, now, policy)
-        ),
-        key=lambda name: instance.models[name].last_used,
+        (n for n, m in instance.models.items() if _evictable(m, now, policy, drain)),
+        key=lambda name: _victim_cost(instance, name, policy),
     )
     return tuple(evictable[:needed]) if len(evictable) >= needed else None
 
 
-def _evictable(
-    inflight: int, last_used: float, pinned_until: float, now: float, policy: Policy
-) -> bool:
-    recently_used = last_used > 0 and now - last_used < policy.min_residency
-    return inflight == 0 and not recently_used and pinned_until <= now
+def _evictable(m: ModelView, now: float, policy: Policy, drain: bool) -> bool:
+    if m.state is not WarmState.WARM or m.pinned_until > now:
+        return False
+    if drain:
+        return True  # in-flight requests finish first; residency yields to a starving request
+    recently_used = not m.closing and m.last_used > 0 and now - m.last_used < policy.min_residency
+    return m.inflight == 0 and m.waiting == 0 and not recently_used
+
+
+def _victim_cost(instance: InstanceView, name: str, policy: Policy) -> tuple[float, float]:
+    """Sort key of a victim: (expected cost of its return, last use) — last use alone for LRU."""
+    m = instance.models[name]
+    if policy.eviction == "demand":
+        return (m.rate * policy.eta(instance.name, name), m.last_used)
+    return (0.0, m.last_used)
+
+
+def _room_cost(
+    instance: InstanceView, victims: tuple[str, ...], policy: Policy
+) -> tuple[float, float]:
+    costs = [_victim_cost(instance, v, policy) for v in victims]
+    return (sum(c[0] for c in costs), max(c[1] for c in costs))
 
 
 def frees_up_at(instance: InstanceView, now: float, policy: Policy) -> float:

@@ -8,6 +8,7 @@ that can unblock a waiting request wakes the waiters, who then place again.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ from swapgate.catalog import Catalog
 from swapgate.config import InstanceConfig
 from swapgate.state import InstanceReport, WarmState
 
+# The time constant of the per-model request-rate average that demand-aware eviction weighs.
+DEMAND_WINDOW = 300.0
 BACKOFF_FIRST = 5.0
 BACKOFF_MAX = 300.0
 POLL_FAILURES_DOWN = 2
@@ -28,6 +31,9 @@ class ModelView:
     last_used: float  # 0.0: never served through swapgate
     inflight: int
     pinned_until: float
+    waiting: int = 0  # requests waiting for this model's swap here: it serves them first
+    rate: float = 0.0  # requests per second here, an exponentially weighted moving average
+    closing: bool = False  # no new requests: it makes room for a request waiting too long
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +82,28 @@ class _Slot:
     last_used: float = 0.0
     inflight: int = 0
     pinned_until: float = 0.0
+    waiting: int = 0
+    rate: float = 0.0
+    rate_at: float = 0.0
+    closing_until: float = 0.0
 
     def set_state(self, state: WarmState, now: float) -> None:
         if self.state is not state:
             self.state, self.since = state, now
+            self.closing_until = 0.0
+
+    def count_request(self, now: float) -> None:
+        self.rate = self.rate_now(now) + 1.0 / DEMAND_WINDOW
+        self.rate_at = now
+
+    def rate_now(self, now: float) -> float:
+        return self.rate * math.exp(-(now - self.rate_at) / DEMAND_WINDOW) if self.rate else 0.0
+
+    def view(self, now: float) -> ModelView:
+        return ModelView(
+            self.state, self.since, self.last_used, self.inflight, self.pinned_until,
+            self.waiting, self.rate_now(now), self.closing_until > now,
+        )  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -100,7 +124,7 @@ class _Instance:
     def slot(self, model: str) -> _Slot:
         return self.slots.setdefault(model, _Slot())
 
-    def view(self) -> InstanceView:
+    def view(self, now: float) -> InstanceView:
         return InstanceView(
             name=self.config.name,
             up=self.up,
@@ -109,10 +133,7 @@ class _Instance:
             weight=self.config.weight,
             inflight=self.inflight,
             serves=self.serves,
-            models={
-                name: ModelView(s.state, s.since, s.last_used, s.inflight, s.pinned_until)
-                for name, s in self.slots.items()
-            },
+            models={name: slot.view(now) for name, slot in self.slots.items()},
             swapping=self.swapping,
             swap_done_by=self.swap_done_by,
             backoff_until=self.backoff_until,
@@ -138,7 +159,8 @@ class Registry:
     # -- reading -------------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
-        return Snapshot(self._clock(), tuple(i.view() for i in self._instances.values()))
+        now = self._clock()
+        return Snapshot(now, tuple(i.view(now) for i in self._instances.values()))
 
     def names(self) -> list[str]:
         return list(self._instances)
@@ -264,9 +286,11 @@ class Registry:
     def begin_request(self, name: str, model: str) -> None:
         inst = self._instances[name]
         slot = inst.slot(model)
+        now = self._clock()
         inst.inflight += 1
         slot.inflight += 1
-        slot.last_used = self._clock()
+        slot.last_used = now
+        slot.count_request(now)
 
     def end_request(self, name: str, model: str) -> None:
         inst = self._instances.get(name)
@@ -276,6 +300,19 @@ class Registry:
         inst.inflight -= 1
         slot.inflight -= 1
         slot.last_used = self._clock()
+        self._notify()
+
+    def wait_on(self, name: str, model: str, delta: int) -> None:
+        """Count a request waiting for ``model``'s swap on ``name`` (+1) or no longer (-1)."""
+        inst = self._instances.get(name)
+        if inst is not None:
+            inst.slot(model).waiting += delta
+
+    def close(self, name: str, models: tuple[str, ...], until: float) -> None:
+        """Send no new requests to ``models`` on ``name`` until ``until``, so that they drain
+        and make room for a request that has waited too long (the starvation rule)."""
+        for model in models:
+            self._instances[name].slot(model).closing_until = until
         self._notify()
 
     # -- operators -----------------------------------------------------------------------------

@@ -7,6 +7,7 @@ relay first (swapgate/fallback.py).
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -26,10 +27,12 @@ from swapgate.placement import (
     Unavailable,
     frees_up_at,
     place,
+    starvation_target,
 )
 from swapgate.registry import Registry, Snapshot
 from swapgate.swaps import SwapCoordinator
 
+log = logging.getLogger("swapgate.router")
 # Waiters re-place on every registry change; this bounds how late they notice a residency expiry.
 RECHECK_INTERVAL = 0.5
 _STATES = {Serve: "waiting", Join: "loading", Swap: "loading", Queue: "queued"}
@@ -89,7 +92,7 @@ class Router:
         self._coordinator = coordinator
         self._catalog = catalog
         self._metrics = metrics
-        self._policy = Policy(min_residency=settings.routing.min_residency)
+        self._policy = policy_for(settings, coordinator)
         self._upstreams = {
             inst.name: Upstream(inst.url, secret(inst.api_key_env)) for inst in settings.instances
         }
@@ -145,10 +148,28 @@ class Router:
     async def _wait(
         self, model: str, decision: Decision, started: float, progress: Progress
     ) -> Lease:
+        waiting_on: list[str] = []  # the instance whose swap of ``model`` this request awaits
+        try:
+            return await self._wait_placed(model, decision, started, progress, waiting_on)
+        finally:
+            for instance in waiting_on:
+                self._registry.wait_on(instance, model, -1)
+
+    async def _wait_placed(
+        self,
+        model: str,
+        decision: Decision,
+        started: float,
+        progress: Progress,
+        waiting_on: list[str],
+    ) -> Lease:
         conf = self._settings.model_settings(model)
         max_wait = conf.max_wait or self._settings.routing.max_wait
         deadline = started + max_wait
+        starving_at = started + max_wait * self._settings.routing.starvation_after
+        closed = False
         while True:
+            self._track_waiting(model, decision, waiting_on)
             if isinstance(decision, Serve):
                 return self._lease(decision.instance, model, started)
             if isinstance(decision, Swap):  # also when relaying: later requests find it warm
@@ -162,11 +183,33 @@ class Router:
                 error = SwapFailed if decision.backing_off else NoCapacity
                 raise error(f"{decision.reason}; retry later", retry_after=self._retry_after(model))
             progress.instance, progress.state = decision.instance, _STATES[type(decision)]
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            if isinstance(decision, Queue) and now >= starving_at and not closed:
+                closed = self._close_for(model, deadline)
+            remaining = deadline - now
             if remaining <= 0:
                 return self.relay(model, "error", started) or self._timed_out(model, max_wait)
             await self._registry.wait_for_change(min(remaining, RECHECK_INTERVAL))
             decision = place(model, self._registry.snapshot(), self._policy)
+
+    def _track_waiting(self, model: str, decision: Decision, waiting_on: list[str]) -> None:
+        """Keep this request counted on the instance whose swap of ``model`` it awaits, so the
+        model is not evicted before its waiters are served (A A A B B, not A B A B)."""
+        target = decision.instance if isinstance(decision, Join | Swap) else None
+        if waiting_on and waiting_on[0] != target:
+            self._registry.wait_on(waiting_on.pop(), model, -1)
+        if target is not None and not waiting_on:
+            self._registry.wait_on(target, model, +1)
+            waiting_on.append(target)
+
+    def _close_for(self, model: str, until: float) -> bool:
+        """The starvation rule: stop new requests to the cheapest busy victims so they drain."""
+        target = starvation_target(model, self._registry.snapshot(), self._policy)
+        if target is None or not target.victims:
+            return False
+        log.info("%s waits too long: closing %s on %s", model, target.victims, target.instance)
+        self._registry.close(target.instance, target.victims, until)
+        return True
 
     def _expected_wait(self, model: str, decision: Decision) -> float:
         """Seconds until ``model`` would be warm on the decision's instance."""
@@ -197,3 +240,8 @@ class Router:
     def _retry_after(self, model: str) -> int:
         etas = [self._coordinator.times.eta(name, model) for name in self._registry.names()]
         return max(1, math.ceil(min(etas, default=self._settings.routing.expected_swap)))
+
+
+def policy_for(settings: Settings, coordinator: SwapCoordinator) -> Policy:
+    routing = settings.routing
+    return Policy(routing.min_residency, routing.eviction, coordinator.times.eta)

@@ -21,13 +21,12 @@ from swapgate.catalog import Catalog
 from swapgate.config import ConfigError, Settings, load_config, secret
 from swapgate.drivers import Driver, make_driver
 from swapgate.metrics import Metrics
-from swapgate.placement import Policy
 from swapgate.poller import Poller
 from swapgate.preload import Preloader
 from swapgate.proxy.handler import ProxyEndpoint
 from swapgate.proxy.upstream import UpstreamClient
 from swapgate.registry import Registry
-from swapgate.router import Router
+from swapgate.router import Router, policy_for
 from swapgate.scheduler import PreloadScheduler
 from swapgate.swaps import SwapCoordinator, SwapTimes
 
@@ -73,7 +72,7 @@ class Runtime:
         self.router = Router(settings, self.registry, self.coordinator, self.catalog, self.metrics)
         self.auth = ClientAuth(_split_keys(secret(settings.server.api_keys_env)))
         self.admin_auth = AdminAuth(secret(settings.server.admin_token_env))
-        policy = Policy(min_residency=settings.routing.min_residency)
+        policy = policy_for(settings, self.coordinator)
         self.preloader = Preloader(
             self.registry, self.coordinator, policy, settings.routing.swap_timeout
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ W, L, C = WarmState.WARM, WarmState.LOADING, WarmState.COLD
 @dataclass
 class I:  # noqa: E742 - one letter keeps the table readable
     name: str
-    models: dict[str, tuple[WarmState, float, int, float]] = field(default_factory=dict)
+    models: dict[str, tuple[WarmState, float, int, float] | ModelView] = field(default_factory=dict)
     serves: tuple[str, ...] = ("a", "b", "c")
     up: bool = True
     drained: bool = False
@@ -31,8 +32,8 @@ class I:  # noqa: E742 - one letter keeps the table readable
 
     def view(self) -> InstanceView:
         models = {
-            name: ModelView(state, since=0.0, last_used=used, inflight=busy, pinned_until=pin)
-            for name, (state, used, busy, pin) in self.models.items()
+            name: spec if isinstance(spec, ModelView) else ModelView(spec[0], 0.0, *spec[1:])
+            for name, spec in self.models.items()
         }
         return InstanceView(
             self.name, self.up, self.drained, self.capacity, self.weight, self.inflight,
@@ -44,6 +45,12 @@ def warm(
     used: float = 0.0, inflight: int = 0, pinned_until: float = 0.0
 ) -> tuple[WarmState, float, int, float]:
     return (W, used, inflight, pinned_until)
+
+
+def model(
+    used: float = 0.0, inflight: int = 0, pinned_until: float = 0.0, **more: Any
+) -> ModelView:
+    return ModelView(W, 0.0, used, inflight, pinned_until, **more)
 
 
 def snap(*instances: I) -> Snapshot:
@@ -140,6 +147,31 @@ CASES = [
         ),
     ),
     ("backoff over: a candidate again", [I("z", backoff_until=NOW - 1)], Swap("z")),
+    (
+        "grouping: a model its waiters have not reached yet is no victim",
+        [I("x", {"b": model(used=500, waiting=2)}), I("y", {"c": model(used=900)})],
+        Swap("y", ("c",)),
+    ),
+    (
+        "grouping: with every victim awaited, queue",
+        [I("x", {"b": model(used=500, waiting=1)})],
+        Queue("x"),
+    ),
+    (
+        "a closing model takes no new requests",
+        [I("x", {"a": model(closing=True)}), I("y", {"a": model()})],
+        Serve("y"),
+    ),
+    (
+        "a closing model, once drained, is evictable inside min_residency",
+        [I("x", {"b": model(used=NOW - 1, closing=True)})],
+        Swap("x", ("b",)),
+    ),
+    (
+        "a closing model with requests in flight is not evicted yet",
+        [I("x", {"b": model(used=NOW - 1, closing=True, inflight=1)})],
+        Queue("x"),
+    ),
     ("no instance serves it", [I("x", serves=("b",))], Unavailable("no instance serves 'a'")),
 ]
 
@@ -147,3 +179,50 @@ CASES = [
 @pytest.mark.parametrize(("why", "instances", "decision"), CASES, ids=[c[0] for c in CASES])
 def test_place(why: str, instances: list[I], decision: object) -> None:
     assert place("a", snap(*instances), POLICY) == decision
+
+
+SWAP_SECONDS = {"x": 10.0, "y": 60.0}
+DEMAND = Policy(30.0, "demand", lambda instance, _: SWAP_SECONDS.get(instance, 30.0))
+
+
+@pytest.mark.parametrize(
+    ("why", "instances", "lru", "demand"),
+    [
+        (
+            "demand keeps the busy model although it was used longer ago",
+            [I("x", {"b": model(used=500, rate=2.0), "c": model(used=900, rate=0.01)}, capacity=2)],
+            Swap("x", ("b",)),
+            Swap("x", ("c",)),
+        ),
+        (
+            "demand weighs the swap time: a rare model that is slow to load stays",
+            [I("x", {"b": model(used=500, rate=0.5)}), I("y", {"c": model(used=400, rate=0.2)})],
+            Swap("y", ("c",)),
+            Swap("x", ("b",)),
+        ),
+        (
+            "equal cost: demand falls back to the least recently used",
+            [I("x", {"b": model(used=500, rate=0.0)}), I("y", {"c": model(used=400, rate=0.0)})],
+            Swap("y", ("c",)),
+            Swap("y", ("c",)),
+        ),
+    ],
+)
+def test_eviction_policies(why: str, instances: list[I], lru: object, demand: object) -> None:
+    assert place("a", snap(*instances), POLICY) == lru
+    assert place("a", snap(*instances), DEMAND) == demand
+
+
+def test_the_starvation_target_drains_the_cheapest_unpinned_victim() -> None:
+    from swapgate.placement import starvation_target
+
+    busy = [
+        I("x", {"b": model(used=NOW - 1, inflight=3, rate=5.0)}),
+        I("y", {"c": model(used=NOW - 1, inflight=1, rate=0.1)}),
+        I("z", {"d": model(used=0.0, pinned_until=NOW + 60)}),
+    ]
+    assert place("a", snap(*busy), DEMAND) == Queue("x")
+    # b costs 5 req/s × 10 s = 50, c costs 0.1 req/s × 60 s = 6: drain c
+    assert starvation_target("a", snap(*busy), DEMAND) == Swap("y", ("c",))
+    only_pinned = [I("z", {"d": model(pinned_until=NOW + 60)})]
+    assert starvation_target("a", snap(*only_pinned), DEMAND) is None
