@@ -4,6 +4,7 @@ request for a cold model gets its swap even while every instance keeps serving w
 from __future__ import annotations
 
 import concurrent.futures
+import socket
 import threading
 import time
 from typing import Any
@@ -28,13 +29,25 @@ def test_requests_queued_for_a_swap_are_served_before_the_next_swap() -> None:
             "keepalive": {"early_headers_after": "30s"},
             "instances": [instance("gpu-a", sim)],
         }
-        with gateway(config) as gw, concurrent.futures.ThreadPoolExecutor(8) as pool:
-            first = [pool.submit(_chat, gw, "a") for _ in range(3)]
-            time.sleep(0.2)  # a's swap is running; b's requests arrive while it loads
-            second = [pool.submit(_chat, gw, "b") for _ in range(2)]
-            answers = [f.result() for f in first + second]
-        assert [a.status_code for a in answers] == [200] * 5
-        assert sim.stats()["loads"] == {"a": 1, "b": 1}, "A A A B B: one swap each"
+        with gateway(config) as gw, concurrent.futures.ThreadPoolExecutor(4) as pool:
+            # a's first requester starts the swap and leaves; b queues behind the swap; then
+            # another request for a joins it. When a is warm, b's request wakes first.
+            starter = socket.create_connection(("127.0.0.1", int(gw.url.rsplit(":", 1)[1])))
+            payload = b'{"model": "a", "messages": []}'
+            starter.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: "
+                b"application/json\r\ncontent-length: " + str(len(payload)).encode()
+                + b"\r\n\r\n" + payload
+            )  # fmt: skip
+            time.sleep(0.2)
+            b = pool.submit(_chat, gw, "b")
+            time.sleep(0.2)
+            starter.close()
+            time.sleep(0.1)
+            a = pool.submit(_chat, gw, "a")
+            assert a.result().status_code == 200
+            assert b.result().status_code == 200
+        assert sim.stats()["loads"] == {"a": 1, "b": 1}, "a served its waiter before b's swap"
 
 
 def test_a_cold_model_gets_its_swap_although_every_instance_stays_busy() -> None:

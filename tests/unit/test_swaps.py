@@ -115,3 +115,32 @@ async def test_closing_cancels_a_running_swap() -> None:
     await asyncio.sleep(0.01)
     await coordinator.aclose()
     assert registry.snapshot().instance("x").swapping is None
+
+
+async def test_waiters_on_a_swap_protect_its_model_until_they_are_served() -> None:
+    from swapgate.config import parse_config as parse
+    from swapgate.placement import Policy, Serve, Swap, place
+    from swapgate.router import Router
+
+    driver = FakeDriver(delay=0.05)
+    settings = parse({"instances": [{"name": "x", "url": "http://x", "models": ["a", "b"]}],
+                      "routing": {"min_residency": 0}})  # fmt: skip
+    catalog = Catalog(settings)
+    registry = Registry(settings.instances, catalog)
+    registry.apply_report("x", InstanceReport({}, None), 0)
+    coordinator = SwapCoordinator(registry, {"x": driver}, catalog, SwapTimes(1.0), Metrics(), 5.0)
+    router = Router(settings, registry, coordinator, catalog, Metrics())
+    waiter = asyncio.create_task(router.acquire("a"))
+    await asyncio.sleep(0.01)
+    assert registry.snapshot().instance("x").models["a"].waiting == 1
+    await coordinator.wait("x")
+    # a is warm and idle, yet its waiter has not been leased: b may not evict it.
+    policy = Policy(min_residency=0)
+    assert not waiter.done()
+    assert place("b", registry.snapshot(), policy) != Swap("x", ("a",))
+    lease = await waiter
+    assert lease.name == "x"
+    assert registry.snapshot().instance("x").models["a"].waiting == 0
+    router.release(lease)
+    assert place("b", registry.snapshot(), policy) == Swap("x", ("a",))
+    assert isinstance(place("a", registry.snapshot(), policy), Serve)
