@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest system-packages bench clean
+.PHONY: run test lint typecheck pytest system-packages bench bench-swaps clean
 PEERS ?=
 
 run: $(STAMP)
@@ -37,6 +37,10 @@ bench: $(STAMP) system-packages
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	$(BIN)/python -m bench --peers "$(PEERS)"
+
+# Replays seeded traces: swap counts against the optimum, LRU and round-robin (~10 minutes).
+bench-swaps: $(STAMP)
+	$(BIN)/python -m bench.swaps
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

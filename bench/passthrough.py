@@ -6,6 +6,7 @@ this is the price of its features; this is what any Python proxy on this machine
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,7 +17,8 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-UPSTREAM = os.environ.get("UPSTREAM", "http://127.0.0.1:9000")
+# Several comma-separated upstreams are used in turn: a plain round-robin load balancer.
+UPSTREAMS = itertools.cycle(os.environ.get("UPSTREAM", "http://127.0.0.1:9000").split(","))
 session: aiohttp.ClientSession | None = None
 
 
@@ -32,7 +34,8 @@ async def proxy(request: Request) -> StreamingResponse:
     assert session is not None
     body = await request.body()
     headers = {"content-type": request.headers.get("content-type", "application/json")}
-    upstream = await session.post(UPSTREAM + request.url.path, data=body, headers=headers)
+    target = next(UPSTREAMS) + request.url.path
+    upstream = await session.post(target, data=body, headers=headers)
 
     async def relay() -> AsyncIterator[bytes]:
         try:

@@ -8,15 +8,15 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.error import HTTPError, URLError
-from urllib.request import urlopen
+from typing import Any
 
 import yaml
+
+from swapgate.demo import wait_until_serving
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 STARTUP_TIMEOUT = 30.0
@@ -25,11 +25,12 @@ FIXED_ANSWER = (
     '"message":{"role":"assistant","content":"Hello from the fixed upstream."},'
     '"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":6,"total_tokens":7}}'
 )
-NGINX_FIXED = """
+# A whole nginx.conf that keeps every file under {root}; {servers} are its server blocks.
+NGINX_MAIN = """
 worker_processes 1;
 daemon off;
 pid {root}/nginx.pid;
-error_log {root}/error.log crit;
+error_log {root}/error.log warn;
 events {{ worker_connections 4096; }}
 http {{
   access_log off;
@@ -39,13 +40,16 @@ http {{
   uwsgi_temp_path {root}/uwsgi;
   scgi_temp_path {root}/scgi;
   keepalive_requests 1000000;
+{servers}
+}}
+"""
+FIXED_SERVER = """
   server {{
     listen 127.0.0.1:{port};
     default_type application/json;
     location = /v1/models {{ return 200 '{{"object":"list","data":[{{"id":"m"}}]}}'; }}
     location / {{ return 200 '{answer}'; }}
   }}
-}}
 """
 
 
@@ -79,27 +83,11 @@ def running(
 ) -> Iterator[Proc]:
     process = subprocess.Popen(command, env={**os.environ, **(env or {})})
     try:
-        _wait_http(url, process)
+        wait_until_serving(url + "/v1/models", process, STARTUP_TIMEOUT)
         yield Proc(name, url, process)
     finally:
         process.terminate()
         process.wait(timeout=15)
-
-
-def _wait_http(url: str, process: subprocess.Popen[bytes]) -> None:
-    """Return once anything answers HTTP at ``url`` (a 404 counts)."""
-    deadline = time.monotonic() + STARTUP_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{process.args!r} exited with {process.returncode}")
-        try:
-            with urlopen(url + "/v1/models", timeout=1):
-                return
-        except HTTPError:
-            return
-        except (URLError, OSError):
-            time.sleep(0.1)
-    raise RuntimeError(f"nothing answered at {url} within {STARTUP_TIMEOUT}s")
 
 
 @contextmanager
@@ -109,7 +97,8 @@ def fixed_upstream() -> Iterator[Proc]:
     port = free_port()
     with tempfile.TemporaryDirectory() as root:
         config = Path(root) / "nginx.conf"
-        config.write_text(NGINX_FIXED.format(root=root, port=port, answer=FIXED_ANSWER))
+        server = FIXED_SERVER.format(port=port, answer=FIXED_ANSWER)
+        config.write_text(NGINX_MAIN.format(root=root, servers=server))
         command = [nginx, "-c", str(config), "-p", root]
         with running("nginx", command, f"http://127.0.0.1:{port}") as proc:
             yield proc
@@ -126,12 +115,19 @@ def simulator(token_rate: float) -> Iterator[Proc]:
 
 @contextmanager
 def swapgate(upstream: str) -> Iterator[Proc]:
-    port = free_port()
+    """swapgate in front of one fixed-model upstream: every request on the warm path."""
     config = {
-        "server": {"port": port, "access_log": False, "log_level": "warning"},
         "routing": {"poll_interval": "5s"},
         "instances": [{"name": "up", "kind": "openai", "url": upstream, "models": ["m"]}],
     }
+    with swapgate_with(config) as proc:
+        yield proc
+
+
+@contextmanager
+def swapgate_with(config: dict[str, Any]) -> Iterator[Proc]:
+    port = free_port()
+    config = {**config, "server": {"port": port, "access_log": False, "log_level": "warning"}}
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
         yaml.safe_dump(config, handle)
     command = [sys.executable, "-m", "swapgate", "serve", "--config", handle.name]

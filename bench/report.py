@@ -7,6 +7,7 @@ from datetime import datetime
 from pathlib import Path
 
 from bench.load import StreamResult, WrkResult
+from bench.sections import section
 
 
 @dataclass
@@ -124,15 +125,15 @@ class Report:
     def write(self, markdown: Path, plot: Path) -> None:
         self._plot(plot)
         notes = "".join(f"- {note}\n" for note in self.notes)
-        markdown.write_text(
-            MARKDOWN.format(
-                date=self.started.strftime("%Y-%m-%d %H:%M UTC"),
-                machine=self.machine,
-                tables=self.markdown(),
-                notes=notes or "- none\n",
-                plot=plot.name,
-            )
+        kept = section(markdown, "swaps")  # the trace-replay section is bench.swaps's
+        text = MARKDOWN.format(
+            date=self.started.strftime("%Y-%m-%d %H:%M UTC"),
+            machine=self.machine,
+            tables=self.markdown(),
+            notes=notes or "- none\n",
+            plot=plot.name,
         )
+        markdown.write_text(text + (f"\n{kept}\n" if kept else ""))
 
     def _plot(self, path: Path) -> None:
         import matplotlib

@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from urllib.error import URLError
+from urllib.error import HTTPError, URLError
 from urllib.parse import urlsplit
 from urllib.request import urlopen
 
@@ -49,14 +49,19 @@ def simulator(instance: InstanceConfig, load_time: float) -> Iterator[None]:
         process.wait(timeout=10)
 
 
-def wait_until_serving(url: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT
+def wait_until_serving(
+    url: str, process: subprocess.Popen[bytes], timeout: float = STARTUP_TIMEOUT
+) -> None:
+    """Return once anything answers HTTP at ``url`` (an error status counts: it is serving)."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"the simulator for {url} exited with {process.returncode}")
+            raise RuntimeError(f"{process.args!r} for {url} exited with {process.returncode}")
         try:
             with urlopen(url, timeout=1):
                 return
+        except HTTPError:
+            return
         except (URLError, OSError):
             time.sleep(0.1)
     raise RuntimeError(f"the simulator for {url} did not start within {STARTUP_TIMEOUT:g}s")

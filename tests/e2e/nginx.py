@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from bench.procs import NGINX_MAIN
 from tests.e2e.processes import _die_with_parent, free_port, wait_http
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
@@ -26,22 +27,7 @@ SERVER = """
   }}
 """
 
-MAIN = """
-worker_processes 1;
-daemon off;
-pid {root}/nginx.pid;
-error_log {root}/error.log warn;
-events {{ worker_connections 512; }}
-http {{
-  access_log off;
-  client_body_temp_path {root}/body;
-  proxy_temp_path {root}/proxy;
-  fastcgi_temp_path {root}/fastcgi;
-  uwsgi_temp_path {root}/uwsgi;
-  scgi_temp_path {root}/scgi;
-{servers}
-}}
-"""
+MAIN = NGINX_MAIN
 
 
 @contextmanager

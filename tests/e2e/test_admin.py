@@ -136,6 +136,16 @@ def test_a_lone_pinned_instance_makes_other_models_wait_not_evict() -> None:
             assert sim.stats()["resident"] == {"p": "ready"}
 
 
+def test_a_preload_that_does_not_wait_answers_202(pair) -> None:
+    gw, _, two = pair
+    with gw.admin(TOKEN) as admin:
+        admin.post("/admin/unload", json={"model": "x"}).raise_for_status()
+        started = admin.post("/admin/preload?wait=false", json={"model": "x", "instance": "gpu-b"})
+        assert started.status_code == 202
+        assert started.json() == {"status": "started", "model": "x"}
+        wait_for(lambda: two.stats()["resident"] == {"x": "ready"}, timeout=5)
+
+
 def test_drained_instances_take_no_new_requests(pair) -> None:
     gw, _, _ = pair
     with gw.admin(TOKEN) as admin:

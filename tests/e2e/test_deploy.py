@@ -58,15 +58,7 @@ def test_the_nginx_snippet_streams_unbuffered(gw, tmp_path) -> None:
     snippet = snippet.replace("listen 80;", f"listen 127.0.0.1:{port};")
     config = tmp_path / "nginx.conf"
     config.write_text(MAIN.format(root=tmp_path, servers=snippet))
-    process = subprocess.Popen(
-        [NGINX, "-c", str(config), "-p", str(tmp_path)], preexec_fn=_die_with_parent
-    )
-    try:
-        wait_http(f"http://127.0.0.1:{port}/healthz", process)
-        _assert_streams_unbuffered(f"http://127.0.0.1:{port}")
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    _assert_proxy_streams_unbuffered([NGINX, "-c", str(config), "-p", str(tmp_path)], port)
 
 
 @contextmanager
@@ -96,13 +88,19 @@ def test_the_caddyfile_streams_unbuffered(gw, tmp_path) -> None:
     config = tmp_path / "Caddyfile"
     config.write_text(caddyfile)
     with _caddy_home() as env:
-        process = subprocess.Popen(
-            [CADDY, "run", "--config", str(config), "--adapter", "caddyfile"],
-            env=env, preexec_fn=_die_with_parent, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        try:
-            wait_http(f"http://127.0.0.1:{port}/healthz", process)
-            _assert_streams_unbuffered(f"http://127.0.0.1:{port}")
-        finally:
-            process.terminate()
-            process.wait(timeout=10)
+        command = [CADDY, "run", "--config", str(config), "--adapter", "caddyfile"]
+        _assert_proxy_streams_unbuffered(command, port, env)
+
+
+def _assert_proxy_streams_unbuffered(
+    command: list[str], port: int, env: dict[str, str] | None = None
+) -> None:
+    process = subprocess.Popen(
+        command, env=env, preexec_fn=_die_with_parent, stderr=subprocess.DEVNULL
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", process)
+        _assert_streams_unbuffered(f"http://127.0.0.1:{port}")
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

@@ -1,0 +1,106 @@
+"""Open-loop replay of a trace against a gateway in front of simulated instances.
+
+Each request is sent at its time in the trace (compressed by ``SPEEDUP``), whether or not the
+ones before it were answered, as real clients do. Swaps are counted by the simulators.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+
+import httpx
+
+from bench import procs
+from bench.trace import Request
+
+SPEEDUP = 30.0  # trace seconds per replay second
+LOAD_SECONDS = 20.0  # a swap, in trace time
+MODELS = ("chat-a", "chat-b", "coder", "batch")
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    swaps: int
+    p50_s: float
+    p95_s: float
+    max_s: float
+    mean_wait_s: float
+    errors: int
+
+
+@contextmanager
+def simulators(count: int) -> Iterator[list[procs.Proc]]:
+    with ExitStack() as stack:
+        yield [stack.enter_context(_simulator()) for _ in range(count)]
+
+
+@contextmanager
+def _simulator() -> Iterator[procs.Proc]:
+    port = procs.free_port()
+    command = [sys.executable, "-m", "swapgate", "sim", "--flavor", "llama-swap",
+               "--port", str(port), "--models", ",".join(MODELS), "--capacity", "1",
+               "--load-time", str(LOAD_SECONDS / SPEEDUP), "--ttft", "0",
+               "--token-rate", str(30 * SPEEDUP)]  # fmt: skip
+    with procs.running("sim", command, f"http://127.0.0.1:{port}") as proc:
+        yield proc
+
+
+def swapgate_config(sims: Sequence[procs.Proc], eviction: str) -> dict[str, object]:
+    return {
+        "routing": {
+            "eviction": eviction,
+            "poll_interval": "1s",
+            "min_residency": f"{30 / SPEEDUP:.3f}s",
+            "expected_swap": f"{LOAD_SECONDS / SPEEDUP:.3f}s",
+            "max_wait": "120s",
+        },
+        "keepalive": {"early_headers_after": "300s"},
+        "instances": [
+            {"name": f"gpu-{i}", "kind": "llama-swap", "url": sim.url, "models": list(MODELS)}
+            for i, sim in enumerate(sims)
+        ],
+    }
+
+
+def replay(url: str, trace: Sequence[Request], sims: Sequence[procs.Proc]) -> ReplayResult:
+    loads_before = sum(_loads(sim) for sim in sims)
+    outcomes = asyncio.run(_send_all(url, trace))
+    latencies = sorted(seconds for seconds, _, _ in outcomes)
+    quantiles = statistics.quantiles(latencies, n=100)
+    return ReplayResult(
+        swaps=sum(_loads(sim) for sim in sims) - loads_before,
+        p50_s=quantiles[49] * SPEEDUP,
+        p95_s=quantiles[94] * SPEEDUP,
+        max_s=latencies[-1] * SPEEDUP,
+        mean_wait_s=statistics.fmean(wait for _, _, wait in outcomes) * SPEEDUP,
+        errors=sum(1 for _, status, _ in outcomes if status != 200),
+    )
+
+
+async def _send_all(url: str, trace: Sequence[Request]) -> list[tuple[float, int, float]]:
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
+        started = time.monotonic()
+
+        async def send(request: Request) -> tuple[float, int, float]:
+            await asyncio.sleep(max(0.0, started + request.at / SPEEDUP - time.monotonic()))
+            sent = time.monotonic()
+            body = {"model": request.model, "messages": [], "max_tokens": request.tokens}
+            try:
+                response = await client.post("/v1/chat/completions", json=body)
+            except httpx.HTTPError:
+                return time.monotonic() - sent, 0, 0.0
+            waited = float(response.headers.get("x-swapgate-wait-ms", 0)) / 1000
+            return time.monotonic() - sent, response.status_code, waited
+
+        return list(await asyncio.gather(*(send(r) for r in trace)))
+
+
+def _loads(sim: procs.Proc) -> int:
+    return sum(httpx.get(f"{sim.url}/sim/stats", timeout=10).json()["loads"].values())
