@@ -58,7 +58,7 @@ def swapgate_config(sims: Sequence[procs.Proc], eviction: str) -> dict[str, obje
             "poll_interval": "1s",
             "min_residency": f"{30 / SPEEDUP:.3f}s",
             "expected_swap": f"{LOAD_SECONDS / SPEEDUP:.3f}s",
-            "max_wait": "120s",
+            "max_wait": f"{120 / SPEEDUP:.3f}s",  # 120 s of trace time
         },
         "keepalive": {"early_headers_after": "300s"},
         "instances": [

@@ -77,7 +77,15 @@ def render(rows: list[Row], duration: float) -> str:
         "chat models, steady coding traffic, blocks of long batch prompts), replayed open-loop "
         f"{SPEEDUP:.0f}× faster through each contender in front of simulated llama-swap "
         "instances (capacity 1, 20 s swaps); latencies are in trace seconds. Offline counts are "
-        "what each strategy needs on the same trace with perfect timing.",
+        "what each strategy needs on the same trace with perfect timing. swapgate runs with "
+        "`min_residency` 30 s, `expected_swap` 20 s and `max_wait` 120 s (trace time); a request "
+        "still waiting at `max_wait` gets 503 and counts as an error.",
+        "",
+        "How to read it: the offline optimum serves every request the moment it arrives, in "
+        "order; swapgate queues requests for a cold model while the instances are busy and serves "
+        "the queue together after one swap, so it can need fewer swaps than the in-order optimum, "
+        "paid for in waiting (the p95 column). The one-instance row is the same gateway in front "
+        "of a single instance: it cannot keep up and sheds load at `max_wait`.",
         "",
         "| seed | instances | strategy | swaps offline | swaps replayed | p50 | p95 | max "
         "| mean wait | errors |",

@@ -297,8 +297,9 @@ class Registry:
         if inst is None:
             return  # removed by a reload while this request ran
         slot = inst.slot(model)
-        inst.inflight -= 1
-        slot.inflight -= 1
+        # max(): a reload that replaced the instance (new URL or kind) started it from zero.
+        inst.inflight = max(0, inst.inflight - 1)
+        slot.inflight = max(0, slot.inflight - 1)
         slot.last_used = self._clock()
         self._notify()
 
