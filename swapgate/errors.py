@@ -12,6 +12,7 @@
     │   └── UpstreamUnreachable     the connection failed before any byte was sent
     ├── NoCapacity              503 no_capacity            (+ Retry-After)
     │   └── SwapFailed          503 swap_failed            the swap a request waited for failed
+    ├── ShuttingDown            503 shutting_down          told in-band when shutdown_grace ends
     └── UpstreamTimeout         504 upstream_timeout
     DriverError                 a control-plane call to an instance failed (poll, load, unload)
 
@@ -103,6 +104,11 @@ class NoCapacity(SwapgateError):
 
 class SwapFailed(NoCapacity):
     code = "swap_failed"
+
+
+class ShuttingDown(SwapgateError):
+    status = 503
+    code = "shutting_down"
 
 
 class UpstreamTimeout(SwapgateError):

@@ -24,6 +24,7 @@ from swapgate.catalog import Catalog
 from swapgate.config import Settings
 from swapgate.errors import (
     ModelNotFound,
+    ShuttingDown,
     SwapgateError,
     UpstreamError,
     UpstreamUnreachable,
@@ -62,6 +63,7 @@ class Exchange:
     route: str = "none"
     waited: float = 0.0
     failed: SwapgateError | None = None  # an error told in-band, after a committed 200
+    event_stream: bool | None = None  # whether the upstream's answer under way is a stream
 
 
 class ProxyEndpoint:
@@ -85,6 +87,7 @@ class ProxyEndpoint:
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         ex = Exchange(scope["method"], scope["path"], _request_id(headers))
         writer = ResponseWriter(send, [(b"x-request-id", ex.request_id.encode())])
+        plan: KeepalivePlan | None = None
         try:
             self._auth.check(headers)
             body = await read_body(receive, self._max_body)
@@ -99,6 +102,17 @@ class ProxyEndpoint:
             await self._fail(ex, writer, exc)
         except ConnectionAbortedError:
             writer.status = 499  # nginx's "client closed request", for the log and metrics
+        except asyncio.CancelledError:
+            # The server is shutting down and shutdown_grace has run out (SPEC §4.8): a stream
+            # ends with one in-band error, never silently truncated.
+            streaming = ex.event_stream
+            if streaming is None:  # committed by keep-alives (or nothing sent yet)
+                streaming = plan is not None and plan.is_event_stream
+            if writer.started and streaming:
+                ex.failed = ShuttingDown("swapgate is shutting down; retry the request")
+                with contextlib.suppress(Exception):
+                    await writer.end(sse_error(ex.failed))
+            raise
         finally:
             self._record(ex, ex.failed.status if ex.failed else writer.status)
 
@@ -152,6 +166,7 @@ class ProxyEndpoint:
             if pinger is not None and writer.started:
                 await self._finish_committed(response, writer, pinger, ex)
             else:
+                ex.event_stream = response.is_event_stream
                 await writer.start(response.status, self._response_headers(response, ex))
                 await self._relay_body(response, writer, response.is_event_stream)
         finally:

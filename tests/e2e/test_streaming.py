@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import time
 from collections.abc import Iterable, Iterator
@@ -110,3 +111,20 @@ def test_an_upstream_that_dies_mid_stream_ends_with_one_error_event(pair) -> Non
 def _collect(stream: Iterable[ChatCompletionChunk], into: list[str]) -> None:
     for chunk in stream:
         into.append(chunk.choices[0].delta.content or "")
+
+
+def test_a_stream_still_open_when_shutdown_grace_ends_gets_an_in_band_error() -> None:
+    with simulator(load_time=0.1, token_rate=4) as sim:
+        config = {"instances": [instance("gpu-a", sim)], "server": {"shutdown_grace": "1s"}}
+        with gateway(config) as gw:
+            body = {"model": "a", "messages": MESSAGES, "stream": True, "max_tokens": 40}
+            lines = []
+            with httpx.stream("POST", f"{gw.url}/v1/chat/completions", json=body, timeout=30) as r:
+                stream = r.iter_lines()
+                lines.append(next(stream))
+                gw.process.send_signal(signal.SIGTERM)
+                lines += [line for line in stream if line]
+            gw.process.wait(timeout=10)
+    assert lines[0].startswith("data: {")
+    assert '"code": "shutting_down"' in lines[-1]
+    assert "[DONE]" not in lines[-1]
