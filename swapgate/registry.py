@@ -178,8 +178,11 @@ class Registry:
     def queue_depths(self) -> dict[str, int]:
         return {model: n for model, n in self._queued.items() if n}
 
+    def up_names(self) -> list[str]:
+        return [name for name, inst in self._instances.items() if inst.up]
+
     def ready(self) -> bool:
-        return any(inst.up for inst in self._instances.values())
+        return bool(self.up_names())
 
     # -- waiting -------------------------------------------------------------------------------
 

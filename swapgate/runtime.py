@@ -89,7 +89,7 @@ class Runtime:
         self.scheduler.start(self.settings.preloads)
         self._watch_sighup()
         self.started = True
-        up = [name for name in self.registry.names() if self.registry.is_up(name)]
+        up = self.registry.up_names()
         log.info("swapgate started: %d of %d instances up", len(up), len(self.drivers))
 
     async def reload(self) -> Settings:

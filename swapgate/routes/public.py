@@ -27,7 +27,7 @@ def public_routes(runtime: Runtime) -> APIRouter:
 
     @router.get("/readyz")
     async def readyz() -> JSONResponse:
-        up = [name for name in runtime.registry.names() if runtime.registry.is_up(name)]
+        up = runtime.registry.up_names()
         ready = runtime.started and bool(up)
         body = {"status": "ready" if ready else "not ready", "instances_up": up}
         return JSONResponse(body, status_code=200 if ready else 503)
