@@ -155,6 +155,7 @@ class Registry:
         self._queued: dict[str, int] = {}
         self._changed = asyncio.Event()
         self._waiters = 0
+        self._known: frozenset[str] | None = None
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -166,8 +167,12 @@ class Registry:
         return list(self._instances)
 
     def known_models(self) -> frozenset[str]:
-        served = (inst.serves for inst in self._instances.values())
-        return self._catalog.configured.union(*served)
+        """Every model some instance serves or the config names; asked on every request, so
+        kept until a poll or a reload changes what the instances serve."""
+        if self._known is None:
+            served = (inst.serves for inst in self._instances.values())
+            self._known = self._catalog.configured.union(*served)
+        return self._known
 
     def is_up(self, name: str) -> bool:
         return self._instances[name].up
@@ -217,6 +222,7 @@ class Registry:
         inst = self._instances[name]
         if report.available is not None and inst.config.models is None:
             inst.serves = frozenset(self._catalog.client_name(name, u) for u in report.available)
+            self._known = None
         inst.up, inst.poll_failures = True, 0
         if inst.generation == generation and inst.swapping is None:
             self._apply_running(inst, report)
@@ -349,6 +355,7 @@ class Registry:
                 inst.serves = _configured_models(conf, catalog)
             kept[conf.name] = inst
         self._instances = kept
+        self._known = None
         self._notify()
 
 
