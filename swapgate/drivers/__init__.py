@@ -22,4 +22,5 @@ __all__ = ["DRIVERS", "Driver", "make_driver"]
 
 
 def make_driver(instance: InstanceConfig, client: httpx.AsyncClient) -> Driver:
-    return DRIVERS[instance.kind](instance.url, client, secret(instance.api_key_env))
+    discover = instance.models is None
+    return DRIVERS[instance.kind](instance.url, client, secret(instance.api_key_env), discover)

@@ -20,9 +20,17 @@ LOAD_TIMEOUT = httpx.Timeout(None, connect=5.0)
 class Driver(ABC):
     """One backend instance, spoken to in its own API (SPEC §7)."""
 
-    def __init__(self, url: str, client: httpx.AsyncClient, api_key: str | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        client: httpx.AsyncClient,
+        api_key: str | None = None,
+        discover: bool = True,
+    ) -> None:
         self.url = url
         self._client = client
+        # False when the config lists the instance's models: polls then skip the model list.
+        self._discover = discover
         self._headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
 
     @abstractmethod

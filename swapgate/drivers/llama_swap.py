@@ -24,7 +24,8 @@ class LlamaSwapDriver(Driver):
             }
         except (KeyError, TypeError) as exc:
             raise DriverError("GET /running: expected {'running': [{'model', 'state'}]}") from exc
-        return InstanceReport(running=running, available=await self._openai_models())
+        available = await self._openai_models() if self._discover else None
+        return InstanceReport(running=running, available=available)
 
     async def load(self, model: str) -> None:
         # The health request blocks while llama-swap starts the model; a 5xx is a failed start.

@@ -15,10 +15,10 @@ LOAD_KEEP_ALIVE = -1
 class OllamaDriver(Driver):
     async def state(self) -> InstanceReport:
         running = _names(await self._json("/api/ps"), "/api/ps")
-        available = _names(await self._json("/api/tags"), "/api/tags")
-        return InstanceReport(
-            running=dict.fromkeys(running, WarmState.WARM), available=frozenset(available)
-        )
+        available = None
+        if self._discover:
+            available = frozenset(_names(await self._json("/api/tags"), "/api/tags"))
+        return InstanceReport(running=dict.fromkeys(running, WarmState.WARM), available=available)
 
     async def load(self, model: str) -> None:
         await self._generate(model, LOAD_KEEP_ALIVE)

@@ -151,3 +151,14 @@ async def test_swap_on_request_tracks_nothing_and_warms_with_one_token(api, clie
     await driver.load("qwen")
     sent = json.loads(route.calls.last.request.content)
     assert (sent["model"], sent["max_tokens"]) == ("qwen", 1)
+
+
+async def test_instances_with_listed_models_are_not_asked_for_their_model_list(api, client) -> None:
+    api.get("/running").respond(json={"running": []})
+    api.get("/api/ps").respond(json={"models": []})
+    listing = api.get("/v1/models").respond(json=MODELS)
+    tags = api.get("/api/tags").respond(json={"models": []})
+    assert (await LlamaSwapDriver(URL, client, discover=False).state()).available is None
+    assert (await OllamaDriver(URL, client, discover=False).state()).available is None
+    assert not listing.called
+    assert not tags.called
