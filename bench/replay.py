@@ -17,11 +17,10 @@ from dataclasses import dataclass
 import httpx
 
 from bench import procs
-from bench.trace import Request
+from bench.trace import MODELS, Request
 
 SPEEDUP = 30.0  # trace seconds per replay second
 LOAD_SECONDS = 20.0  # a swap, in trace time
-MODELS = ("chat-a", "chat-b", "coder", "batch")
 
 
 @dataclass(frozen=True)
@@ -31,6 +30,7 @@ class ReplayResult:
     p95_s: float
     max_s: float
     mean_wait_s: float
+    max_wait_s: float
     errors: int
 
 
@@ -79,6 +79,7 @@ def replay(url: str, trace: Sequence[Request], sims: Sequence[procs.Proc]) -> Re
         p95_s=quantiles[94] * SPEEDUP,
         max_s=latencies[-1] * SPEEDUP,
         mean_wait_s=statistics.fmean(wait for _, _, wait in outcomes) * SPEEDUP,
+        max_wait_s=max(wait for _, _, wait in outcomes) * SPEEDUP,
         errors=sum(1 for _, status, _ in outcomes if status != 200),
     )
 

@@ -1,15 +1,23 @@
 """Seeded traces of a realistic day, and offline scorers that count the swaps each strategy needs.
 
-A day has three workloads, each on its own model(s): short interactive bursts (a team chatting
-with one of two chat models), steady medium traffic (a coding assistant), and blocks of long batch
-prompts (a nightly-style job, a few times a day). Scorers see the whole trace at once.
+A day has four workloads, each on its own model(s): short interactive bursts (a team chatting
+with one of two chat models), steady medium traffic (a coding assistant), blocks of long batch
+prompts (a nightly-style job, a few times a day) and a long tail of rarely used models (vision,
+SQL, translation: a request or two every few minutes). There are more models than instances, and
+their rates differ by an order of magnitude: the traffic on which victim choice matters.
+Scorers see the whole trace at once.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+TIME_LIMIT = 60.0  # seconds the solver may take; then its proven lower bound is the answer
+TAIL = ("vision", "sql", "translate")
+MODELS = ("chat-a", "chat-b", "coder", "rag", "batch", *TAIL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +41,10 @@ def generate(seed: int, duration: float = 3600.0) -> list[Request]:
     while t < duration:  # steady medium traffic
         t += dice.expovariate(1 / 12)
         requests.append(Request(t, "coder", dice.randint(40, 120)))
+    t = 0.0
+    while t < duration:  # steady light traffic: often idle longer than min_residency
+        t += dice.expovariate(1 / 45)
+        requests.append(Request(t, "rag", dice.randint(20, 60)))
     t = dice.uniform(0, duration / 4)
     while t < duration:  # blocks of long batch prompts
         for i in range(dice.randint(10, 25)):
@@ -40,6 +52,12 @@ def generate(seed: int, duration: float = 3600.0) -> list[Request]:
                 Request(t + i * dice.uniform(1.0, 3.0), "batch", dice.randint(150, 300))
             )
         t += dice.uniform(duration / 5, duration / 3)
+    for model in TAIL:  # the long tail: one to three requests, every few minutes
+        t = dice.uniform(0, 240)
+        while t < duration:
+            for _ in range(dice.randint(1, 3)):
+                requests.append(Request(t + dice.uniform(0, 10), model, dice.randint(30, 90)))
+            t += dice.expovariate(1 / 300)
     return sorted((r for r in requests if r.at < duration), key=lambda r: r.at)
 
 
@@ -96,3 +114,81 @@ def _next_uses(trace: Sequence[Request]) -> list[dict[str, int]]:
         result[index] = dict(upcoming)
         upcoming[trace[index].model] = index
     return result
+
+
+def optimum(trace: Sequence[Request], instances: int, max_wait: float, swap_time: float) -> int:
+    """The fewest swaps any schedule needs, however clairvoyant, if it may hold each request up to
+    ``max_wait`` seconds and so reorder and group them as it likes: a lower bound, solved exactly
+    as an integer program (HiGHS, through SciPy).
+
+    Time runs in steps of half a swap. n[t, m] is how many instances hold model m in step t, at
+    most ``instances`` in all; a model is usable in step t only if it was held in step t - 1 too (a
+    swap takes two steps); every request needs its model usable in some step between its arrival
+    and ``max_wait`` later; each increase of n is a swap. The relaxations (instant service, no
+    throughput limit, any instance's copy counts) only make the bound lower. Should the solver
+    run out of ``TIME_LIMIT``, the bound it has proven so far is returned: still a lower bound.
+    """
+    import numpy as np
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import lil_array
+
+    step = swap_time / 2
+    models = sorted({r.model for r in trace})
+    windows = _windows(trace, step, max_wait)
+    steps = max(b for _, _, b in windows) + 1
+    size = steps * len(models)  # variables: n, then u (usable), then s (swaps), each [t, m]
+
+    def n(t: int, m: int) -> int:
+        return t * len(models) + m
+
+    rows = lil_array((steps + 3 * size + len(windows), 3 * size))
+    low, high, row = list[float](), list[float](), 0
+    for t in range(steps):
+        for m in range(len(models)):
+            rows[row, n(t, m)] = 1
+        low.append(-np.inf)
+        high.append(instances)
+        row += 1
+    for t in range(steps):
+        for m in range(len(models)):
+            rows[row, 2 * size + n(t, m)], rows[row, n(t, m)] = 1, -1  # s >= n[t] - n[t-1]
+            rows[row + 1, size + n(t, m)], rows[row + 1, n(t, m)] = 1, -1  # u <= n[t]
+            rows[row + 2, size + n(t, m)] = 1  # u <= n[t-1]
+            if t:
+                rows[row, n(t - 1, m)] = 1
+                rows[row + 2, n(t - 1, m)] = -1
+            low += [0, -np.inf, -np.inf]
+            high += [np.inf, 0, 0]
+            row += 3
+    for model, a, b in windows:
+        for t in range(a, b + 1):
+            rows[row, size + n(t, models.index(model))] = 1
+        low.append(1)
+        high.append(np.inf)
+        row += 1
+    cost = np.concatenate([np.zeros(2 * size), np.ones(size)])
+    upper = np.concatenate([np.full(size, instances), np.ones(size), np.full(size, np.inf)])
+    result = milp(
+        cost,
+        constraints=LinearConstraint(rows.tocsr()[:row], low, high),
+        integrality=np.concatenate([np.ones(size), np.zeros(2 * size)]),
+        bounds=Bounds(0, upper),
+        options={"time_limit": TIME_LIMIT},
+    )
+    if result.status == 1 and result.mip_dual_bound is not None:  # out of time: the proven bound
+        return math.ceil(float(result.mip_dual_bound) - 1e-6)
+    if result.status != 0:
+        raise RuntimeError(f"the optimum was not found: {result.message}")
+    return round(float(result.fun))
+
+
+def _windows(trace: Sequence[Request], step: float, max_wait: float) -> list[tuple[str, int, int]]:
+    """Each request's steps (model, first, last), without those that contain another of the same
+    model's: covering the inner one covers the outer one."""
+    spans = sorted({(r.model, int(r.at // step), int((r.at + max_wait) // step)) for r in trace})
+    kept: list[tuple[str, int, int]] = []
+    for model, a, b in spans:  # sorted by start: an inner window starts no earlier
+        while kept and kept[-1][0] == model and kept[-1][2] >= b:
+            kept.pop()
+        kept.append((model, a, b))
+    return kept

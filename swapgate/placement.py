@@ -7,11 +7,15 @@ The rules (SPEC §4.3), in order:
   4. a swap target among candidates not swapping already: free capacity first; else one whose
      victims are evictable (not pinned, not used within ``min_residency``, nothing in flight,
      no request waiting for it), the cheapest victims first: least recently used (``lru``), or
-     least expected cost, request rate × measured swap time (``demand``);
-  5. else queue on the candidate expected to free up first.
+     least expected cost (``demand``): the model's gateway-wide request rate × its measured swap
+     time, nothing if another instance has it warm too;
+  5. first come, first swapped: if a model whose requests have queued longer would take that
+     same swap target, it goes first and this request queues behind it;
+  6. else queue on the candidate expected to free up first.
 
 A model "closing" on an instance (the starvation rule, ``starvation_target``) takes no new
-requests there and is evictable once its in-flight requests are done, residency or not.
+requests there and is evictable once its in-flight requests are done, residency or not; the room
+it leaves is reserved for the starving model.
 """
 
 from __future__ import annotations
@@ -76,28 +80,47 @@ def place(model: str, snap: Snapshot, policy: Policy) -> Decision:
             for i in snap.instances
         )
         return Unavailable(_why_unavailable(model, snap), backing_off)
-    warm = [
-        i for i in candidates if i.state_of(model) is WarmState.WARM and not i.models[model].closing
-    ]
+    warm = [i for i in candidates if _serves_warm(i, model)]
     if warm:
         return Serve(min(warm, key=_load).name)
     loading = [i for i in candidates if i.state_of(model) is WarmState.LOADING]
     if loading:
         return Join(min(loading, key=lambda i: i.swap_done_by).name)
-    return _swap_target(model, candidates, snap.now, policy) or Queue(
-        min(candidates, key=lambda i: frees_up_at(i, snap.now, policy)).name
-    )
+    target = _swap_target(model, candidates, snap, policy)
+    if target is None:
+        return Queue(min(candidates, key=lambda i: frees_up_at(i, snap.now, policy)).name)
+    if _queued_earlier(model, target.instance, snap, policy):
+        return Queue(target.instance)
+    return target
 
 
 def _swap_target(
-    model: str, candidates: list[InstanceView], now: float, policy: Policy
+    model: str, candidates: list[InstanceView], snap: Snapshot, policy: Policy
 ) -> Swap | None:
-    idle = [i for i in candidates if i.swapping is None]
+    idle = [i for i in candidates if i.swapping is None and i.reserved_for in (None, model)]
     free = [i for i in idle if i.resident < i.capacity]
     if free:
         return Swap(min(free, key=_load).name)
-    cheapest = _cheapest_room(idle, now, policy, drain=False)
+    cheapest = _cheapest_room(idle, snap, policy, drain=False)
     return Swap(cheapest[0].name, cheapest[1]) if cheapest else None
+
+
+def _queued_earlier(model: str, instance: str, snap: Snapshot, policy: Policy) -> bool:
+    """Whether another model, queued since before ``model``'s oldest request and not warm or
+    loading anywhere, would take its swap on ``instance``: then that one goes first."""
+    mine = snap.queued.get(model, snap.now)
+    for other, since in snap.queued.items():
+        if other == model or since >= mine or _warm_or_loading(other, snap):
+            continue
+        candidates = [i for i in snap.instances if other in i.serves and i.available(snap.now)]
+        target = _swap_target(other, candidates, snap, policy)
+        if target is not None and target.instance == instance:
+            return True
+    return False
+
+
+def _warm_or_loading(model: str, snap: Snapshot) -> bool:
+    return any(i.state_of(model) is not WarmState.COLD for i in snap.instances)
 
 
 def starvation_target(model: str, snap: Snapshot, policy: Policy) -> Swap | None:
@@ -106,31 +129,34 @@ def starvation_target(model: str, snap: Snapshot, policy: Policy) -> Swap | None
     idle = [
         i
         for i in snap.instances
-        if model in i.serves and i.available(snap.now) and i.swapping is None
+        if model in i.serves
+        and i.available(snap.now)
+        and i.swapping is None
+        and i.reserved_for in (None, model)
     ]
-    cheapest = _cheapest_room(idle, snap.now, policy, drain=True)
+    cheapest = _cheapest_room(idle, snap, policy, drain=True)
     return Swap(cheapest[0].name, cheapest[1]) if cheapest else None
 
 
 def _cheapest_room(
-    instances: list[InstanceView], now: float, policy: Policy, drain: bool
+    instances: list[InstanceView], snap: Snapshot, policy: Policy, drain: bool
 ) -> tuple[InstanceView, tuple[str, ...]] | None:
     options = [
-        (i, victims) for i in instances if (victims := _victims(i, now, policy, drain)) is not None
+        (i, victims) for i in instances if (victims := _victims(i, snap, policy, drain)) is not None
     ]
     if not options:
         return None
-    return min(options, key=lambda o: _room_cost(o[0], o[1], policy))
+    return min(options, key=lambda o: _room_cost(o[0], o[1], snap, policy))
 
 
 def _victims(
-    instance: InstanceView, now: float, policy: Policy, drain: bool = False
+    instance: InstanceView, snap: Snapshot, policy: Policy, drain: bool
 ) -> tuple[str, ...] | None:
     """The cheapest evictable models that make room for one more, if there are enough."""
     needed = instance.resident - instance.capacity + 1
     evictable = sorted(
-        (n for n, m in instance.models.items() if _evictable(m, now, policy, drain)),
-        key=lambda name: _victim_cost(instance, name, policy),
+        (n for n, m in instance.models.items() if _evictable(m, snap.now, policy, drain)),
+        key=lambda name: _victim_cost(instance, name, snap, policy),
     )
     return tuple(evictable[:needed]) if len(evictable) >= needed else None
 
@@ -140,22 +166,38 @@ def _evictable(m: ModelView, now: float, policy: Policy, drain: bool) -> bool:
         return False
     if drain:
         return True  # in-flight requests finish first; residency yields to a starving request
-    recently_used = not m.closing and m.last_used > 0 and now - m.last_used < policy.min_residency
-    return m.inflight == 0 and m.waiting == 0 and not recently_used
+    return m.inflight == 0 and m.waiting == 0 and not _recently_used(m, now, policy)
 
 
-def _victim_cost(instance: InstanceView, name: str, policy: Policy) -> tuple[float, float]:
-    """Sort key of a victim: (expected cost of its return, last use) — last use alone for LRU."""
+def _recently_used(m: ModelView, now: float, policy: Policy) -> bool:
+    return not m.closing and m.last_used > 0 and now - m.last_used < policy.min_residency
+
+
+def _victim_cost(
+    instance: InstanceView, name: str, snap: Snapshot, policy: Policy
+) -> tuple[float, float]:
+    """Sort key of a victim: (expected cost of its return, last use) — last use alone for LRU.
+    The expected cost is the swap seconds per second its requests would bring back: its demand
+    × its measured swap time; none while another instance has it warm to serve them."""
     m = instance.models[name]
-    if policy.eviction == "demand":
-        return (m.rate * policy.eta(instance.name, name), m.last_used)
-    return (0.0, m.last_used)
+    if policy.eviction == "lru":
+        return (0.0, m.last_used)
+    elsewhere = any(
+        i.name != instance.name and i.up and _serves_warm(i, name) for i in snap.instances
+    )
+    cost = 0.0 if elsewhere else snap.demand.get(name, 0.0) * policy.eta(instance.name, name)
+    return (cost, m.last_used)
+
+
+def _serves_warm(instance: InstanceView, model: str) -> bool:
+    view = instance.models.get(model)
+    return view is not None and view.state is WarmState.WARM and not view.closing
 
 
 def _room_cost(
-    instance: InstanceView, victims: tuple[str, ...], policy: Policy
+    instance: InstanceView, victims: tuple[str, ...], snap: Snapshot, policy: Policy
 ) -> tuple[float, float]:
-    costs = [_victim_cost(instance, v, policy) for v in victims]
+    costs = [_victim_cost(instance, v, snap, policy) for v in victims]
     return (sum(c[0] for c in costs), max(c[1] for c in costs))
 
 

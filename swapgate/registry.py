@@ -32,7 +32,6 @@ class ModelView:
     inflight: int
     pinned_until: float
     waiting: int = 0  # requests waiting for this model's swap here: it serves them first
-    rate: float = 0.0  # requests per second here, an exponentially weighted moving average
     closing: bool = False  # no new requests: it makes room for a request waiting too long
 
 
@@ -49,6 +48,7 @@ class InstanceView:
     swapping: str | None
     swap_done_by: float
     backoff_until: float
+    reserved_for: str | None = None  # the starvation rule makes room here for this model only
 
     def state_of(self, model: str) -> WarmState:
         view = self.models.get(model)
@@ -70,6 +70,10 @@ class InstanceView:
 class Snapshot:
     now: float
     instances: tuple[InstanceView, ...]
+    # Requests per second for each model, gateway-wide: an exponentially weighted moving average.
+    demand: Mapping[str, float] = field(default_factory=dict)
+    # For each model with requests queued (not yet sure of a swap), when the oldest one arrived.
+    queued: Mapping[str, float] = field(default_factory=dict)
 
     def instance(self, name: str) -> InstanceView:
         return next(i for i in self.instances if i.name == name)
@@ -83,8 +87,6 @@ class _Slot:
     inflight: int = 0
     pinned_until: float = 0.0
     waiting: int = 0
-    rate: float = 0.0
-    rate_at: float = 0.0
     closing_until: float = 0.0
 
     def set_state(self, state: WarmState, now: float) -> None:
@@ -92,18 +94,25 @@ class _Slot:
             self.state, self.since = state, now
             self.closing_until = 0.0
 
-    def count_request(self, now: float) -> None:
-        self.rate = self.rate_now(now) + 1.0 / DEMAND_WINDOW
-        self.rate_at = now
-
-    def rate_now(self, now: float) -> float:
-        return self.rate * math.exp(-(now - self.rate_at) / DEMAND_WINDOW) if self.rate else 0.0
-
     def view(self, now: float) -> ModelView:
         return ModelView(
             self.state, self.since, self.last_used, self.inflight, self.pinned_until,
-            self.waiting, self.rate_now(now), self.closing_until > now,
+            self.waiting, self.closing_until > now,
         )  # fmt: skip
+
+
+@dataclass(slots=True)
+class _Rate:
+    """Arrivals per second, an exponentially weighted moving average over ``DEMAND_WINDOW``."""
+
+    value: float = 0.0
+    at: float = 0.0
+
+    def count(self, now: float) -> None:
+        self.value, self.at = self.now(now) + 1.0 / DEMAND_WINDOW, now
+
+    def now(self, now: float) -> float:
+        return self.value * math.exp(-(now - self.at) / DEMAND_WINDOW) if self.value else 0.0
 
 
 @dataclass(slots=True)
@@ -119,6 +128,8 @@ class _Instance:
     swapping: str | None = None
     swap_done_by: float = 0.0
     generation: int = 0
+    reserved_for: str | None = None
+    reserved_until: float = 0.0
     slots: dict[str, _Slot] = field(default_factory=dict)
 
     def slot(self, model: str) -> _Slot:
@@ -137,6 +148,7 @@ class _Instance:
             swapping=self.swapping,
             swap_done_by=self.swap_done_by,
             backoff_until=self.backoff_until,
+            reserved_for=self.reserved_for if self.reserved_until > now else None,
         )
 
 
@@ -152,7 +164,8 @@ class Registry:
         self._instances = {
             conf.name: _Instance(conf, _configured_models(conf, catalog)) for conf in instances
         }
-        self._queued: dict[str, int] = {}
+        self._queued: dict[str, list[float]] = {}  # model -> when each queued request arrived
+        self._demand: dict[str, _Rate] = {}
         self._changed = asyncio.Event()
         self._waiters = 0
         self._known: frozenset[str] | None = None
@@ -161,7 +174,12 @@ class Registry:
 
     def snapshot(self) -> Snapshot:
         now = self._clock()
-        return Snapshot(now, tuple(i.view(now) for i in self._instances.values()))
+        return Snapshot(
+            now,
+            tuple(i.view(now) for i in self._instances.values()),
+            {model: rate.now(now) for model, rate in self._demand.items()},
+            {model: min(since) for model, since in self._queued.items() if since},
+        )
 
     def names(self) -> list[str]:
         return list(self._instances)
@@ -181,7 +199,7 @@ class Registry:
         return self._instances[name].generation
 
     def queue_depths(self) -> dict[str, int]:
-        return {model: n for model, n in self._queued.items() if n}
+        return {model: len(since) for model, since in self._queued.items() if since}
 
     def up_names(self) -> list[str]:
         return [name for name, inst in self._instances.items() if inst.up]
@@ -202,13 +220,18 @@ class Registry:
         finally:
             self._waiters -= 1
 
-    def enter_queue(self, model: str) -> int:
-        depth = self._queued.get(model, 0) + 1
-        self._queued[model] = depth
-        return depth
+    def arrived(self, model: str) -> None:
+        """Count a request for ``model`` in its gateway-wide demand, however it is served."""
+        self._demand.setdefault(model, _Rate()).count(self._clock())
 
-    def leave_queue(self, model: str) -> None:
-        self._queued[model] -= 1
+    def enter_queue(self, model: str, since: float) -> int:
+        """Queue a request for ``model`` that arrived at ``since``; returns the queue's depth."""
+        queue = self._queued.setdefault(model, [])
+        queue.append(since)
+        return len(queue)
+
+    def leave_queue(self, model: str, since: float) -> None:
+        self._queued[model].remove(since)
 
     def _notify(self) -> None:
         if self._waiters:
@@ -265,6 +288,7 @@ class Registry:
         inst = self._instances[name]
         now = self._clock()
         inst.swapping, inst.swap_done_by = model, now + eta
+        inst.reserved_for, inst.reserved_until = None, 0.0
         inst.generation += 1
         inst.slot(model).set_state(WarmState.LOADING, now)
         self._notify()
@@ -299,7 +323,6 @@ class Registry:
         inst.inflight += 1
         slot.inflight += 1
         slot.last_used = now
-        slot.count_request(now)
 
     def end_request(self, name: str, model: str) -> None:
         inst = self._instances.get(name)
@@ -318,11 +341,14 @@ class Registry:
         if inst is not None:
             inst.slot(model).waiting += delta
 
-    def close(self, name: str, models: tuple[str, ...], until: float) -> None:
+    def close(self, name: str, models: tuple[str, ...], until: float, room_for: str) -> None:
         """Send no new requests to ``models`` on ``name`` until ``until``, so that they drain
-        and make room for a request that has waited too long (the starvation rule)."""
+        and make room for ``room_for``, whose request has waited too long (the starvation rule).
+        The room is ``room_for``'s: no other model may swap onto ``name`` meanwhile."""
+        inst = self._instances[name]
         for model in models:
-            self._instances[name].slot(model).closing_until = until
+            inst.slot(model).closing_until = until
+        inst.reserved_for, inst.reserved_until = room_for, until
         self._notify()
 
     # -- operators -----------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from swapgate.catalog import Catalog
 from swapgate.config import Settings, secret
@@ -29,7 +29,7 @@ from swapgate.placement import (
     place,
     starvation_target,
 )
-from swapgate.registry import Registry, Snapshot
+from swapgate.registry import Registry
 from swapgate.swaps import SwapCoordinator
 
 log = logging.getLogger("swapgate.router")
@@ -106,11 +106,12 @@ class Router:
         or lease its relay when the fallback policy says so."""
         started = time.monotonic()
         progress = progress or Progress()
+        self._registry.arrived(model)
         decision = place(model, self._registry.snapshot(), self._policy)
         if isinstance(decision, Serve):
             progress.instance, progress.state = decision.instance, "waiting"
             return self._lease(decision.instance, model, None)
-        depth = self._registry.enter_queue(model)
+        depth = self._registry.enter_queue(model, started)
         try:
             if depth > self._settings.routing.queue_limit:
                 relayed = self.relay(model, "queue_full", started)
@@ -122,12 +123,12 @@ class Router:
                 )
             return await self._wait(model, decision, started, progress)
         finally:
-            self._registry.leave_queue(model)
+            self._registry.leave_queue(model, started)
 
     def acquire_warm(self, model: str, besides: str) -> Lease | None:
         """Lease another instance that has ``model`` warm right now, if there is one."""
         snap = self._registry.snapshot()
-        others = Snapshot(snap.now, tuple(i for i in snap.instances if i.name != besides))
+        others = replace(snap, instances=tuple(i for i in snap.instances if i.name != besides))
         decision = place(model, others, self._policy)
         return self._lease(decision.instance, model, None) if isinstance(decision, Serve) else None
 
@@ -208,7 +209,7 @@ class Router:
         if target is None or not target.victims:
             return False
         log.info("%s waits too long: closing %s on %s", model, target.victims, target.instance)
-        self._registry.close(target.instance, target.victims, until)
+        self._registry.close(target.instance, target.victims, until, model)
         return True
 
     def _expected_wait(self, model: str, decision: Decision) -> float:

@@ -29,6 +29,7 @@ class I:  # noqa: E742 - one letter keeps the table readable
     swapping: str | None = None
     swap_done_by: float = 0.0
     backoff_until: float = 0.0
+    reserved_for: str | None = None
 
     def view(self) -> InstanceView:
         models = {
@@ -38,6 +39,7 @@ class I:  # noqa: E742 - one letter keeps the table readable
         return InstanceView(
             self.name, self.up, self.drained, self.capacity, self.weight, self.inflight,
             frozenset(self.serves), models, self.swapping, self.swap_done_by, self.backoff_until,
+            self.reserved_for,
         )  # fmt: skip
 
 
@@ -53,8 +55,12 @@ def model(
     return ModelView(W, 0.0, used, inflight, pinned_until, **more)
 
 
-def snap(*instances: I) -> Snapshot:
-    return Snapshot(NOW, tuple(i.view() for i in instances))
+def snap(
+    *instances: I, demand: dict[str, float] | None = None, queued: dict[str, float] | None = None
+) -> Snapshot:
+    """``demand``: requests per second per model; ``queued``: when each model's oldest queued
+    request arrived."""
+    return Snapshot(NOW, tuple(i.view() for i in instances), demand or {}, queued or {})
 
 
 CASES = [
@@ -186,43 +192,133 @@ DEMAND = Policy(30.0, "demand", lambda instance, _: SWAP_SECONDS.get(instance, 3
 
 
 @pytest.mark.parametrize(
-    ("why", "instances", "lru", "demand"),
+    ("why", "instances", "demand", "lru_decision", "demand_decision"),
     [
         (
             "demand keeps the busy model although it was used longer ago",
-            [I("x", {"b": model(used=500, rate=2.0), "c": model(used=900, rate=0.01)}, capacity=2)],
+            [I("x", {"b": model(used=500), "c": model(used=900)}, capacity=2)],
+            {"a": 1.0, "b": 2.0, "c": 0.01},
             Swap("x", ("b",)),
             Swap("x", ("c",)),
         ),
         (
             "demand weighs the swap time: a rare model that is slow to load stays",
-            [I("x", {"b": model(used=500, rate=0.5)}), I("y", {"c": model(used=400, rate=0.2)})],
+            [I("x", {"b": model(used=500)}), I("y", {"c": model(used=400)})],
+            {"a": 1.0, "b": 0.5, "c": 0.2},  # b: 0.5 × 10 s = 5, c: 0.2 × 60 s = 12
             Swap("y", ("c",)),
             Swap("x", ("b",)),
         ),
         (
             "equal cost: demand falls back to the least recently used",
-            [I("x", {"b": model(used=500, rate=0.0)}), I("y", {"c": model(used=400, rate=0.0)})],
+            [I("x", {"b": model(used=500)}), I("y", {"c": model(used=400)})],
+            {},
             Swap("y", ("c",)),
             Swap("y", ("c",)),
         ),
+        (
+            "a model warm on another instance too costs nothing to evict here",
+            [
+                I("x", {"b": model(used=400)}),
+                I("y", {"c": model(used=500)}),
+                I("z", {"c": model(used=NOW - 1)}),
+            ],
+            {"a": 0.01, "b": 0.1, "c": 5.0},
+            Swap("x", ("b",)),
+            Swap("y", ("c",)),
+        ),
+        (
+            "a copy that is closing does not count as warm elsewhere",
+            [
+                I("x", {"b": model(used=400)}),
+                I("y", {"c": model(used=500)}),
+                I("z", {"c": model(used=NOW - 1, closing=True, inflight=1)}),
+            ],
+            {"a": 1.0, "b": 0.1, "c": 5.0},
+            Swap("x", ("b",)),
+            Swap("x", ("b",)),
+        ),
     ],
 )
-def test_eviction_policies(why: str, instances: list[I], lru: object, demand: object) -> None:
-    assert place("a", snap(*instances), POLICY) == lru
-    assert place("a", snap(*instances), DEMAND) == demand
+def test_eviction_policies(
+    why: str,
+    instances: list[I],
+    demand: dict[str, float],
+    lru_decision: object,
+    demand_decision: object,
+) -> None:
+    assert place("a", snap(*instances, demand=demand), POLICY) == lru_decision
+    assert place("a", snap(*instances, demand=demand), DEMAND) == demand_decision
 
 
 def test_the_starvation_target_drains_the_cheapest_unpinned_victim() -> None:
     from swapgate.placement import starvation_target
 
     busy = [
-        I("x", {"b": model(used=NOW - 1, inflight=3, rate=5.0)}),
-        I("y", {"c": model(used=NOW - 1, inflight=1, rate=0.1)}),
+        I("x", {"b": model(used=NOW - 1, inflight=3)}),
+        I("y", {"c": model(used=NOW - 1, inflight=1)}),
         I("z", {"d": model(used=0.0, pinned_until=NOW + 60)}),
     ]
-    assert place("a", snap(*busy), DEMAND) == Queue("x")
+    demand = {"b": 5.0, "c": 0.1}
+    assert place("a", snap(*busy, demand=demand), DEMAND) == Queue("x")
     # b costs 5 req/s × 10 s = 50, c costs 0.1 req/s × 60 s = 6: drain c
-    assert starvation_target("a", snap(*busy), DEMAND) == Swap("y", ("c",))
+    assert starvation_target("a", snap(*busy, demand=demand), DEMAND) == Swap("y", ("c",))
+    # an instance whose room is already reserved for another starving model is not drained again
+    busy[1].reserved_for = "e"
+    assert starvation_target("a", snap(*busy, demand=demand), DEMAND) == Swap("x", ("b",))
     only_pinned = [I("z", {"d": model(pinned_until=NOW + 60)})]
     assert starvation_target("a", snap(*only_pinned), DEMAND) is None
+
+
+QUEUE_CASES = [
+    (
+        "a model queued earlier takes the only swap target first",
+        [I("x", {"c": model(used=500)})],
+        {"b": NOW - 20, "a": NOW - 5},
+        Queue("x"),
+    ),
+    (
+        "the oldest queued model goes first: a fresh request queues behind it",
+        [I("x", {"c": model(used=500)})],
+        {"b": NOW - 20},
+        Queue("x"),
+    ),
+    (
+        "a model queued later does not hold this one back",
+        [I("x", {"c": model(used=500)})],
+        {"b": NOW - 5, "a": NOW - 20},
+        Swap("x", ("c",)),
+    ),
+    (
+        "an earlier model that would swap elsewhere does not hold this one back",
+        [I("x", {"c": model(used=500)}), I("y", {"d": model(used=400)}, serves=("b", "d"))],
+        {"b": NOW - 20},
+        Swap("x", ("c",)),
+    ),
+    (
+        "an earlier model already loading is no rival",
+        [I("x", {"c": model(used=500)}), I("y", {"b": (L, 0, 0, 0)}, swapping="b")],
+        {"b": NOW - 20},
+        Swap("x", ("c",)),
+    ),
+    (
+        "room reserved for a starving model goes to no other",
+        [I("x", {"c": model(used=500)}, reserved_for="b")],
+        {},
+        Queue("x"),
+    ),
+    (
+        "room reserved for this model is its to take",
+        [I("x", {"c": model(used=NOW - 1, closing=True)}, reserved_for="a")],
+        {"b": NOW - 20},
+        Swap("x", ("c",)),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("why", "instances", "queued", "decision"), QUEUE_CASES, ids=[c[0] for c in QUEUE_CASES]
+)
+def test_first_come_first_swapped(
+    why: str, instances: list[I], queued: dict[str, float], decision: object
+) -> None:
+    assert place("a", snap(*instances, queued=queued), POLICY) == decision

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 
 from swapgate.catalog import Catalog
 from swapgate.config import parse_config
-from swapgate.registry import Registry
+from swapgate.registry import DEMAND_WINDOW, Registry
 from swapgate.state import InstanceReport, WarmState
 
 
@@ -125,11 +126,46 @@ async def test_waiters_wake_on_a_change_and_time_out_without_one() -> None:
 
 def test_queue_depths_only_list_waiting_models() -> None:
     registry, _ = make()
-    assert registry.enter_queue("a") == 1
-    assert registry.enter_queue("a") == 2
-    registry.leave_queue("a")
-    registry.leave_queue("a")
+    assert registry.enter_queue("a", 10.0) == 1
+    assert registry.enter_queue("a", 12.0) == 2
+    assert registry.queue_depths() == {"a": 2}
+    registry.leave_queue("a", 10.0)
+    registry.leave_queue("a", 12.0)
     assert registry.queue_depths() == {}
+
+
+def test_the_snapshot_knows_each_queue_s_oldest_request() -> None:
+    registry, _ = make()
+    registry.enter_queue("a", 12.0)
+    registry.enter_queue("a", 10.0)
+    registry.enter_queue("b", 11.0)
+    assert registry.snapshot().queued == {"a": 10.0, "b": 11.0}
+    registry.leave_queue("a", 10.0)  # the oldest is served: the next one is the oldest now
+    assert registry.snapshot().queued == {"a": 12.0, "b": 11.0}
+
+
+def test_demand_is_a_decaying_rate_of_arrivals_per_model() -> None:
+    registry, clock = make()
+    for _ in range(30):
+        registry.arrived("a")
+    registry.arrived("b")
+    first = registry.snapshot().demand
+    assert first["a"] == pytest.approx(30 / DEMAND_WINDOW)
+    assert first["b"] == pytest.approx(1 / DEMAND_WINDOW)
+    clock.now += DEMAND_WINDOW  # no arrivals for one time constant: down to 1/e
+    assert registry.snapshot().demand["a"] == pytest.approx(30 / DEMAND_WINDOW / math.e)
+
+
+def test_closing_reserves_the_room_for_the_starving_model_until_a_swap_begins() -> None:
+    registry, clock = make(models=["a", "b"])
+    registry.apply_report("x", report({"b": WarmState.WARM}), 0)
+    registry.close("x", ("b",), clock.now + 30, room_for="a")
+    assert registry.snapshot().instance("x").reserved_for == "a"
+    clock.now += 31  # the reservation lapses with the closing
+    assert registry.snapshot().instance("x").reserved_for is None
+    registry.close("x", ("b",), clock.now + 30, room_for="a")
+    registry.begin_swap("x", "a", eta=1)
+    assert registry.snapshot().instance("x").reserved_for is None
 
 
 @pytest.mark.parametrize("all_warm", [True])
