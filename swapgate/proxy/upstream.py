@@ -17,6 +17,9 @@ from swapgate.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
 Headers = Sequence[tuple[str, str]]
 RawHeaders = list[tuple[bytes, bytes]]
 CONNECT_TIMEOUT = 10.0
+# Idle pooled connections are dropped sooner than servers drop them (uvicorn, under vLLM, after
+# 5 s): a request sent on a connection the server is closing fails without an answer.
+KEEPALIVE_TIMEOUT = 4.0
 
 
 class UpstreamResponse:
@@ -67,7 +70,9 @@ class UpstreamClient:
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+            connector=aiohttp.TCPConnector(
+                limit=0, ttl_dns_cache=300, keepalive_timeout=KEEPALIVE_TIMEOUT
+            ),
             timeout=self._timeout,
             auto_decompress=False,
             skip_auto_headers=("User-Agent", "Accept-Encoding"),
@@ -94,9 +99,19 @@ class UpstreamClient:
                 total=None, sock_connect=CONNECT_TIMEOUT, sock_read=read_timeout
             )
         try:
-            response = await self._session.request(
-                method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout
-            )
+            try:
+                response = await self._session.request(
+                    method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout
+                )
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                if isinstance(exc, aiohttp.ClientConnectorError):
+                    raise  # nothing listens: no second try
+                # A pooled connection the server closed as the request went out: no answer came.
+                # Completions have no side effects, so it goes once more; the pool has dropped
+                # the dead connection.
+                response = await self._session.request(
+                    method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout
+                )
         except aiohttp.ClientConnectorError as exc:
             raise UpstreamUnreachable(f"cannot connect to {url}: {exc.strerror}") from exc
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:

@@ -1,0 +1,48 @@
+"""The data plane's client against a real socket server that drops kept-alive connections the way
+uvicorn does after its idle timeout: a request caught by that race must still get its answer."""
+
+from __future__ import annotations
+
+import asyncio
+
+from swapgate.proxy.upstream import UpstreamClient
+
+ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+
+
+async def test_a_request_on_a_connection_the_server_just_closed_is_sent_again() -> None:
+    connections = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await _read_request(reader)
+        writer.write(ANSWER)  # the first request on a connection is answered, kept alive...
+        await writer.drain()
+        await _read_request(reader)
+        writer.close()  # ...the next one finds the server closing it, unanswered
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = UpstreamClient(idle_timeout=5.0)
+    await client.start()
+    try:
+        for _ in range(3):
+            response = await client.open("POST", f"http://127.0.0.1:{port}/v1/x", [], b"{}")
+            assert response.status == 200
+            assert b"".join([chunk async for chunk in response.chunks()]) == b"{}"
+            response.release()
+    finally:
+        await client.aclose()
+        server.close()
+    assert connections == 3  # each dropped connection was replaced by a new one
+
+
+async def _read_request(reader: asyncio.StreamReader) -> None:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        (int(line.split(b":")[1]) for line in head.split(b"\r\n")
+         if line.lower().startswith(b"content-length")),
+        0,
+    )  # fmt: skip
+    await reader.readexactly(length)
