@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,8 @@ class Row:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.swaps", description=__doc__)
-    parser.add_argument("--seeds", default="1,2")
+    parser.add_argument("--seeds", default="1,2,3,4,5,6")
+    parser.add_argument("--detail", type=int, default=2, help="seeds shown row by row")
     parser.add_argument("--instances", default="3,4")
     parser.add_argument("--duration", type=float, default=1200.0, help="trace seconds")
     parser.add_argument("--jobs", type=int, default=4, help="replays run side by side")
@@ -41,7 +43,8 @@ def main() -> int:
     seeds = [int(s) for s in args.seeds.split(",")]
     counts = [int(n) for n in args.instances.split(",")]
     traces = {seed: trace.generate(seed, args.duration) for seed in seeds}
-    runs = [(seed, 1, "lru") for seed in seeds] + [
+    detail = seeds[: args.detail]
+    runs = [(seed, 1, "lru") for seed in detail] + [
         (seed, count, strategy)
         for seed in seeds
         for count in counts
@@ -53,12 +56,13 @@ def main() -> int:
     rows: list[Row] = []
     for seed in seeds:  # offline scorers after the replays: the solver would steal their CPU
         requests = traces[seed]
-        rows.append(Row(seed, 1, "one instance", trace.one_instance(requests),
-                        results[seed, 1, "lru"]))  # fmt: skip
+        if seed in detail:
+            rows.append(Row(seed, 1, "one instance", trace.one_instance(requests),
+                            results[seed, 1, "lru"]))  # fmt: skip
         for count in counts:
             rows += _compare(seed, count, requests, results)
-    markdown = render(rows, args.duration)
-    plot(rows, DOCS / "benchmarks-swaps.png")
+    markdown = render(rows, args.duration, detail)
+    plot([r for r in rows if r.seed in detail], DOCS / "benchmarks-swaps.png")
     replace_section(DOCS / "benchmarks.md", "swaps", markdown)
     print(markdown)
     return 0
@@ -93,7 +97,7 @@ def _replay(requests: list[trace.Request], count: int, strategy: str) -> ReplayR
             return replay(gw.url, requests, sims)
 
 
-def render(rows: list[Row], duration: float) -> str:
+def render(rows: list[Row], duration: float, detail: list[int]) -> str:
     lines = [
         "## Swap economics (trace replay, `make bench-swaps`)",
         "",
@@ -122,7 +126,7 @@ def render(rows: list[Row], duration: float) -> str:
         "| mean wait | errors |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for row in rows:
+    for row in (r for r in rows if r.seed in detail):
         r = row.replayed
         cells = [str(row.seed), str(row.instances), row.strategy,
                  str(row.offline) if row.offline is not None else "–"]  # fmt: skip
@@ -132,8 +136,47 @@ def render(rows: list[Row], duration: float) -> str:
             cells += [str(r.swaps), f"{r.p50_s:.1f} s", f"{r.p95_s:.1f} s", f"{r.max_s:.1f} s",
                       f"{r.mean_wait_s:.1f} s", str(r.errors)]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", *_verdicts(rows), "", "![swaps and p95 latency](benchmarks-swaps.png)"]
+    lines += ["", *_verdicts([r for r in rows if r.seed in detail]), ""]
+    lines += [*_summary(rows), "", "![swaps and p95 latency](benchmarks-swaps.png)"]
     return "\n".join(lines)
+
+
+def _summary(rows: list[Row]) -> list[str]:
+    """Every seed and instance count at once: totals of swaps, means of latencies."""
+    runs = sorted({(r.seed, r.instances) for r in rows if r.instances > 1})
+    seeds = sorted({seed for seed, _ in runs})
+    lines = [
+        f"All {len(runs)} runs (seeds {', '.join(map(str, seeds))} × "
+        f"{', '.join(sorted({str(n) for _, n in runs}))} instances), totals of swaps and means "
+        "of the latency columns:",
+        "",
+        "| strategy | swaps offline | swaps replayed | × optimum | mean p95 | mean wait | errors |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    by_strategy: dict[str, list[Row]] = {}
+    for row in rows:
+        if row.instances > 1:
+            name = "optimum, any order" if row.strategy.startswith("optimum") else row.strategy
+            by_strategy.setdefault(name, []).append(row)
+    best = sum(r.offline or 0 for r in by_strategy["optimum, any order"]) or 1
+    for name, group in by_strategy.items():
+        replayed = [r.replayed for r in group if r.replayed is not None]
+        offline = [r.offline for r in group if r.offline is not None]
+        swaps = sum(r.swaps for r in replayed) if replayed else sum(offline)
+        cells = [
+            name,
+            str(sum(offline)) if offline else "–",
+            str(sum(r.swaps for r in replayed)) if replayed else "–",
+            f"{swaps / best:.2f}×",
+        ]
+        if replayed:
+            cells += [f"{statistics.fmean(r.p95_s for r in replayed):.1f} s",
+                      f"{statistics.fmean(r.mean_wait_s for r in replayed):.1f} s",
+                      str(sum(r.errors for r in replayed))]  # fmt: skip
+        else:
+            cells += ["–"] * 3
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def plot(rows: list[Row], path: Path) -> None:

@@ -8,7 +8,8 @@ The rules (SPEC §4.3), in order:
      victims are evictable (not pinned, not used within ``min_residency``, nothing in flight,
      no request waiting for it), the cheapest victims first: least recently used (``lru``), or
      least expected cost (``demand``): the model's gateway-wide request rate × its measured swap
-     time, nothing if another instance has it warm too;
+     time, nothing if another instance has it warm too. Under ``demand``, ``min_residency``
+     only shields a model from newcomers in less demand than itself;
   5. first come, first swapped: if a model whose requests have queued longer would take that
      same swap target, it goes first and this request queues behind it;
   6. else queue on the candidate expected to free up first.
@@ -101,7 +102,7 @@ def _swap_target(
     free = [i for i in idle if i.resident < i.capacity]
     if free:
         return Swap(min(free, key=_load).name)
-    cheapest = _cheapest_room(idle, snap, policy, drain=False)
+    cheapest = _cheapest_room(idle, snap, policy, _Newcomer(model))
     return Swap(cheapest[0].name, cheapest[1]) if cheapest else None
 
 
@@ -134,15 +135,30 @@ def starvation_target(model: str, snap: Snapshot, policy: Policy) -> Swap | None
         and i.swapping is None
         and i.reserved_for in (None, model)
     ]
-    cheapest = _cheapest_room(idle, snap, policy, drain=True)
+    cheapest = _cheapest_room(idle, snap, policy, _Starving(model))
     return Swap(cheapest[0].name, cheapest[1]) if cheapest else None
 
 
+@dataclass(frozen=True, slots=True)
+class _Newcomer:
+    """Room for ``model`` among models that are done: nothing in flight or awaited."""
+
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Starving:
+    """Room for ``model``, whose request waited too long: busy models drain (the starvation
+    rule), residency or not."""
+
+    model: str
+
+
 def _cheapest_room(
-    instances: list[InstanceView], snap: Snapshot, policy: Policy, drain: bool
+    instances: list[InstanceView], snap: Snapshot, policy: Policy, room: _Newcomer | _Starving
 ) -> tuple[InstanceView, tuple[str, ...]] | None:
     options = [
-        (i, victims) for i in instances if (victims := _victims(i, snap, policy, drain)) is not None
+        (i, victims) for i in instances if (victims := _victims(i, snap, policy, room)) is not None
     ]
     if not options:
         return None
@@ -150,23 +166,44 @@ def _cheapest_room(
 
 
 def _victims(
-    instance: InstanceView, snap: Snapshot, policy: Policy, drain: bool
+    instance: InstanceView, snap: Snapshot, policy: Policy, room: _Newcomer | _Starving
 ) -> tuple[str, ...] | None:
     """The cheapest evictable models that make room for one more, if there are enough."""
     needed = instance.resident - instance.capacity + 1
     evictable = sorted(
-        (n for n, m in instance.models.items() if _evictable(m, snap.now, policy, drain)),
+        (n for n in instance.models if _evictable(instance, n, snap, policy, room)),
         key=lambda name: _victim_cost(instance, name, snap, policy),
     )
     return tuple(evictable[:needed]) if len(evictable) >= needed else None
 
 
-def _evictable(m: ModelView, now: float, policy: Policy, drain: bool) -> bool:
-    if m.state is not WarmState.WARM or m.pinned_until > now:
+def _evictable(
+    instance: InstanceView,
+    name: str,
+    snap: Snapshot,
+    policy: Policy,
+    room: _Newcomer | _Starving,
+) -> bool:
+    m = instance.models[name]
+    if m.state is not WarmState.WARM or m.pinned_until > snap.now:
         return False
-    if drain:
+    if isinstance(room, _Starving):
         return True  # in-flight requests finish first; residency yields to a starving request
-    return m.inflight == 0 and m.waiting == 0 and not _recently_used(m, now, policy)
+    if m.inflight or m.waiting:
+        return False
+    if not _recently_used(m, snap.now, policy):
+        return True
+    # Inside min_residency: under demand, a model yields to a newcomer in more demand than
+    # itself (a model loaded for a rare request does not make a busy one wait out its residency)
+    if policy.eviction != "demand":
+        return False
+    cost, _ = _victim_cost(instance, name, snap, policy)
+    return cost < _worth(instance, room.model, snap, policy)
+
+
+def _worth(instance: InstanceView, model: str, snap: Snapshot, policy: Policy) -> float:
+    """What having ``model`` warm on ``instance`` is worth, in the unit of a victim's cost."""
+    return snap.demand.get(model, 0.0) * policy.eta(instance.name, model)
 
 
 def _recently_used(m: ModelView, now: float, policy: Policy) -> bool:

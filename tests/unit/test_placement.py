@@ -227,6 +227,34 @@ DEMAND = Policy(30.0, "demand", lambda instance, _: SWAP_SECONDS.get(instance, 3
             Swap("y", ("c",)),
         ),
         (
+            "demand: inside min_residency a model yields to a newcomer in more demand",
+            [I("x", {"b": model(used=NOW - 5)})],
+            {"a": 0.1, "b": 0.01},
+            Queue("x"),
+            Swap("x", ("b",)),
+        ),
+        (
+            "demand: inside min_residency a busier model does not yield",
+            [I("x", {"b": model(used=NOW - 5)})],
+            {"a": 0.01, "b": 0.1},
+            Queue("x"),
+            Queue("x"),
+        ),
+        (
+            "demand: a model with a request in flight never yields",
+            [I("x", {"b": model(used=NOW - 5, inflight=1)})],
+            {"a": 0.1, "b": 0.01},
+            Queue("x"),
+            Queue("x"),
+        ),
+        (
+            "demand: a pinned model never yields",
+            [I("x", {"b": model(used=NOW - 5, pinned_until=NOW + 60)})],
+            {"a": 0.1, "b": 0.0},
+            Queue("x"),
+            Queue("x"),
+        ),
+        (
             "a copy that is closing does not count as warm elsewhere",
             [
                 I("x", {"b": model(used=400)}),
