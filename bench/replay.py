@@ -10,6 +10,7 @@ import asyncio
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -32,6 +33,20 @@ class ReplayResult:
     mean_wait_s: float
     max_wait_s: float
     errors: int
+    # (status, count) of the failed requests; status 0: no HTTP answer at all
+    error_statuses: tuple[tuple[int, int], ...] = ()
+
+    def errors_text(self) -> str:
+        return describe_errors(self.error_statuses)
+
+
+def describe_errors(statuses: Sequence[tuple[int, int]]) -> str:
+    """ "0", or the count with its statuses: "2 (503×1, no answer×1)"."""
+    total = sum(n for _, n in statuses)
+    if not total:
+        return "0"
+    kinds = ", ".join(f"{status or 'no answer'}×{n}" for status, n in statuses)
+    return f"{total} ({kinds})"
 
 
 @contextmanager
@@ -81,6 +96,7 @@ def replay(url: str, trace: Sequence[Request], sims: Sequence[procs.Proc]) -> Re
         mean_wait_s=statistics.fmean(wait for _, _, wait in outcomes) * SPEEDUP,
         max_wait_s=max(wait for _, _, wait in outcomes) * SPEEDUP,
         errors=sum(1 for _, status, _ in outcomes if status != 200),
+        error_statuses=tuple(sorted(Counter(s for _, s, _ in outcomes if s != 200).items())),
     )
 
 

@@ -12,12 +12,21 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench import procs, trace
-from bench.replay import LOAD_SECONDS, SPEEDUP, ReplayResult, replay, simulators, swapgate_config
+from bench.replay import (
+    LOAD_SECONDS,
+    SPEEDUP,
+    ReplayResult,
+    describe_errors,
+    replay,
+    simulators,
+    swapgate_config,
+)
 from bench.sections import replace_section
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -134,11 +143,18 @@ def render(rows: list[Row], duration: float, detail: list[int]) -> str:
             cells += ["–"] * 6
         else:
             cells += [str(r.swaps), f"{r.p50_s:.1f} s", f"{r.p95_s:.1f} s", f"{r.max_s:.1f} s",
-                      f"{r.mean_wait_s:.1f} s", str(r.errors)]  # fmt: skip
+                      f"{r.mean_wait_s:.1f} s", r.errors_text()]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", *_verdicts([r for r in rows if r.seed in detail]), ""]
     lines += [*_summary(rows), "", "![swaps and p95 latency](benchmarks-swaps.png)"]
     return "\n".join(lines)
+
+
+def _errors(results: list[ReplayResult]) -> str:
+    statuses: Counter[int] = Counter()
+    for result in results:
+        statuses.update(dict(result.error_statuses))
+    return describe_errors(sorted(statuses.items()))
 
 
 def _summary(rows: list[Row]) -> list[str]:
@@ -172,7 +188,7 @@ def _summary(rows: list[Row]) -> list[str]:
         if replayed:
             cells += [f"{statistics.fmean(r.p95_s for r in replayed):.1f} s",
                       f"{statistics.fmean(r.mean_wait_s for r in replayed):.1f} s",
-                      str(sum(r.errors for r in replayed))]  # fmt: skip
+                      _errors(replayed)]  # fmt: skip
         else:
             cells += ["–"] * 3
         lines.append("| " + " | ".join(cells) + " |")

@@ -351,6 +351,17 @@ class Registry:
         inst.reserved_for, inst.reserved_until = room_for, until
         self._notify()
 
+    def reopen(self, name: str, room_for: str) -> None:
+        """The request the room on ``name`` was made for no longer waits. Unless its swap has
+        begun there (which takes the room), the models closed for it serve again."""
+        inst = self._instances.get(name)
+        if inst is None or inst.reserved_for != room_for:
+            return
+        inst.reserved_for, inst.reserved_until = None, 0.0
+        for slot in inst.slots.values():
+            slot.closing_until = 0.0
+        self._notify()
+
     # -- operators -----------------------------------------------------------------------------
 
     def pin(self, name: str, model: str, until: float) -> None:

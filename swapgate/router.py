@@ -150,11 +150,16 @@ class Router:
         self, model: str, decision: Decision, started: float, progress: Progress
     ) -> Lease:
         waiting_on: list[str] = []  # the instance whose swap of ``model`` this request awaits
+        closed_on: list[str] = []  # the instance the starvation rule made room on for it
         try:
-            return await self._wait_placed(model, decision, started, progress, waiting_on)
+            return await self._wait_placed(
+                model, decision, started, progress, waiting_on, closed_on
+            )
         finally:
             for instance in waiting_on:
                 self._registry.wait_on(instance, model, -1)
+            for instance in closed_on:  # served, relayed, timed out or gone: room not needed
+                self._registry.reopen(instance, model)
 
     async def _wait_placed(
         self,
@@ -163,12 +168,12 @@ class Router:
         started: float,
         progress: Progress,
         waiting_on: list[str],
+        closed_on: list[str],
     ) -> Lease:
         conf = self._settings.model_settings(model)
         max_wait = conf.max_wait or self._settings.routing.max_wait
         deadline = started + max_wait
         starving_at = started + max_wait * self._settings.routing.starvation_after
-        closed = False
         while True:
             self._track_waiting(model, decision, waiting_on)
             if isinstance(decision, Serve):
@@ -185,8 +190,8 @@ class Router:
                 raise error(f"{decision.reason}; retry later", retry_after=self._retry_after(model))
             progress.instance, progress.state = decision.instance, _STATES[type(decision)]
             now = time.monotonic()
-            if isinstance(decision, Queue) and now >= starving_at and not closed:
-                closed = self._close_for(model, deadline)
+            if isinstance(decision, Queue) and now >= starving_at and not closed_on:
+                closed_on += self._close_for(model, deadline)
             remaining = deadline - now
             if remaining <= 0:
                 return self.relay(model, "error", started) or self._timed_out(model, max_wait)
@@ -203,14 +208,15 @@ class Router:
             self._registry.wait_on(target, model, +1)
             waiting_on.append(target)
 
-    def _close_for(self, model: str, until: float) -> bool:
-        """The starvation rule: stop new requests to the cheapest busy victims so they drain."""
+    def _close_for(self, model: str, until: float) -> list[str]:
+        """The starvation rule: stop new requests to the cheapest busy victims so they drain;
+        returns the instance it made room on, if any."""
         target = starvation_target(model, self._registry.snapshot(), self._policy)
         if target is None or not target.victims:
-            return False
+            return []
         log.info("%s waits too long: closing %s on %s", model, target.victims, target.instance)
         self._registry.close(target.instance, target.victims, until, model)
-        return True
+        return [target.instance]
 
     def _expected_wait(self, model: str, decision: Decision) -> float:
         """Seconds until ``model`` would be warm on the decision's instance."""

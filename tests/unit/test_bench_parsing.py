@@ -38,3 +38,10 @@ def test_microsecond_latencies() -> None:
     result = _parse_wrk(output)
     assert result.p50_ms == pytest.approx(0.812)
     assert result.p99_ms == pytest.approx(0.95)
+
+
+def test_replay_errors_are_told_by_status() -> None:
+    from bench.replay import describe_errors
+
+    assert describe_errors([]) == "0"
+    assert describe_errors([(0, 1), (503, 2)]) == "3 (no answer×1, 503×2)"

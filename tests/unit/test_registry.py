@@ -168,6 +168,23 @@ def test_closing_reserves_the_room_for_the_starving_model_until_a_swap_begins() 
     assert registry.snapshot().instance("x").reserved_for is None
 
 
+def test_reopening_gives_the_room_back_unless_the_swap_took_it() -> None:
+    registry, clock = make(models=["a", "b", "c"])
+    registry.apply_report("x", report({"b": WarmState.WARM}), 0)
+    registry.close("x", ("b",), clock.now + 30, room_for="a")
+    registry.reopen("x", "c")  # not the model the room was made for: nothing changes
+    assert registry.snapshot().instance("x").models["b"].closing
+    registry.reopen("x", "a")  # a's request went elsewhere, or gave up: b serves again
+    view = registry.snapshot().instance("x")
+    assert view.reserved_for is None
+    assert not view.models["b"].closing
+    registry.close("x", ("b",), clock.now + 30, room_for="a")
+    registry.begin_swap("x", "a", eta=1)  # the swap took the room: later reopen is a no-op
+    registry.close("x", ("c",), clock.now + 30, room_for="c")
+    registry.reopen("x", "a")
+    assert registry.snapshot().instance("x").reserved_for == "c"
+
+
 @pytest.mark.parametrize("all_warm", [True])
 def test_fixed_model_servers_are_all_warm(all_warm: bool) -> None:
     registry, _ = make(models=["a", "b"])
