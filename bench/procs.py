@@ -125,9 +125,9 @@ def swapgate(upstream: str) -> Iterator[Proc]:
 
 
 @contextmanager
-def swapgate_with(config: dict[str, Any], log_level: str = "warning") -> Iterator[Proc]:
+def swapgate_with(config: dict[str, Any]) -> Iterator[Proc]:
     port = free_port()
-    config = {**config, "server": {"port": port, "access_log": False, "log_level": log_level}}
+    config = {**config, "server": {"port": port, "access_log": False, "log_level": "warning"}}
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
         yaml.safe_dump(config, handle)
     command = [sys.executable, "-m", "swapgate", "serve", "--config", handle.name]
