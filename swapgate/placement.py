@@ -220,7 +220,8 @@ def _victim_cost(
     if policy.eviction == "lru":
         return (0.0, m.last_used)
     elsewhere = any(
-        i.name != instance.name and i.up and _serves_warm(i, name) for i in snap.instances
+        i.name != instance.name and i.available(snap.now) and _serves_warm(i, name)
+        for i in snap.instances
     )
     cost = 0.0 if elsewhere else snap.demand.get(name, 0.0) * policy.eta(instance.name, name)
     return (cost, m.last_used)

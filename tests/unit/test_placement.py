@@ -255,6 +255,17 @@ DEMAND = Policy(30.0, "demand", lambda instance, _: SWAP_SECONDS.get(instance, 3
             Queue("x"),
         ),
         (
+            "a copy on a drained instance does not count as warm elsewhere",
+            [
+                I("x", {"b": model(used=400)}),
+                I("y", {"c": model(used=500)}),
+                I("z", {"c": model(used=NOW - 1)}, drained=True),
+            ],
+            {"a": 1.0, "b": 0.1, "c": 5.0},
+            Swap("x", ("b",)),
+            Swap("x", ("b",)),
+        ),
+        (
             "a copy that is closing does not count as warm elsewhere",
             [
                 I("x", {"b": model(used=400)}),
