@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from swapgate.catalog import Catalog
@@ -101,18 +101,40 @@ class _Slot:
         )  # fmt: skip
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Rate:
     """Arrivals per second, an exponentially weighted moving average over ``DEMAND_WINDOW``."""
 
     value: float = 0.0
     at: float = 0.0
 
-    def count(self, now: float) -> None:
-        self.value, self.at = self.now(now) + 1.0 / DEMAND_WINDOW, now
+    def counted(self, now: float) -> _Rate:
+        return _Rate(self.now(now) + 1.0 / DEMAND_WINDOW, now)
 
     def now(self, now: float) -> float:
         return self.value * math.exp(-(now - self.at) / DEMAND_WINDOW) if self.value else 0.0
+
+
+_NO_ARRIVALS = _Rate()
+
+
+class _Demand(Mapping[str, float]):
+    """Each model's request rate at one moment. Decayed when read, not when the snapshot is
+    taken: placement reads it only when it must choose a victim, not on the warm path."""
+
+    __slots__ = ("_now", "_rates")
+
+    def __init__(self, rates: dict[str, _Rate], now: float) -> None:
+        self._rates, self._now = rates, now
+
+    def __getitem__(self, model: str) -> float:
+        return self._rates[model].now(self._now)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rates)
+
+    def __len__(self) -> int:
+        return len(self._rates)
 
 
 @dataclass(slots=True)
@@ -177,8 +199,8 @@ class Registry:
         return Snapshot(
             now,
             tuple(i.view(now) for i in self._instances.values()),
-            {model: rate.now(now) for model, rate in self._demand.items()},
-            {model: min(since) for model, since in self._queued.items() if since},
+            _Demand(dict(self._demand), now),
+            {model: min(since) for model, since in self._queued.items()},
         )
 
     def names(self) -> list[str]:
@@ -199,7 +221,7 @@ class Registry:
         return self._instances[name].generation
 
     def queue_depths(self) -> dict[str, int]:
-        return {model: len(since) for model, since in self._queued.items() if since}
+        return {model: len(since) for model, since in self._queued.items()}
 
     def up_names(self) -> list[str]:
         return [name for name, inst in self._instances.items() if inst.up]
@@ -222,7 +244,7 @@ class Registry:
 
     def arrived(self, model: str) -> None:
         """Count a request for ``model`` in its gateway-wide demand, however it is served."""
-        self._demand.setdefault(model, _Rate()).count(self._clock())
+        self._demand[model] = self._demand.get(model, _NO_ARRIVALS).counted(self._clock())
 
     def enter_queue(self, model: str, since: float) -> int:
         """Queue a request for ``model`` that arrived at ``since``; returns the queue's depth."""
@@ -231,7 +253,10 @@ class Registry:
         return len(queue)
 
     def leave_queue(self, model: str, since: float) -> None:
-        self._queued[model].remove(since)
+        queue = self._queued[model]
+        queue.remove(since)
+        if not queue:  # only models with requests queued stay: snapshots iterate them
+            del self._queued[model]
 
     def _notify(self) -> None:
         if self._waiters:
