@@ -223,8 +223,7 @@ def _victim_cost(
         i.name != instance.name and i.available(snap.now) and _serves_warm(i, name)
         for i in snap.instances
     )
-    cost = 0.0 if elsewhere else snap.demand.get(name, 0.0) * policy.eta(instance.name, name)
-    return (cost, m.last_used)
+    return (0.0 if elsewhere else _worth(instance, name, snap, policy), m.last_used)
 
 
 def _serves_warm(instance: InstanceView, model: str) -> bool:

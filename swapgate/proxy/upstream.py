@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Sequence
+from functools import partial
 
 import aiohttp
 
@@ -92,26 +93,13 @@ class UpstreamClient:
     ) -> UpstreamResponse:
         """Send the request and return once the upstream's status and headers arrived;
         ``read_timeout`` replaces the idle timeout for this request (relays have their own)."""
-        assert self._session is not None, "UpstreamClient.start() was not awaited"
         timeout = self._timeout
         if read_timeout is not None:
             timeout = aiohttp.ClientTimeout(
                 total=None, sock_connect=CONNECT_TIMEOUT, sock_read=read_timeout
             )
         try:
-            try:
-                response = await self._session.request(
-                    method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout
-                )
-            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-                if isinstance(exc, aiohttp.ClientConnectorError):
-                    raise  # nothing listens: no second try
-                # A pooled connection the server closed as the request went out: no answer came.
-                # Completions have no side effects, so it goes once more; the pool has dropped
-                # the dead connection.
-                response = await self._session.request(
-                    method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout
-                )
+            response = await self._send(method, url, headers, body, timeout)
         except aiohttp.ClientConnectorError as exc:
             raise UpstreamUnreachable(f"cannot connect to {url}: {exc.strerror}") from exc
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
@@ -119,3 +107,21 @@ class UpstreamClient:
         except aiohttp.ClientError as exc:
             raise UpstreamUnreachable(f"{url} failed: {type(exc).__name__}") from exc
         return UpstreamResponse(response)
+
+    async def _send(
+        self, method: str, url: str, headers: Headers, body: bytes, timeout: aiohttp.ClientTimeout
+    ) -> aiohttp.ClientResponse:
+        """Send once; once more if a pooled connection the server closed as the request went out
+        brought no answer (completions have no side effects; the pool dropped that connection).
+        """
+        assert self._session is not None, "UpstreamClient.start() was not awaited"
+        send = partial(
+            self._session.request,
+            method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout,
+        )  # fmt: skip
+        try:
+            return await send()
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            if isinstance(exc, aiohttp.ClientConnectorError):
+                raise  # nothing listens: no second try
+            return await send()
