@@ -66,10 +66,14 @@ def _simulator() -> Iterator[procs.Proc]:
         yield proc
 
 
-def swapgate_config(sims: Sequence[procs.Proc], eviction: str) -> dict[str, object]:
+def swapgate_config(
+    sims: Sequence[procs.Proc], eviction: str, horizon: float | None = None
+) -> dict[str, object]:
+    """swapgate in front of ``sims``; ``horizon``: its ``demand_horizon``, if not the default."""
     return {
         "routing": {
             "eviction": eviction,
+            **({"demand_horizon": horizon} if horizon is not None else {}),
             "poll_interval": "1s",
             "min_residency": f"{30 / SPEEDUP:.3f}s",
             "expected_swap": f"{LOAD_SECONDS / SPEEDUP:.3f}s",

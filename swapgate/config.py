@@ -89,6 +89,8 @@ class RoutingConfig(_Section):
     expected_swap: PositiveDuration = 30.0
     stream_idle_timeout: PositiveDuration = 120.0
     eviction: Literal["lru", "demand"] = "lru"
+    # Under demand: a model likely requested again within this many of its swap times stays.
+    demand_horizon: float = Field(3.0, gt=0)
     # A request that has waited this fraction of max_wait for capacity closes a busy model.
     starvation_after: Annotated[float, Field(gt=0, lt=1)] = 0.25
 

@@ -5,11 +5,11 @@ The rules (SPEC §4.3), in order:
   2. a warm candidate: the one with the fewest in-flight requests per weight;
   3. a candidate already loading the model: join that swap;
   4. a swap target among candidates not swapping already: free capacity first; else one whose
-     victims are evictable (not pinned, not used within ``min_residency``, nothing in flight,
-     no request waiting for it), the cheapest victims first: least recently used (``lru``), or
-     least expected cost (``demand``): the model's gateway-wide request rate × its measured swap
-     time, nothing if another instance has it warm too. Under ``demand``, ``min_residency``
-     only shields a model from newcomers in less demand than itself;
+     victims are evictable (not pinned, nothing in flight, no request waiting for it, and not
+     used within ``min_residency`` (``lru``) or more likely gone than back (``demand``)), the
+     cheapest victims first: least recently used (``lru``), or least expected cost
+     (``demand``): the chance of its next request within the horizon × its measured swap time,
+     nothing if another instance has it warm too;
   5. first come, first swapped: if a model whose requests have queued longer would take that
      same swap target, it goes first and this request queues behind it;
   6. else queue on the candidate expected to free up first.
@@ -25,10 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from swapgate.registry import InstanceView, ModelView, Snapshot
+from swapgate.registry import InstanceView, Snapshot
 from swapgate.state import WarmState
 
 Eviction = Literal["lru", "demand"]
+# Under ``demand``, a model is kept while its next request within the horizon is this likely.
+LIKELY_BACK = 0.5
 
 
 def _unmeasured(instance: str, model: str) -> float:
@@ -41,6 +43,8 @@ class Policy:
     eviction: Eviction = "lru"
     # The measured swap time of (instance, model): what evicting a model costs when it returns.
     eta: Callable[[str, str], float] = _unmeasured
+    # Under ``demand``: how far ahead a victim's next request counts, in its swap times.
+    horizon: float = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +106,7 @@ def _swap_target(
     free = [i for i in idle if i.resident < i.capacity]
     if free:
         return Swap(min(free, key=_load).name)
-    cheapest = _cheapest_room(idle, snap, policy, _Newcomer(model))
+    cheapest = _cheapest_room(idle, snap, policy, draining=False)
     return Swap(cheapest[0].name, cheapest[1]) if cheapest else None
 
 
@@ -135,30 +139,19 @@ def starvation_target(model: str, snap: Snapshot, policy: Policy) -> Swap | None
         and i.swapping is None
         and i.reserved_for in (None, model)
     ]
-    cheapest = _cheapest_room(idle, snap, policy, _Starving(model))
+    cheapest = _cheapest_room(idle, snap, policy, draining=True)
     return Swap(cheapest[0].name, cheapest[1]) if cheapest else None
 
 
-@dataclass(frozen=True, slots=True)
-class _Newcomer:
-    """Room for ``model`` among models that are done: nothing in flight or awaited."""
-
-    model: str
-
-
-@dataclass(frozen=True, slots=True)
-class _Starving:
-    """Room for ``model``, whose request waited too long: busy models drain (the starvation
-    rule), residency or not."""
-
-    model: str
-
-
 def _cheapest_room(
-    instances: list[InstanceView], snap: Snapshot, policy: Policy, room: _Newcomer | _Starving
+    instances: list[InstanceView], snap: Snapshot, policy: Policy, *, draining: bool
 ) -> tuple[InstanceView, tuple[str, ...]] | None:
+    """The instance whose victims cost least, and those victims. ``draining``: for a request
+    that waited too long (the starvation rule): busy models drain and count as evictable."""
     options = [
-        (i, victims) for i in instances if (victims := _victims(i, snap, policy, room)) is not None
+        (i, victims)
+        for i in instances
+        if (victims := _victims(i, snap, policy, draining)) is not None
     ]
     if not options:
         return None
@@ -166,64 +159,65 @@ def _cheapest_room(
 
 
 def _victims(
-    instance: InstanceView, snap: Snapshot, policy: Policy, room: _Newcomer | _Starving
+    instance: InstanceView, snap: Snapshot, policy: Policy, draining: bool
 ) -> tuple[str, ...] | None:
     """The cheapest evictable models that make room for one more, if there are enough."""
     needed = instance.resident - instance.capacity + 1
     evictable = sorted(
-        (n for n in instance.models if _evictable(instance, n, snap, policy, room)),
+        (n for n in instance.models if _evictable(instance, n, snap, policy, draining)),
         key=lambda name: _victim_cost(instance, name, snap, policy),
     )
     return tuple(evictable[:needed]) if len(evictable) >= needed else None
 
 
 def _evictable(
-    instance: InstanceView,
-    name: str,
-    snap: Snapshot,
-    policy: Policy,
-    room: _Newcomer | _Starving,
+    instance: InstanceView, name: str, snap: Snapshot, policy: Policy, draining: bool
 ) -> bool:
     m = instance.models[name]
     if m.state is not WarmState.WARM or m.pinned_until > snap.now:
         return False
-    if isinstance(room, _Starving):
+    if draining:
         return True  # in-flight requests finish first; residency yields to a starving request
     if m.inflight or m.waiting:
         return False
-    if not _recently_used(m, snap.now, policy):
+    if m.closing:
         return True
-    # Inside min_residency: under demand, a model yields to a newcomer in more demand than
-    # itself (a model loaded for a rare request does not make a busy one wait out its residency)
-    if policy.eviction != "demand":
-        return False
-    cost, _ = _victim_cost(instance, name, snap, policy)
-    return cost < _worth(instance, room.model, snap, policy)
+    if policy.eviction == "demand":  # kept while it is likely back soon and warm nowhere else
+        return _chance(instance, name, snap, policy) < LIKELY_BACK or _elsewhere(
+            instance, name, snap
+        )
+    return m.last_used == 0 or snap.now - m.last_used >= policy.min_residency
 
 
-def _worth(instance: InstanceView, model: str, snap: Snapshot, policy: Policy) -> float:
-    """What having ``model`` warm on ``instance`` is worth, in the unit of a victim's cost."""
-    return snap.demand.get(model, 0.0) * policy.eta(instance.name, model)
-
-
-def _recently_used(m: ModelView, now: float, policy: Policy) -> bool:
-    return not m.closing and m.last_used > 0 and now - m.last_used < policy.min_residency
+def _chance(instance: InstanceView, model: str, snap: Snapshot, policy: Policy) -> float:
+    """The chance that ``model`` is requested again within the horizon (its swap times on
+    ``instance``); nothing for a model no request asked for yet."""
+    arrivals = snap.arrivals.get(model)
+    if arrivals is None:
+        return 0.0
+    return arrivals.chance_within(snap.now, policy.horizon * policy.eta(instance.name, model))
 
 
 def _victim_cost(
     instance: InstanceView, name: str, snap: Snapshot, policy: Policy
 ) -> tuple[float, float]:
     """Sort key of a victim: (expected cost of its return, last use) — last use alone for LRU.
-    The expected cost is the swap seconds per second its requests would bring back: its demand
-    × its measured swap time; none while another instance has it warm to serve them."""
+    The expected cost is the chance of its next request within the horizon × its measured swap
+    time; none while another instance has it warm to serve them."""
     m = instance.models[name]
     if policy.eviction == "lru":
         return (0.0, m.last_used)
-    elsewhere = any(
-        i.name != instance.name and i.available(snap.now) and _serves_warm(i, name)
+    if _elsewhere(instance, name, snap):
+        return (0.0, m.last_used)
+    return (_chance(instance, name, snap, policy) * policy.eta(instance.name, name), m.last_used)
+
+
+def _elsewhere(instance: InstanceView, model: str, snap: Snapshot) -> bool:
+    """Whether another available instance has ``model`` warm to serve its requests."""
+    return any(
+        i.name != instance.name and i.available(snap.now) and _serves_warm(i, model)
         for i in snap.instances
     )
-    return (0.0 if elsewhere else _worth(instance, name, snap, policy), m.last_used)
 
 
 def _serves_warm(instance: InstanceView, model: str) -> bool:

@@ -8,17 +8,16 @@ that can unblock a waiting request wakes the waiters, who then place again.
 from __future__ import annotations
 
 import asyncio
-import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from swapgate.catalog import Catalog
 from swapgate.config import InstanceConfig
 from swapgate.state import InstanceReport, WarmState
 
-# The time constant of the per-model request-rate average that demand-aware eviction weighs.
-DEMAND_WINDOW = 300.0
+# How many of each model's latest gaps between requests demand-aware eviction learns from.
+HISTORY = 64
 BACKOFF_FIRST = 5.0
 BACKOFF_MAX = 300.0
 POLL_FAILURES_DOWN = 2
@@ -67,11 +66,34 @@ class InstanceView:
 
 
 @dataclass(frozen=True, slots=True)
+class Arrivals:
+    """When a model was last requested, gateway-wide, and the gaps between its latest requests:
+    what demand-aware eviction predicts its next request from."""
+
+    last: float
+    gaps: tuple[float, ...] = ()
+
+    def counted(self, now: float) -> Arrivals:
+        return Arrivals(now, (*self.gaps[1 - HISTORY :], now - self.last))
+
+    def chance_within(self, now: float, horizon: float) -> float:
+        """The chance of another request within ``horizon`` seconds, given how long the model
+        has been idle: among its past gaps at least that long, the share that ended within the
+        horizon. One more gap is assumed, ending within it with chance horizon / (idle +
+        horizon): with little history, a model idle for a while is expected to stay idle about
+        as long again."""
+        idle = max(0.0, now - self.last)
+        longer = [gap for gap in self.gaps if gap > idle]
+        ended = sum(1 for gap in longer if gap <= idle + horizon)
+        return (ended + horizon / (idle + horizon)) / (len(longer) + 1)
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     now: float
     instances: tuple[InstanceView, ...]
-    # Requests per second for each model, gateway-wide: an exponentially weighted moving average.
-    demand: Mapping[str, float] = field(default_factory=dict)
+    # Each model's requests so far (gateway-wide), for those requested since the start.
+    arrivals: Mapping[str, Arrivals] = field(default_factory=dict)
     # For each model with requests queued (not yet sure of a swap), when the oldest one arrived.
     queued: Mapping[str, float] = field(default_factory=dict)
 
@@ -99,42 +121,6 @@ class _Slot:
             self.state, self.since, self.last_used, self.inflight, self.pinned_until,
             self.waiting, self.closing_until > now,
         )  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class _Rate:
-    """Arrivals per second, an exponentially weighted moving average over ``DEMAND_WINDOW``."""
-
-    value: float = 0.0
-    at: float = 0.0
-
-    def counted(self, now: float) -> _Rate:
-        return _Rate(self.now(now) + 1.0 / DEMAND_WINDOW, now)
-
-    def now(self, now: float) -> float:
-        return self.value * math.exp(-(now - self.at) / DEMAND_WINDOW) if self.value else 0.0
-
-
-_NO_ARRIVALS = _Rate()
-
-
-class _Demand(Mapping[str, float]):
-    """Each model's request rate at one moment. Decayed when read, not when the snapshot is
-    taken: placement reads it only when it must choose a victim, not on the warm path."""
-
-    __slots__ = ("_now", "_rates")
-
-    def __init__(self, rates: dict[str, _Rate], now: float) -> None:
-        self._rates, self._now = rates, now
-
-    def __getitem__(self, model: str) -> float:
-        return self._rates[model].now(self._now)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._rates)
-
-    def __len__(self) -> int:
-        return len(self._rates)
 
 
 @dataclass(slots=True)
@@ -187,7 +173,7 @@ class Registry:
             conf.name: _Instance(conf, _configured_models(conf, catalog)) for conf in instances
         }
         self._queued: dict[str, list[float]] = {}  # model -> when each queued request arrived
-        self._demand: dict[str, _Rate] = {}
+        self._arrivals: dict[str, Arrivals] = {}
         self._changed = asyncio.Event()
         self._waiters = 0
         self._known: frozenset[str] | None = None
@@ -199,7 +185,7 @@ class Registry:
         return Snapshot(
             now,
             tuple(i.view(now) for i in self._instances.values()),
-            _Demand(dict(self._demand), now),
+            dict(self._arrivals),
             {model: min(since) for model, since in self._queued.items()},
         )
 
@@ -243,8 +229,10 @@ class Registry:
             self._waiters -= 1
 
     def arrived(self, model: str) -> None:
-        """Count a request for ``model`` in its gateway-wide demand, however it is served."""
-        self._demand[model] = self._demand.get(model, _NO_ARRIVALS).counted(self._clock())
+        """Count a request for ``model`` in its gateway-wide arrivals, however it is served."""
+        now = self._clock()
+        seen = self._arrivals.get(model)
+        self._arrivals[model] = seen.counted(now) if seen else Arrivals(now)
 
     def enter_queue(self, model: str, since: float) -> int:
         """Queue a request for ``model`` that arrived at ``since``; returns the queue's depth."""

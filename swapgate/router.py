@@ -251,4 +251,6 @@ class Router:
 
 def policy_for(settings: Settings, coordinator: SwapCoordinator) -> Policy:
     routing = settings.routing
-    return Policy(routing.min_residency, routing.eviction, coordinator.times.eta)
+    return Policy(
+        routing.min_residency, routing.eviction, coordinator.times.eta, routing.demand_horizon
+    )

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from swapgate.placement import Join, Policy, Queue, Serve, Swap, Unavailable, place
-from swapgate.registry import InstanceView, ModelView, Snapshot
+from swapgate.registry import Arrivals, InstanceView, ModelView, Snapshot
 from swapgate.state import WarmState
 
 NOW = 1000.0
@@ -56,11 +56,13 @@ def model(
 
 
 def snap(
-    *instances: I, demand: dict[str, float] | None = None, queued: dict[str, float] | None = None
+    *instances: I,
+    arrivals: dict[str, Arrivals] | None = None,
+    queued: dict[str, float] | None = None,
 ) -> Snapshot:
-    """``demand``: requests per second per model; ``queued``: when each model's oldest queued
+    """``arrivals``: each model's requests so far; ``queued``: when each model's oldest queued
     request arrived."""
-    return Snapshot(NOW, tuple(i.view() for i in instances), demand or {}, queued or {})
+    return Snapshot(NOW, tuple(i.view() for i in instances), arrivals or {}, queued or {})
 
 
 CASES = [
@@ -187,24 +189,34 @@ def test_place(why: str, instances: list[I], decision: object) -> None:
     assert place("a", snap(*instances), POLICY) == decision
 
 
-SWAP_SECONDS = {"x": 10.0, "y": 60.0}
-DEMAND = Policy(30.0, "demand", lambda instance, _: SWAP_SECONDS.get(instance, 30.0))
+SWAP_SECONDS = {"x": 10.0, "y": 60.0}  # horizons: 30 s on x, 180 s on y, 90 s elsewhere
+DEMAND = Policy(30.0, "demand", lambda instance, _: SWAP_SECONDS.get(instance, 30.0), horizon=3)
+
+
+def steady(every: float, idle: float) -> Arrivals:
+    """A model requested every ``every`` seconds, last ``idle`` seconds ago."""
+    return Arrivals(NOW - idle, (every,) * 20)
+
+
+def done(idle: float) -> Arrivals:
+    """A model whose burst ended ``idle`` seconds ago; bursts come every 10 minutes."""
+    return Arrivals(NOW - idle, (1.0,) * 20 + (600.0,) * 3)
 
 
 @pytest.mark.parametrize(
-    ("why", "instances", "demand", "lru_decision", "demand_decision"),
+    ("why", "instances", "arrivals", "lru_decision", "demand_decision"),
     [
         (
-            "demand keeps the busy model although it was used longer ago",
+            "demand keeps the model likely back although it was used longer ago",
             [I("x", {"b": model(used=500), "c": model(used=900)}, capacity=2)],
-            {"a": 1.0, "b": 2.0, "c": 0.01},
+            {"b": steady(10, idle=5), "c": done(idle=100)},
             Swap("x", ("b",)),
             Swap("x", ("c",)),
         ),
         (
-            "demand weighs the swap time: a rare model that is slow to load stays",
+            "demand weighs the swap time: a model slow to load stays",
             [I("x", {"b": model(used=500)}), I("y", {"c": model(used=400)})],
-            {"a": 1.0, "b": 0.5, "c": 0.2},  # b: 0.5 × 10 s = 5, c: 0.2 × 60 s = 12
+            {"b": done(idle=500), "c": done(idle=400)},  # b: 10 s × 0.04, c: 60 s × 0.08
             Swap("y", ("c",)),
             Swap("x", ("b",)),
         ),
@@ -222,35 +234,49 @@ DEMAND = Policy(30.0, "demand", lambda instance, _: SWAP_SECONDS.get(instance, 3
                 I("y", {"c": model(used=500)}),
                 I("z", {"c": model(used=NOW - 1)}),
             ],
-            {"a": 0.01, "b": 0.1, "c": 5.0},
+            {"b": done(idle=600), "c": steady(5, idle=1)},
             Swap("x", ("b",)),
             Swap("y", ("c",)),
         ),
         (
-            "demand: inside min_residency a model yields to a newcomer in more demand",
-            [I("x", {"b": model(used=NOW - 5)})],
-            {"a": 0.1, "b": 0.01},
+            "demand: a model whose burst is over makes room inside min_residency",
+            [I("x", {"b": model(used=NOW - 20)})],
+            {"b": done(idle=20)},
             Queue("x"),
             Swap("x", ("b",)),
         ),
         (
-            "demand: inside min_residency a busier model does not yield",
-            [I("x", {"b": model(used=NOW - 5)})],
-            {"a": 0.01, "b": 0.1},
+            "demand: a model likely back stays after min_residency",
+            [I("x", {"b": model(used=NOW - 35)})],
+            {"b": steady(40, idle=35)},
+            Swap("x", ("b",)),
+            Queue("x"),
+        ),
+        (
+            "demand: a model asked for once stays while idle shorter than the horizon",
+            [I("y", {"b": model(used=NOW - 40)})],
+            {"b": Arrivals(NOW - 40)},  # 180 s horizon on y: a chance of 180 / 220
+            Swap("y", ("b",)),
+            Queue("y"),
+        ),
+        (
+            "demand: a model no request asked for is free to evict",
+            [I("x", {"b": model(used=0.0)})],
+            {},
+            Swap("x", ("b",)),
+            Swap("x", ("b",)),
+        ),
+        (
+            "demand: a model with a request in flight stays",
+            [I("x", {"b": model(used=NOW - 20, inflight=1)})],
+            {"b": done(idle=20)},
             Queue("x"),
             Queue("x"),
         ),
         (
-            "demand: a model with a request in flight never yields",
-            [I("x", {"b": model(used=NOW - 5, inflight=1)})],
-            {"a": 0.1, "b": 0.01},
-            Queue("x"),
-            Queue("x"),
-        ),
-        (
-            "demand: a pinned model never yields",
-            [I("x", {"b": model(used=NOW - 5, pinned_until=NOW + 60)})],
-            {"a": 0.1, "b": 0.0},
+            "demand: a pinned model stays",
+            [I("x", {"b": model(used=NOW - 500, pinned_until=NOW + 60)})],
+            {"b": done(idle=500)},
             Queue("x"),
             Queue("x"),
         ),
@@ -261,7 +287,7 @@ DEMAND = Policy(30.0, "demand", lambda instance, _: SWAP_SECONDS.get(instance, 3
                 I("y", {"c": model(used=500)}),
                 I("z", {"c": model(used=NOW - 1)}, drained=True),
             ],
-            {"a": 1.0, "b": 0.1, "c": 5.0},
+            {"b": done(idle=600), "c": steady(5, idle=1)},
             Swap("x", ("b",)),
             Swap("x", ("b",)),
         ),
@@ -272,7 +298,7 @@ DEMAND = Policy(30.0, "demand", lambda instance, _: SWAP_SECONDS.get(instance, 3
                 I("y", {"c": model(used=500)}),
                 I("z", {"c": model(used=NOW - 1, closing=True, inflight=1)}),
             ],
-            {"a": 1.0, "b": 0.1, "c": 5.0},
+            {"b": done(idle=600), "c": steady(5, idle=1)},
             Swap("x", ("b",)),
             Swap("x", ("b",)),
         ),
@@ -281,12 +307,12 @@ DEMAND = Policy(30.0, "demand", lambda instance, _: SWAP_SECONDS.get(instance, 3
 def test_eviction_policies(
     why: str,
     instances: list[I],
-    demand: dict[str, float],
+    arrivals: dict[str, Arrivals],
     lru_decision: object,
     demand_decision: object,
 ) -> None:
-    assert place("a", snap(*instances, demand=demand), POLICY) == lru_decision
-    assert place("a", snap(*instances, demand=demand), DEMAND) == demand_decision
+    assert place("a", snap(*instances, arrivals=arrivals), POLICY) == lru_decision
+    assert place("a", snap(*instances, arrivals=arrivals), DEMAND) == demand_decision
 
 
 def test_the_starvation_target_drains_the_cheapest_unpinned_victim() -> None:
@@ -297,13 +323,13 @@ def test_the_starvation_target_drains_the_cheapest_unpinned_victim() -> None:
         I("y", {"c": model(used=NOW - 1, inflight=1)}),
         I("z", {"d": model(used=0.0, pinned_until=NOW + 60)}),
     ]
-    demand = {"b": 5.0, "c": 0.1}
-    assert place("a", snap(*busy, demand=demand), DEMAND) == Queue("x")
-    # b costs 5 req/s × 10 s = 50, c costs 0.1 req/s × 60 s = 6: drain c
-    assert starvation_target("a", snap(*busy, demand=demand), DEMAND) == Swap("y", ("c",))
+    arrivals = {"b": steady(1, idle=0), "c": Arrivals(NOW - 1, (3600.0,) * 10)}
+    assert place("a", snap(*busy, arrivals=arrivals), DEMAND) == Queue("x")
+    # b, requested every second, costs 1 × 10 s; c, about hourly, 0.09 × 60 s = 5.4: drain c
+    assert starvation_target("a", snap(*busy, arrivals=arrivals), DEMAND) == Swap("y", ("c",))
     # an instance whose room is already reserved for another starving model is not drained again
     busy[1].reserved_for = "e"
-    assert starvation_target("a", snap(*busy, demand=demand), DEMAND) == Swap("x", ("b",))
+    assert starvation_target("a", snap(*busy, arrivals=arrivals), DEMAND) == Swap("x", ("b",))
     only_pinned = [I("z", {"d": model(pinned_until=NOW + 60)})]
     assert starvation_target("a", snap(*only_pinned), DEMAND) is None
 

@@ -1,13 +1,12 @@
 from __future__ import annotations
 
 import asyncio
-import math
 
 import pytest
 
 from swapgate.catalog import Catalog
 from swapgate.config import parse_config
-from swapgate.registry import DEMAND_WINDOW, Registry
+from swapgate.registry import HISTORY, Arrivals, Registry
 from swapgate.state import InstanceReport, WarmState
 
 
@@ -144,16 +143,35 @@ def test_the_snapshot_knows_each_queue_s_oldest_request() -> None:
     assert registry.snapshot().queued == {"a": 12.0, "b": 11.0}
 
 
-def test_demand_is_a_decaying_rate_of_arrivals_per_model() -> None:
+def test_arrivals_keep_the_latest_gaps_per_model() -> None:
     registry, clock = make()
-    for _ in range(30):
+    for _ in range(HISTORY + 10):
         registry.arrived("a")
+        clock.now += 2.0
     registry.arrived("b")
-    first = registry.snapshot().demand
-    assert first["a"] == pytest.approx(30 / DEMAND_WINDOW)
-    assert first["b"] == pytest.approx(1 / DEMAND_WINDOW)
-    clock.now += DEMAND_WINDOW  # no arrivals for one time constant: down to 1/e
-    assert registry.snapshot().demand["a"] == pytest.approx(30 / DEMAND_WINDOW / math.e)
+    arrivals = registry.snapshot().arrivals
+    assert arrivals["a"].last == clock.now - 2.0
+    assert arrivals["a"].gaps == (2.0,) * HISTORY  # the oldest gaps are forgotten
+    assert arrivals["b"] == Arrivals(clock.now)  # one request: no gap yet
+    assert "c" not in arrivals
+
+
+@pytest.mark.parametrize(
+    ("why", "arrivals", "idle", "chance"),
+    [
+        # all nine gaps ended within the horizon, and the assumed one with chance 30 / (5 + 30)
+        ("steady, a request every 10 s", Arrivals(0, (10,) * 9), 5, (9 + 30 / 35) / 10),
+        # the bursts' short gaps are all shorter than the idle time; one gap in four ended
+        # within the horizon, and the assumed gap with chance 30 / (20 + 30)
+        ("a burst is over", Arrivals(0, (1, 2, 1, 100, 2, 1, 200, 40, 300)), 20, 1.6 / 5),
+        ("no history: idle for a while, likely idle as long again", Arrivals(0), 90, 0.25),
+        ("just requested, no history: likely back", Arrivals(0), 0, 1.0),
+    ],
+)
+def test_the_chance_of_another_request_within_the_horizon(
+    why: str, arrivals: Arrivals, idle: float, chance: float
+) -> None:
+    assert arrivals.chance_within(now=idle, horizon=30) == pytest.approx(chance)
 
 
 def test_closing_reserves_the_room_for_the_starving_model_until_a_swap_begins() -> None:
