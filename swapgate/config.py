@@ -78,6 +78,9 @@ class ServerConfig(_Section):
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     access_log: bool = True
     shutdown_grace: Duration = 30.0
+    # An idle client connection stays open this long: longer than a proxy in front keeps one
+    # (nginx: 60s), so the proxy never sends a request on a connection swapgate is closing.
+    idle_timeout: PositiveDuration = 75.0
 
 
 class RoutingConfig(_Section):

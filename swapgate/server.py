@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 
 import uvicorn
 
@@ -26,6 +27,7 @@ def serve(
         access_log=False,  # swapgate writes its own access line, with model and route
         server_header=False,
         timeout_graceful_shutdown=int(settings.server.shutdown_grace) or None,
+        timeout_keep_alive=math.ceil(settings.server.idle_timeout),
         log_config=None,
     )
     uvicorn.Server(config).run()

@@ -39,6 +39,8 @@ def test_defaults_fill_every_key_but_instances() -> None:
     assert settings.instances[0].url == "http://127.0.0.1:8000"
     assert settings.instances[0].capacity == 1
     assert settings.model_settings("anything").fallback_policy == "off"
+    # idle client connections outlive nginx's (upstream keepalive_timeout, 60s by default)
+    assert settings.server.idle_timeout > 60
     assert settings.routing.eviction == "lru"
     assert settings.routing.demand_horizon == 3.0
 
