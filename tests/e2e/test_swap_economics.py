@@ -87,3 +87,34 @@ def test_a_cold_model_gets_its_swap_although_every_instance_stays_busy() -> None
         assert all(not w.is_alive() for w in workers)
         assert set(warm_answers) <= {200, 503}, "every warm request got an answer"
         assert warm_answers.count(200) >= len(warm_answers) - 4
+
+
+@pytest.mark.parametrize(("eviction", "kept", "evicted"), [("lru", "b", "a"), ("demand", "a", "b")])
+def test_demand_keeps_the_steady_model_and_evicts_the_burst_that_is_over(
+    eviction: str, kept: str, evicted: str
+) -> None:
+    """One instance with room for two models: a is requested steadily, every 0.8 s; b comes in
+    bursts, a couple of seconds apart. The second burst ends just after a's latest request, then
+    c needs room. ``lru`` evicts a, the least recently used, which is about to be asked for
+    again; ``demand`` learned both models' gaps and evicts b, whose burst is over."""
+    with simulator(models=("a", "b", "c"), load_time=0.2, capacity=2) as sim:
+        config = {
+            "routing": {"poll_interval": "1h", "min_residency": 0, "eviction": eviction},
+            "keepalive": {"early_headers_after": "30s"},
+            "instances": [instance("gpu-a", sim, capacity=2)],
+        }
+        with gateway(config) as gw:
+
+            def burst() -> None:
+                for _ in range(4):
+                    assert _chat(gw, "b", tokens=1).status_code == 200
+
+            burst()
+            for _ in range(4):  # 2.4 s of steady traffic on a, nothing on b
+                assert _chat(gw, "a", tokens=1).status_code == 200
+                time.sleep(0.8)
+            assert _chat(gw, "a", tokens=1).status_code == 200
+            burst()
+            time.sleep(0.4)  # b: idle longer than between its requests within a burst
+            assert _chat(gw, "c", tokens=1).status_code == 200
+        assert set(sim.stats()["resident"]) == {kept, "c"}, f"{eviction} evicts {evicted}"
