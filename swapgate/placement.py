@@ -6,10 +6,11 @@ The rules (SPEC §4.3), in order:
   3. a candidate already loading the model: join that swap;
   4. a swap target among candidates not swapping already: free capacity first; else one whose
      victims are evictable (not pinned, nothing in flight, no request waiting for it, and not
-     used within ``min_residency`` (``lru``) or more likely gone than back (``demand``)), the
-     cheapest victims first: least recently used (``lru``), or least expected cost
-     (``demand``): the chance of its next request within the horizon × its measured swap time,
-     nothing if another instance has it warm too;
+     used within ``min_residency`` (``lru``) or more likely gone than back (``demand``; the
+     longer this model's requests have queued, the likelier back a victim may be, up to any
+     at the starvation rule's point)), the cheapest victims first: least recently used
+     (``lru``), or least expected cost (``demand``): the chance of its next request within
+     the horizon × its measured swap time, nothing if another instance has it warm too;
   5. first come, first swapped: if a model whose requests have queued longer would take that
      same swap target, it goes first and this request queues behind it;
   6. else queue on the candidate expected to free up first.
@@ -37,6 +38,10 @@ def _unmeasured(instance: str, model: str) -> float:
     return 1.0
 
 
+def _never(model: str) -> float:
+    return float("inf")
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     min_residency: float
@@ -45,6 +50,9 @@ class Policy:
     eta: Callable[[str, str], float] = _unmeasured
     # Under ``demand``: how far ahead a victim's next request counts, in its swap times.
     horizon: float = 3.0
+    # Under ``demand``: how long a model's requests may queue before any model that is done
+    # may make room for it, however likely back (the bar rises from LIKELY_BACK to 1 meanwhile).
+    patience: Callable[[str], float] = _never
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +114,9 @@ def _swap_target(
     free = [i for i in idle if i.resident < i.capacity]
     if free:
         return Swap(min(free, key=_load).name)
-    cheapest = _cheapest_room(idle, snap, policy, draining=False)
+    waited = snap.now - snap.queued.get(model, snap.now)
+    bar = LIKELY_BACK + (1 - LIKELY_BACK) * min(1.0, waited / policy.patience(model))
+    cheapest = _cheapest_room(idle, snap, policy, _Room(bar=bar))
     return Swap(cheapest[0].name, cheapest[1]) if cheapest else None
 
 
@@ -139,19 +149,26 @@ def starvation_target(model: str, snap: Snapshot, policy: Policy) -> Swap | None
         and i.swapping is None
         and i.reserved_for in (None, model)
     ]
-    cheapest = _cheapest_room(idle, snap, policy, draining=True)
+    cheapest = _cheapest_room(idle, snap, policy, _Room(draining=True))
     return Swap(cheapest[0].name, cheapest[1]) if cheapest else None
 
 
+@dataclass(frozen=True, slots=True)
+class _Room:
+    """What may make room. ``draining``: for a request that waited too long (the starvation
+    rule), busy models too, once drained. Otherwise only models that are done and, under
+    ``demand``, whose chance of being back within the horizon is below ``bar``."""
+
+    draining: bool = False
+    bar: float = LIKELY_BACK
+
+
 def _cheapest_room(
-    instances: list[InstanceView], snap: Snapshot, policy: Policy, *, draining: bool
+    instances: list[InstanceView], snap: Snapshot, policy: Policy, room: _Room
 ) -> tuple[InstanceView, tuple[str, ...]] | None:
-    """The instance whose victims cost least, and those victims. ``draining``: for a request
-    that waited too long (the starvation rule): busy models drain and count as evictable."""
+    """The instance whose victims cost least, and those victims."""
     options = [
-        (i, victims)
-        for i in instances
-        if (victims := _victims(i, snap, policy, draining)) is not None
+        (i, victims) for i in instances if (victims := _victims(i, snap, policy, room)) is not None
     ]
     if not options:
         return None
@@ -159,33 +176,31 @@ def _cheapest_room(
 
 
 def _victims(
-    instance: InstanceView, snap: Snapshot, policy: Policy, draining: bool
+    instance: InstanceView, snap: Snapshot, policy: Policy, room: _Room
 ) -> tuple[str, ...] | None:
     """The cheapest evictable models that make room for one more, if there are enough."""
     needed = instance.resident - instance.capacity + 1
     evictable = sorted(
-        (n for n in instance.models if _evictable(instance, n, snap, policy, draining)),
+        (n for n in instance.models if _evictable(instance, n, snap, policy, room)),
         key=lambda name: _victim_cost(instance, name, snap, policy),
     )
     return tuple(evictable[:needed]) if len(evictable) >= needed else None
 
 
 def _evictable(
-    instance: InstanceView, name: str, snap: Snapshot, policy: Policy, draining: bool
+    instance: InstanceView, name: str, snap: Snapshot, policy: Policy, room: _Room
 ) -> bool:
     m = instance.models[name]
     if m.state is not WarmState.WARM or m.pinned_until > snap.now:
         return False
-    if draining:
+    if room.draining:
         return True  # in-flight requests finish first; residency yields to a starving request
     if m.inflight or m.waiting:
         return False
     if m.closing:
         return True
     if policy.eviction == "demand":  # kept while it is likely back soon and warm nowhere else
-        return _chance(instance, name, snap, policy) < LIKELY_BACK or _elsewhere(
-            instance, name, snap
-        )
+        return _chance(instance, name, snap, policy) < room.bar or _elsewhere(instance, name, snap)
     return m.last_used == 0 or snap.now - m.last_used >= policy.min_residency
 
 

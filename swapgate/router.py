@@ -173,7 +173,7 @@ class Router:
         conf = self._settings.model_settings(model)
         max_wait = conf.max_wait or self._settings.routing.max_wait
         deadline = started + max_wait
-        starving_at = started + max_wait * self._settings.routing.starvation_after
+        starving_at = started + starvation_point(self._settings, model)
         while True:
             self._track_waiting(model, decision, waiting_on)
             if isinstance(decision, Serve):
@@ -252,5 +252,16 @@ class Router:
 def policy_for(settings: Settings, coordinator: SwapCoordinator) -> Policy:
     routing = settings.routing
     return Policy(
-        routing.min_residency, routing.eviction, coordinator.times.eta, routing.demand_horizon
+        routing.min_residency,
+        routing.eviction,
+        coordinator.times.eta,
+        routing.demand_horizon,
+        patience=lambda model: starvation_point(settings, model),
     )
+
+
+def starvation_point(settings: Settings, model: str) -> float:
+    """How long a request for ``model`` may wait for room before the starvation rule closes a
+    busy model for it: ``starvation_after`` of its ``max_wait``."""
+    max_wait = settings.model_settings(model).max_wait or settings.routing.max_wait
+    return max_wait * settings.routing.starvation_after

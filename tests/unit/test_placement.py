@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -332,6 +332,24 @@ def test_the_starvation_target_drains_the_cheapest_unpinned_victim() -> None:
     assert starvation_target("a", snap(*busy, arrivals=arrivals), DEMAND) == Swap("x", ("b",))
     only_pinned = [I("z", {"d": model(pinned_until=NOW + 60)})]
     assert starvation_target("a", snap(*only_pinned), DEMAND) is None
+
+
+def test_under_demand_the_longer_a_request_queued_the_likelier_back_its_victim_may_be() -> None:
+    patient = replace(DEMAND, patience=lambda _: 30.0)
+    one = [I("x", {"b": model(used=NOW - 10)})]
+    # idle 10 s: of b's four gaps, two ended within 10 + 30 s; with the assumed one, 0.55
+    arrivals = {"b": Arrivals(NOW - 10, (20.0, 20.0, 100.0, 100.0))}
+    assert place("a", snap(*one, arrivals=arrivals), patient) == Queue("x")
+    queued_2s = snap(*one, arrivals=arrivals, queued={"a": NOW - 2})  # bar 0.53
+    assert place("a", queued_2s, patient) == Queue("x")
+    queued_10s = snap(*one, arrivals=arrivals, queued={"a": NOW - 10})  # bar 0.67
+    assert place("a", queued_10s, patient) == Swap("x", ("b",))
+    # at the starvation point any model that is done may go; one in flight or pinned still not
+    busy = [I("x", {"b": model(used=NOW, inflight=1)})]
+    pinned = [I("x", {"b": model(used=NOW - 10, pinned_until=NOW + 60)})]
+    for instances in (busy, pinned):
+        waited = snap(*instances, arrivals=arrivals, queued={"a": NOW - 60})
+        assert place("a", waited, patient) == Queue("x")
 
 
 QUEUE_CASES = [
