@@ -220,9 +220,7 @@ def _victim_cost(
     The expected cost is the chance of its next request within the horizon × its measured swap
     time; none while another instance has it warm to serve them."""
     m = instance.models[name]
-    if policy.eviction == "lru":
-        return (0.0, m.last_used)
-    if _elsewhere(instance, name, snap):
+    if policy.eviction == "lru" or _elsewhere(instance, name, snap):
         return (0.0, m.last_used)
     return (_chance(instance, name, snap, policy) * policy.eta(instance.name, name), m.last_used)
 

@@ -8,6 +8,7 @@ that can unblock a waiting request wakes the waiters, who then place again.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -172,7 +173,8 @@ class Registry:
         self._instances = {
             conf.name: _Instance(conf, _configured_models(conf, catalog)) for conf in instances
         }
-        self._queued: dict[str, list[float]] = {}  # model -> when each queued request arrived
+        # model -> when each queued request arrived, oldest first: snapshots read the first
+        self._queued: dict[str, list[float]] = {}
         self._arrivals: dict[str, Arrivals] = {}
         self._changed = asyncio.Event()
         self._waiters = 0
@@ -186,7 +188,7 @@ class Registry:
             now,
             tuple(i.view(now) for i in self._instances.values()),
             dict(self._arrivals),
-            {model: min(since) for model, since in self._queued.items()},
+            {model: since[0] for model, since in self._queued.items()},
         )
 
     def names(self) -> list[str]:
@@ -237,7 +239,7 @@ class Registry:
     def enter_queue(self, model: str, since: float) -> int:
         """Queue a request for ``model`` that arrived at ``since``; returns the queue's depth."""
         queue = self._queued.setdefault(model, [])
-        queue.append(since)
+        bisect.insort(queue, since)  # requests queue as they arrive: an append, nearly always
         return len(queue)
 
     def leave_queue(self, model: str, since: float) -> None:
