@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest system-packages bench bench-swaps clean
+.PHONY: run test lint typecheck pytest system-packages engine bench bench-swaps clean
 PEERS ?=
 
 run: $(STAMP)
@@ -20,8 +20,13 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/mypy --config-file pyproject.toml --check-untyped-defs tests bench
 
-pytest: $(STAMP) system-packages
+pytest: $(STAMP) system-packages engine
 	$(BIN)/pytest
+
+# The real engine the tests run (llama-cpp-python + Gemma-3-270M): built once per machine into
+# ~/.cache/swapgate (or $$SWAPGATE_ENGINE_CACHE), outside .venv; ~7 min the first time.
+engine: $(STAMP)
+	$(BIN)/python -m swapgate.engines
 
 system-packages:
 	bash .ci/ensure-packages

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
-import os
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -40,15 +38,13 @@ from swapgate.proxy.messages import (
     upstream_headers,
     with_model,
 )
+from swapgate.proxy.request_id import request_id
 from swapgate.proxy.upstream import UpstreamClient, UpstreamResponse
 from swapgate.registry import Registry
 from swapgate.router import Lease, Progress, Router
 
 log = logging.getLogger("swapgate.access")
 RETRYABLE_STATUS = frozenset({502, 503})
-# Request ids: unique per process start, and cheaper than a uuid4 per request.
-_ID_PREFIX = os.urandom(8).hex()
-_ID_COUNTER = itertools.count(1)
 
 
 @dataclass(slots=True)
@@ -85,7 +81,7 @@ class ProxyEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers: list[tuple[bytes, bytes]] = scope["headers"]
-        ex = Exchange(scope["method"], scope["path"], _request_id(headers))
+        ex = Exchange(scope["method"], scope["path"], request_id(headers))
         writer = ResponseWriter(send, [(b"x-request-id", ex.request_id.encode())])
         plan: KeepalivePlan | None = None
         try:
@@ -327,13 +323,6 @@ async def _stop(task: asyncio.Task[None] | None) -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-
-
-def _request_id(headers: list[tuple[bytes, bytes]]) -> str:
-    for name, value in headers:
-        if name == b"x-request-id" and 0 < len(value) <= 128:
-            return value.decode("latin-1")
-    return f"{_ID_PREFIX}{next(_ID_COUNTER):08x}"
 
 
 def _query(scope: Scope) -> str:

@@ -17,10 +17,12 @@ DROP_REQUEST = frozenset(
         "transfer-encoding", "upgrade", "host", "content-length", "authorization", "x-api-key",
     }
 )  # fmt: skip
+# Also the upstream's echo of ``x-request-id`` (llama-cpp-python and vLLM send one): swapgate
+# answers with the id it forwarded, once.
 DROP_RESPONSE = frozenset(
     {
         b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-connection", b"te",
-        b"trailer", b"transfer-encoding", b"upgrade", b"date", b"server",
+        b"trailer", b"transfer-encoding", b"upgrade", b"date", b"server", b"x-request-id",
     }
 )  # fmt: skip
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -38,11 +39,25 @@ def _die_with_parent() -> None:
 
 
 def spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "swapgate", *args],
-        env={**os.environ, **(env or {})},
-        preexec_fn=_die_with_parent,
-    )
+    return start([sys.executable, "-m", "swapgate", *args], env)
+
+
+def start(
+    command: list[str], env: dict[str, str] | None = None, log: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``command``; its output goes to ``log`` when given (tests read what it said)."""
+    output = log.open("wb") if log else None
+    try:
+        return subprocess.Popen(
+            command,
+            env={**os.environ, **(env or {})},
+            stdout=output,
+            stderr=subprocess.STDOUT if output else None,
+            preexec_fn=_die_with_parent,
+        )
+    finally:
+        if output:
+            output.close()
 
 
 def wait_http(url: str, process: subprocess.Popen[bytes], timeout: float = STARTUP_TIMEOUT) -> None:

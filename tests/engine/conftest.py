@@ -1,0 +1,63 @@
+"""The real engine: llama-cpp-python's OpenAI server with Gemma-3-270M (SPEC §14).
+
+The engine is built once per machine into a cache (swapgate/engines.py); every server here is
+a real process on loopback that the test starts and stops.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from swapgate.engines import LlamaCppEngine, ensure_llama_cpp
+from tests.e2e.processes import free_port, start, stop, wait_http
+
+ENGINE_STARTUP = 60.0  # the first model loads before the server listens
+
+
+@dataclass
+class LlamaServer:
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def said(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def generated_counts(self) -> list[int]:
+        """Tokens generated per finished completion, from llama.cpp's own timing lines."""
+        return [int(n) for n in re.findall(r"\beval time =.*?/\s*(\d+) runs", self.said())]
+
+
+@pytest.fixture(scope="session")
+def engine() -> LlamaCppEngine:
+    return ensure_llama_cpp()
+
+
+@contextmanager
+def llama_server(
+    engine: LlamaCppEngine, root: Path, models: dict[str, int]
+) -> Iterator[LlamaServer]:
+    """One llama-cpp-python server with each alias of ``models`` at its ``n_ctx``."""
+    port = free_port()
+    root.mkdir(parents=True, exist_ok=True)
+    command = engine.write_config(root / f"llama-{port}.json", port, models)
+    log = root / f"llama-{port}.log"
+    process = start(command, log=log)
+    server = LlamaServer(f"http://127.0.0.1:{port}", process, log)
+    try:
+        wait_http(f"{server.url}/v1/models", process, timeout=ENGINE_STARTUP)
+        yield server
+    finally:
+        stop(process)
+
+
+def swap_on_request(name: str, server: LlamaServer, models: list[str]) -> dict[str, object]:
+    return {"name": name, "kind": "swap-on-request", "url": server.url, "models": models,
+            "capacity": 1}  # fmt: skip

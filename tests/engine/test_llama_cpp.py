@@ -1,0 +1,151 @@
+"""swapgate in front of two real llama-cpp-python servers (SPEC §7 ``swap-on-request``, §14).
+
+Each server serves the same GGUF under two aliases with different ``n_ctx``; it keeps one loaded
+and swaps when asked for the other, so every cold request makes the engine really load a model.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from openai.types.chat import ChatCompletionMessageParam
+from prometheus_client.parser import text_string_to_metric_families
+
+from swapgate.engines import LlamaCppEngine
+from tests.e2e.processes import Gateway, gateway
+from tests.engine.conftest import LlamaServer, llama_server, swap_on_request
+
+pytestmark = pytest.mark.engine
+MODELS = {"gemma-a": 2048, "gemma-b": 1024}
+HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello to Paris."}]
+# Gemma's end-of-sequence tokens (<eos>, <end_of_turn>) banned: the answer runs to max_tokens.
+ENDLESS = {"1": -100, "106": -100}
+QUIET = {"x-swapgate-keepalive": "off"}
+
+
+@pytest.fixture(scope="module")
+def fleet(engine: LlamaCppEngine, tmp_path_factory) -> Iterator[tuple[Gateway, list[LlamaServer]]]:
+    root: Path = tmp_path_factory.mktemp("llama")
+    with llama_server(engine, root, MODELS) as one, llama_server(engine, root, MODELS) as two:
+        config = {
+            "routing": {"poll_interval": "1s", "min_residency": 0, "expected_swap": "3s"},
+            "keepalive": {"early_headers_after": "200ms", "interval": "500ms"},
+            "instances": [
+                swap_on_request("llama-1", one, list(MODELS)),
+                swap_on_request("llama-2", two, list(MODELS)),
+            ],
+        }
+        with gateway(config) as gw:
+            yield gw, [one, two]
+
+
+def metric(gw: Gateway, name: str, **labels: str) -> float:
+    """The sum of every sample of ``name`` whose labels include ``labels``."""
+    total = 0.0
+    for family in text_string_to_metric_families(gw.metrics()):
+        for sample in family.samples:
+            if sample.name == name and labels.items() <= sample.labels.items():
+                total += sample.value
+    return total
+
+
+def ask(client: openai.OpenAI, model: str, stream: bool) -> tuple[str, str]:
+    """The answer's text and the route swapgate took (keep-alives off, so that a cold request
+    also gets its final route header rather than ``pending``)."""
+    if stream:
+        with client.chat.completions.with_streaming_response.create(
+            model=model, messages=HELLO, max_tokens=12, stream=True, extra_headers=QUIET
+        ) as response:
+            route = response.headers["x-swapgate-route"]
+            chunks = list(response.parse())
+        return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices), route
+    raw = client.chat.completions.with_raw_response.create(
+        model=model, messages=HELLO, max_tokens=12, extra_headers=QUIET
+    )
+    return raw.parse().choices[0].message.content or "", raw.headers["x-swapgate-route"]
+
+
+def test_both_models_answer_real_text_and_warm_models_stay_put(fleet) -> None:
+    gw, _ = fleet
+    with gw.sdk(timeout=60) as client:
+        routes = {model: ask(client, model, stream=False)[1] for model in MODELS}
+        assert len(set(routes.values())) == 2  # one model warm on each instance
+        for _ in range(3):
+            for model in MODELS:
+                for stream in (False, True):
+                    text, route = ask(client, model, stream)
+                    assert text.strip(), f"{model} (stream={stream}) answered no text"
+                    assert route == routes[model]
+    assert metric(gw, "swapgate_swaps_total", result="ok") == 2
+    assert metric(gw, "swapgate_swap_duration_seconds_count", result="ok") == 2
+    assert metric(gw, "swapgate_swap_duration_seconds_sum", result="ok") > 0
+
+
+def test_generated_request_ids_pass_the_engine_and_client_ids_travel_unchanged(fleet) -> None:
+    gw, _ = fleet
+    body = {"model": "gemma-a", "messages": HELLO, "max_tokens": 2}
+    mine = "3f2c9a4e-1b7d-4e8a-9c0f-5d6e7f8a9b0c"
+    with httpx.Client(base_url=gw.url, timeout=60) as client:
+        generated = client.post("/v1/chat/completions", json=body)
+        assert generated.status_code == 200, generated.text
+        own = client.post("/v1/chat/completions", json=body, headers={"x-request-id": mine})
+        assert own.status_code == 200, own.text
+        assert own.headers["x-request-id"] == mine
+        # The engine itself says which ids it refuses: a client's non-UUID id is its own choice.
+        refused = client.post(
+            "/v1/chat/completions", json=body, headers={"x-request-id": "trace-42"}
+        )
+        assert refused.status_code == 400
+
+
+def test_models_list_both_aliases(fleet) -> None:
+    gw, _ = fleet
+    with gw.sdk() as client:
+        assert {m.id for m in client.models.list()} >= set(MODELS)
+
+
+def test_embeddings_come_from_the_real_engine(fleet) -> None:
+    gw, _ = fleet
+    with gw.sdk(timeout=60) as client:
+        first = client.embeddings.create(model="gemma-a", input="hello", encoding_format="float")
+        second = client.embeddings.create(model="gemma-a", input="goodbye", encoding_format="float")
+    vectors = [_flat(first.data[0].embedding), _flat(second.data[0].embedding)]
+    assert all(len(v) >= 640 for v in vectors)  # Gemma-3-270M's embedding width
+    assert vectors[0] != vectors[1]
+
+
+def test_a_client_that_disconnects_stops_the_generation(fleet) -> None:
+    gw, servers = fleet
+    with gw.sdk(timeout=60) as client:
+        route = ask(client, "gemma-b", stream=False)[1]  # warm, and know which engine serves it
+        server = servers[0] if route == "instance/llama-1" else servers[1]
+        finished_before = len(server.generated_counts())
+        stream = client.chat.completions.create(
+            model="gemma-b", messages=HELLO, max_tokens=900, stream=True, logit_bias=ENDLESS
+        )
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                break
+        stream.close()
+        started = time.monotonic()
+        # The engine runs one completion at a time: had it gone on, this would wait for 900 tokens.
+        text, _ = ask(client, "gemma-b", stream=False)
+        waited = time.monotonic() - started
+    assert text.strip()
+    counts = server.generated_counts()[finished_before:]
+    assert counts, "the engine logged no completion"
+    assert counts[0] < 900, f"the engine generated {counts[0]} tokens for a client that left"
+    assert waited < 20
+
+
+def _flat(embedding: object) -> list[float]:
+    """llama-cpp-python gives Gemma (no pooling in its GGUF) one vector per token."""
+    assert isinstance(embedding, list)
+    if embedding and isinstance(embedding[0], list):
+        return [x for row in embedding for x in row]
+    return [float(x) for x in embedding]
