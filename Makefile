@@ -6,9 +6,15 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint typecheck pytest system-packages engine bench bench-swaps clean
 PEERS ?=
+# `make run ENGINE=llama.cpp`: the demo with two real llama-cpp-python servers.
+ENGINE ?=
 
 run: $(STAMP)
+ifeq ($(ENGINE),)
 	$(BIN)/swapgate demo --config config/demo.yaml
+else
+	$(BIN)/swapgate demo --engine $(ENGINE)
+endif
 
 test: $(STAMP) lint typecheck pytest
 

@@ -43,7 +43,16 @@ def _parser() -> argparse.ArgumentParser:
     sim.set_defaults(run=_sim)
 
     demo = commands.add_parser("demo", help="two simulated llama-swap instances + the gateway")
-    demo.add_argument("--config", default="config/demo.yaml", help="YAML file of the demo")
+    demo.add_argument(
+        "--config",
+        help="YAML file of the demo (default: config/demo.yaml, or config/demo-llama-cpp.yaml "
+        "with --engine llama.cpp)",
+    )
+    demo.add_argument(
+        "--engine",
+        choices=("llama.cpp",),
+        help="real llama-cpp-python servers instead of simulators (built once per machine)",
+    )
     demo.add_argument("--load-time", type=_duration, default=4.0)
     demo.set_defaults(run=_demo)
 
@@ -120,7 +129,8 @@ def _sim(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from swapgate.demo import run_demo
 
-    settings = _load(args.config)
+    config = args.config or ("config/demo-llama-cpp.yaml" if args.engine else "config/demo.yaml")
+    settings = _load(config)
     if settings is None:
         return 1
-    return run_demo(settings, load_time=args.load_time, config_path=args.config)
+    return run_demo(settings, load_time=args.load_time, config_path=config, engine=args.engine)

@@ -1,12 +1,15 @@
-"""``swapgate demo``: a simulator for every instance of a config, and the gateway in front."""
+"""``swapgate demo``: a simulator (or a real llama-cpp-python server) for every instance of a
+config, and the gateway in front."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from urllib.error import HTTPError, URLError
 from urllib.parse import urlsplit
 from urllib.request import urlopen
@@ -16,15 +19,48 @@ from swapgate.server import serve
 
 FLAVOURS = {"llama-swap": "llama-swap", "ollama": "ollama", "openai": "openai"}
 STARTUP_TIMEOUT = 20.0
+ENGINE_STARTUP = 60.0  # the server loads its first model before it listens
+DEFAULT_N_CTX = 2048
 
 
-def run_demo(settings: Settings, load_time: float, config_path: str | None = None) -> int:
+def run_demo(
+    settings: Settings,
+    load_time: float,
+    config_path: str | None = None,
+    engine: str | None = None,
+) -> int:
+    """Serve the gateway in front of a simulator per instance, or, with ``engine``, a real
+    llama-cpp-python server per instance (built once per machine: swapgate/engines.py)."""
     with ExitStack() as stack:
         for instance in settings.instances:
-            stack.enter_context(simulator(instance, load_time))
-        print(_instructions(settings, load_time), flush=True)
+            if engine is None:
+                stack.enter_context(simulator(instance, load_time))
+            else:
+                stack.enter_context(llama_cpp_server(instance))
+        print(_instructions(settings, load_time, engine), flush=True)
         serve(settings, config_path=config_path)
     return 0
+
+
+@contextmanager
+def llama_cpp_server(instance: InstanceConfig) -> Iterator[None]:
+    """A real llama-cpp-python server where the instance's URL points, serving Gemma-3-270M
+    under each of the instance's model names (the second and later with twice the context,
+    so that each is a model of its own to the server)."""
+    from swapgate.engines import ensure_llama_cpp
+
+    engine = ensure_llama_cpp()
+    models = {m: DEFAULT_N_CTX * (2 if i else 1) for i, m in enumerate(instance.models or ("a",))}
+    port = urlsplit(instance.url).port or 80
+    with tempfile.TemporaryDirectory(prefix="swapgate-demo-") as root:
+        command = engine.write_config(Path(root) / "llama.json", port, models)
+        process = subprocess.Popen(command, env=engine.env(), stderr=subprocess.DEVNULL)
+        try:
+            wait_until_serving(instance.url + "/v1/models", process, ENGINE_STARTUP)
+            yield
+        finally:
+            process.terminate()
+            process.wait(timeout=10)
 
 
 @contextmanager
@@ -64,10 +100,10 @@ def wait_until_serving(
             return
         except (URLError, OSError):
             time.sleep(0.1)
-    raise RuntimeError(f"the simulator for {url} did not start within {STARTUP_TIMEOUT:g}s")
+    raise RuntimeError(f"the server for {url} did not start within {timeout:g}s")
 
 
-def _instructions(settings: Settings, load_time: float) -> str:
+def _instructions(settings: Settings, load_time: float, engine: str | None = None) -> str:
     base = f"http://{settings.server.host}:{settings.server.port}"
     models = sorted({m for i in settings.instances for m in i.models or ()})
     first = models[0] if models else "a"
@@ -76,13 +112,18 @@ def _instructions(settings: Settings, load_time: float) -> str:
         f"""-d '{{"model": "{first}", "messages": [{{"role": "user", "content": "hi"}}]}}'"""
     )
     names = ", ".join(f"{i.name} ({i.url})" for i in settings.instances)
+    what = (
+        f"real {engine} servers {names} (Gemma-3-270M on the CPU); a load takes 1–2 s"
+        if engine
+        else f"simulated instances {names}; each load takes {load_time:g}s"
+    )
     return f"""
-swapgate demo: simulated instances {names}; each load takes {load_time:g}s.
+swapgate demo: {what}.
 
   # every model and where it is warm
   curl -sS {base}/v1/models
 
-  # a swap: the first request for {first} waits ~{load_time:g}s (see x-swapgate-wait-ms)
+  # a swap: the first request for {first} waits for its load (see x-swapgate-wait-ms)
   {chat}
 
   # a warm hit: the same request again answers at once

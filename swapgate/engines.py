@@ -53,10 +53,19 @@ class LlamaCppEngine:
             }
             for alias, n_ctx in models.items()
         ]
-        return {"host": "127.0.0.1", "port": port, "models": entries}
+        # interrupt_requests (default on) ends a running stream with a normal-looking [DONE] as
+        # soon as another request queues behind it: a silently truncated answer.
+        return {"host": "127.0.0.1", "port": port, "interrupt_requests": False, "models": entries}
 
     def command(self, config_file: Path) -> list[str]:
         return [str(self.python), "-m", "llama_cpp.server", "--config_file", str(config_file)]
+
+    @staticmethod
+    def env() -> dict[str, str]:
+        """A clean environment: the server reads unprefixed variables (``PORT``, ``N_CTX``, …)
+        as settings that override its config file."""
+        keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
+        return {name: os.environ[name] for name in keep if name in os.environ}
 
     def write_config(self, path: Path, port: int, models: dict[str, int]) -> list[str]:
         """Write the config for ``models`` to ``path``; return the command that serves it."""

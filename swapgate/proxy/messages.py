@@ -9,20 +9,26 @@ from starlette.types import Receive, Send
 
 from swapgate.errors import BadRequest, RequestTooLarge, SwapgateError
 
-# Never forwarded: hop-by-hop headers, the client's credentials, and what the client library
-# recomputes for the body it actually sends.
+# Never forwarded (docs/compatibility.md, "Headers", says which engine each one matters to):
+# hop-by-hop headers; every credential a client library sends (SPEC §4.1); what swapgate sets
+# itself (the body's length and type, the request id); ``accept-encoding``, since keep-alive
+# bytes written before a compressed body would corrupt it; ``origin``, which Ollama answers
+# with 403 unless it is on OLLAMA_ORIGINS; and vLLM's client-chosen data-parallel rank.
 DROP_REQUEST = frozenset(
     {
-        "connection", "keep-alive", "proxy-authorization", "proxy-connection", "te", "trailer",
-        "transfer-encoding", "upgrade", "host", "content-length", "authorization", "x-api-key",
+        "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
+        "upgrade", "host", "content-length", "content-type", "x-request-id", "accept-encoding",
+        "authorization", "proxy-authorization", "x-api-key", "api-key", "cookie",
+        "origin", "x-data-parallel-rank",
     }
 )  # fmt: skip
-# Also the upstream's echo of ``x-request-id`` (llama-cpp-python and vLLM send one): swapgate
-# answers with the id it forwarded, once.
+# Also what swapgate sets itself, so a client never gets it twice: the upstream's echo of
+# ``x-request-id`` (llama-cpp-python, vLLM) and ``x-accel-buffering`` (llama.cpp, llama-swap).
 DROP_RESPONSE = frozenset(
     {
         b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-connection", b"te",
         b"trailer", b"transfer-encoding", b"upgrade", b"date", b"server", b"x-request-id",
+        b"x-accel-buffering",
     }
 )  # fmt: skip
 
@@ -66,11 +72,18 @@ def with_model(payload: dict[str, Any], model: str) -> bytes:
 def upstream_headers(
     scope_headers: list[tuple[bytes, bytes]], request_id: str, api_key: str | None
 ) -> list[tuple[str, str]]:
+    """What goes upstream: the client's headers less ``DROP_REQUEST``, and swapgate's own.
+
+    The body was parsed as a JSON object, so it goes as ``application/json`` whatever the client
+    said: without it aiohttp would send ``application/octet-stream``, which vLLM and SGLang
+    answer with 400, llama-swap with 404 and llama-cpp-python with 422.
+    """
     headers = [
         (name.decode("latin-1"), value.decode("latin-1"))
         for name, value in scope_headers
-        if name.decode("latin-1") not in DROP_REQUEST and name != b"x-request-id"
+        if name.decode("latin-1") not in DROP_REQUEST
     ]
+    headers.append(("content-type", "application/json"))
     headers.append(("x-request-id", request_id))
     if api_key:
         headers.append(("authorization", f"Bearer {api_key}"))

@@ -43,14 +43,18 @@ def spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Pope
 
 
 def start(
-    command: list[str], env: dict[str, str] | None = None, log: Path | None = None
+    command: list[str],
+    env: dict[str, str] | None = None,
+    log: Path | None = None,
+    clean_env: bool = False,
 ) -> subprocess.Popen[bytes]:
-    """Start ``command``; its output goes to ``log`` when given (tests read what it said)."""
+    """Start ``command`` with ``env`` added to ours (or alone, with ``clean_env``); its output
+    goes to ``log`` when given (tests read what it said)."""
     output = log.open("wb") if log else None
     try:
         return subprocess.Popen(
             command,
-            env={**os.environ, **(env or {})},
+            env=dict(env or {}) if clean_env else {**os.environ, **(env or {})},
             stdout=output,
             stderr=subprocess.STDOUT if output else None,
             preexec_fn=_die_with_parent,

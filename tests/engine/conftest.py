@@ -49,7 +49,7 @@ def llama_server(
     root.mkdir(parents=True, exist_ok=True)
     command = engine.write_config(root / f"llama-{port}.json", port, models)
     log = root / f"llama-{port}.log"
-    process = start(command, log=log)
+    process = start(command, engine.env(), log=log, clean_env=True)
     server = LlamaServer(f"http://127.0.0.1:{port}", process, log)
     try:
         wait_http(f"{server.url}/v1/models", process, timeout=ENGINE_STARTUP)

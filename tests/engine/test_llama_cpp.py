@@ -6,6 +6,7 @@ and swaps when asked for the other, so every cold request makes the engine reall
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -101,6 +102,37 @@ def test_generated_request_ids_pass_the_engine_and_client_ids_travel_unchanged(f
             "/v1/chat/completions", json=body, headers={"x-request-id": "trace-42"}
         )
         assert refused.status_code == 400
+
+
+def test_what_browsers_and_other_sdks_send_does_not_upset_the_engine(fleet) -> None:
+    """Each of these made an engine refuse the request (docs/compatibility.md, "Headers");
+    llama-cpp-python itself answers 500 to a body whose content-type is not JSON."""
+    gw, _ = fleet
+    body = {"model": "gemma-a", "messages": HELLO, "max_tokens": 2}
+    headers = {
+        "content-type": "text/plain",
+        "origin": "https://chat.example",
+        "cookie": "session=sk-client",
+        "api-key": "sk-client",
+        "accept-encoding": "gzip",
+    }
+    with httpx.Client(base_url=gw.url, timeout=60) as client:
+        answer = client.post("/v1/chat/completions", content=json.dumps(body), headers=headers)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["object"] == "chat.completion"
+    assert "content-encoding" not in answer.headers
+
+
+def test_completions_stream_from_the_real_engine(fleet) -> None:
+    gw, _ = fleet
+    with gw.sdk(timeout=60) as client:
+        chunks = list(
+            client.completions.create(
+                model="gemma-b", prompt="The capital of France is", max_tokens=8, stream=True
+            )
+        )
+    assert {c.object for c in chunks} == {"text_completion"}
+    assert "".join(c.choices[0].text for c in chunks if c.choices).strip()
 
 
 def test_models_list_both_aliases(fleet) -> None:
