@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from urllib.request import urlopen
 
 from swapgate.config import InstanceConfig, Settings
+from swapgate.processes import start_child
 from swapgate.server import serve
 
 FLAVOURS = {"llama-swap": "llama-swap", "ollama": "ollama", "openai": "openai"}
@@ -54,7 +55,7 @@ def llama_cpp_server(instance: InstanceConfig) -> Iterator[None]:
     port = urlsplit(instance.url).port or 80
     with tempfile.TemporaryDirectory(prefix="swapgate-demo-") as root:
         command = engine.write_config(Path(root) / "llama.json", port, models)
-        process = subprocess.Popen(command, env=engine.env(), stderr=subprocess.DEVNULL)
+        process = start_child(command, engine.env(), stderr=subprocess.DEVNULL)
         try:
             wait_until_serving(instance.url + "/v1/models", process, ENGINE_STARTUP)
             yield
@@ -76,7 +77,7 @@ def simulator(instance: InstanceConfig, load_time: float) -> Iterator[None]:
         "--capacity", str(instance.capacity),
         "--load-time", str(load_time),
     ]  # fmt: skip
-    process = subprocess.Popen(command)
+    process = start_child(command)
     try:
         wait_until_serving(instance.url + "/v1/models", process)
         yield
@@ -109,7 +110,8 @@ def _instructions(settings: Settings, load_time: float, engine: str | None = Non
     first = models[0] if models else "a"
     chat = (
         f"curl -sS -D - {base}/v1/chat/completions -H 'content-type: application/json' "
-        f"""-d '{{"model": "{first}", "messages": [{{"role": "user", "content": "hi"}}]}}'"""
+        f"""-d '{{"model": "{first}", "max_tokens": 32, "messages": """
+        f"""[{{"role": "user", "content": "hi"}}]}}'"""
     )
     names = ", ".join(f"{i.name} ({i.url})" for i in settings.instances)
     what = (
@@ -131,7 +133,8 @@ swapgate demo: {what}.
 
   # a streamed answer
   curl -sSN {base}/v1/chat/completions -H 'content-type: application/json' \\
-    -d '{{"model": "{first}", "stream": true, "messages": [{{"role": "user", "content": "hi"}}]}}'
+    -d '{{"model": "{first}", "max_tokens": 32, "stream": true,
+         "messages": [{{"role": "user", "content": "hi"}}]}}'
 
   # swap durations and warm state
   curl -sS {base}/metrics | grep -E 'swapgate_(swap_duration_seconds_count|model_warm)'

@@ -10,7 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bench.procs import NGINX_MAIN
-from tests.e2e.processes import _die_with_parent, free_port, wait_http
+from swapgate.processes import die_with_parent
+from tests.e2e.processes import free_port, wait_http
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
@@ -47,7 +48,7 @@ def nginx(upstreams: dict[str, str], read_timeout: str = "2s") -> Iterator[dict[
         config = Path(root) / "nginx.conf"
         config.write_text(MAIN.format(root=root, servers=servers))
         process = subprocess.Popen(
-            [NGINX, "-c", str(config), "-p", root], preexec_fn=_die_with_parent
+            [NGINX, "-c", str(config), "-p", root], preexec_fn=die_with_parent
         )
         fronts = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
         try:

@@ -5,9 +5,7 @@ Every process is started with PR_SET_PDEATHSIG, so it stops by itself if the tes
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -23,7 +21,8 @@ import httpx
 import openai
 import yaml
 
-PR_SET_PDEATHSIG = 1
+from swapgate.processes import die_with_parent
+
 STARTUP_TIMEOUT = 20.0
 
 
@@ -32,10 +31,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def _die_with_parent() -> None:
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -57,7 +52,7 @@ def start(
             env=dict(env or {}) if clean_env else {**os.environ, **(env or {})},
             stdout=output,
             stderr=subprocess.STDOUT if output else None,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
     finally:
         if output:

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from swapgate.processes import die_with_parent
 from tests.e2e import wire
 from tests.e2e.nginx import MAIN, NGINX
 from tests.e2e.processes import (
     Gateway,
-    _die_with_parent,
     free_port,
     gateway,
     instance,
@@ -96,7 +96,7 @@ def _assert_proxy_streams_unbuffered(
     command: list[str], port: int, env: dict[str, str] | None = None
 ) -> None:
     process = subprocess.Popen(
-        command, env=env, preexec_fn=_die_with_parent, stderr=subprocess.DEVNULL
+        command, env=env, preexec_fn=die_with_parent, stderr=subprocess.DEVNULL
     )
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz", process)

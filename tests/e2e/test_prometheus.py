@@ -14,10 +14,10 @@ import httpx
 import pytest
 import yaml
 
+from swapgate.processes import die_with_parent
 from tests.e2e.processes import (
     Gateway,
     Sim,
-    _die_with_parent,
     free_port,
     gateway,
     instance,
@@ -112,7 +112,7 @@ class _prometheus:
                 f"--web.listen-address={self.url.removeprefix('http://')}",
                 "--log.level=warn",
             ],
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         wait_http(f"{self.url}/-/ready", self._process)
         return self.url
