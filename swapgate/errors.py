@@ -9,7 +9,8 @@
     ├── RequestTooLarge         413 request_too_large
     ├── QueueFull               429 queue_full             (+ Retry-After)
     ├── UpstreamError           502 upstream_error
-    │   └── UpstreamUnreachable     the connection failed before any byte was sent
+    │   ├── UpstreamUnreachable     the connection failed before any byte was sent
+    │   └── UpstreamRefusedKey      the instance answered 401/403 to swapgate's own key
     ├── NoCapacity              503 no_capacity            (+ Retry-After)
     │   └── SwapFailed          503 swap_failed            the swap a request waited for failed
     ├── ShuttingDown            503 shutting_down          told in-band when shutdown_grace ends
@@ -95,6 +96,11 @@ class UpstreamError(SwapgateError):
 
 class UpstreamUnreachable(UpstreamError):
     pass
+
+
+class UpstreamRefusedKey(UpstreamError):
+    """A 401/403 from an upstream is about swapgate's key for it, never the client's (which
+    never travels): passing it on would read as "your key is wrong"."""
 
 
 class NoCapacity(SwapgateError):

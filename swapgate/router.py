@@ -46,6 +46,7 @@ class Upstream:
     api_key: str | None
     is_relay: bool = False
     read_timeout: float | None = None
+    key_env: str | None = None  # where api_key came from, for messages that must not show it
 
     def url_for(self, path: str) -> str:
         return self.url + (path.removeprefix("/v1") if self.is_relay else path)
@@ -94,10 +95,13 @@ class Router:
         self._metrics = metrics
         self._policy = policy_for(settings, coordinator)
         self._upstreams = {
-            inst.name: Upstream(inst.url, secret(inst.api_key_env)) for inst in settings.instances
+            inst.name: Upstream(inst.url, secret(inst.api_key_env), key_env=inst.api_key_env)
+            for inst in settings.instances
         }
         self._relays = {
-            name: Upstream(relay.url, secret(relay.api_key_env), True, relay.timeout)
+            name: Upstream(
+                relay.url, secret(relay.api_key_env), True, relay.timeout, relay.api_key_env
+            )
             for name, relay in settings.relays.items()
         }
 

@@ -26,7 +26,9 @@ def serve(
         log_level=settings.server.log_level,
         access_log=False,  # swapgate writes its own access line, with model and route
         server_header=False,
-        timeout_graceful_shutdown=int(settings.server.shutdown_grace) or None,
+        # A float, not int(): uvicorn annotates int but waits with asyncio.timeout, which takes
+        # any number; int() turned 0.5 s into 0, and "or None" turned 0 into no limit at all.
+        timeout_graceful_shutdown=settings.server.shutdown_grace,  # type: ignore[arg-type]
         timeout_keep_alive=math.ceil(settings.server.idle_timeout),
         log_config=None,
     )

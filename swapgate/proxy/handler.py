@@ -25,6 +25,8 @@ from swapgate.errors import (
     ShuttingDown,
     SwapgateError,
     UpstreamError,
+    UpstreamRefusedKey,
+    UpstreamTimeout,
     UpstreamUnreachable,
 )
 from swapgate.metrics import UNKNOWN, Metrics
@@ -45,6 +47,7 @@ from swapgate.router import Lease, Progress, Router
 
 log = logging.getLogger("swapgate.access")
 RETRYABLE_STATUS = frozenset({502, 503})
+AUTH_STATUS = frozenset({401, 403})
 
 
 @dataclass(slots=True)
@@ -160,17 +163,22 @@ class ProxyEndpoint:
             await _stop(pinging)
         try:
             if pinger is not None and writer.started:
-                await self._finish_committed(response, writer, pinger, ex)
+                await self._finish_committed(response, writer, pinger, ex, lease)
             else:
                 ex.event_stream = response.is_event_stream
                 await writer.start(response.status, self._response_headers(response, ex))
-                await self._relay_body(response, writer, response.is_event_stream)
+                await self._relay_body(response, writer, response.is_event_stream, ex, lease)
         finally:
             response.close()
             self._router.release(lease)
 
     async def _finish_committed(
-        self, response: UpstreamResponse, writer: ResponseWriter, pinger: Pinger, ex: Exchange
+        self,
+        response: UpstreamResponse,
+        writer: ResponseWriter,
+        pinger: Pinger,
+        ex: Exchange,
+        lease: Lease,
     ) -> None:
         """The 200 is out: a failed upstream can only be told in-band."""
         if not 200 <= response.status < 300:
@@ -178,7 +186,7 @@ class ProxyEndpoint:
             ex.failed = UpstreamError(f"{ex.route} answered {response.status}: {detail}")
             await writer.end(pinger.error_body(ex.failed))
             return
-        await self._relay_body(response, writer, pinger.plan.is_event_stream)
+        await self._relay_body(response, writer, pinger.plan.is_event_stream, ex, lease)
 
     async def _open(
         self,
@@ -237,12 +245,18 @@ class ProxyEndpoint:
             body = with_model(payload, lease.upstream_model)
         headers = upstream_headers(scope["headers"], ex.request_id, lease.upstream.api_key)
         try:
-            return await self._client.open(
+            response = await self._client.open(
                 scope["method"], url, headers, body, lease.upstream.read_timeout
             )
         except asyncio.CancelledError:
             self._router.release(lease)
             raise
+        if response.status in AUTH_STATUS:
+            response.close()
+            refused = UpstreamRefusedKey(_refused_key(lease, response.status))
+            log.error("%s (request %s)", refused, ex.request_id)
+            raise refused
+        return response
 
     def _response_headers(
         self, response: UpstreamResponse, ex: Exchange
@@ -255,16 +269,28 @@ class ProxyEndpoint:
         return headers
 
     async def _relay_body(
-        self, response: UpstreamResponse, writer: ResponseWriter, event_stream: bool
+        self,
+        response: UpstreamResponse,
+        writer: ResponseWriter,
+        event_stream: bool,
+        ex: Exchange,
+        lease: Lease,
     ) -> None:
+        """Copy the upstream's body. An upstream that breaks off or stalls past
+        ``stream_idle_timeout`` after the status went out (SPEC §4.7) ends a stream with one
+        in-band error event; any other answer is cut off abortively (the client sees a broken
+        body, never a short one that looks whole). Either way the request counts as failed."""
         try:
             async for chunk in response.chunks():
                 await writer.write(chunk)
-        except UpstreamError as exc:
-            if not event_stream:
-                raise  # the ASGI server drops the connection: a client sees a broken body
-            log.warning("upstream failed mid-stream: %s", exc)
-            await writer.end(sse_error(exc))
+        except (UpstreamError, UpstreamTimeout) as exc:
+            ex.failed = exc
+            kind = "stall" if isinstance(exc, UpstreamTimeout) else "broken"
+            self._metrics.upstream_errors.labels(lease.name, kind).inc()
+            log.warning("%s failed mid-answer for %s: %s", lease.route, ex.request_id, exc)
+            if event_stream:
+                await writer.end(sse_error(exc))
+            # else: returning without ending the body makes the ASGI server close the connection
             return
         response.release()
         await writer.end()
@@ -331,4 +357,16 @@ def _query(scope: Scope) -> str:
 
 
 def _error_kind(exc: UpstreamError) -> str:
+    if isinstance(exc, UpstreamRefusedKey):
+        return "auth"
     return "connect" if isinstance(exc, UpstreamUnreachable) else "http"
+
+
+def _refused_key(lease: Lease, status: int) -> str:
+    where = lease.upstream.key_env
+    fix = (
+        f"check the key in ${where} (api_key_env)"
+        if where
+        else "it wants a key: set api_key_env for it"
+    )
+    return f"{lease.route} refused swapgate's key ({status}); the operator should {fix}"

@@ -128,3 +128,20 @@ def test_a_stream_still_open_when_shutdown_grace_ends_gets_an_in_band_error() ->
     assert lines[0].startswith("data: {")
     assert '"code": "shutting_down"' in lines[-1]
     assert "[DONE]" not in lines[-1]
+
+
+def test_a_shutdown_grace_under_a_second_is_kept_not_turned_into_no_limit() -> None:
+    with simulator(load_time=0.1, token_rate=4) as sim:
+        config = {"instances": [instance("gpu-a", sim)], "server": {"shutdown_grace": "500ms"}}
+        with gateway(config) as gw:
+            body = {"model": "a", "messages": MESSAGES, "stream": True, "max_tokens": 40}
+            with httpx.stream("POST", f"{gw.url}/v1/chat/completions", json=body, timeout=30) as r:
+                stream = r.iter_lines()
+                next(stream)
+                gw.process.send_signal(signal.SIGTERM)
+                stopping = time.monotonic()
+                lines = [line for line in stream if line]
+            gw.process.wait(timeout=15)
+            stopped_after = time.monotonic() - stopping
+    assert '"code": "shutting_down"' in lines[-1]
+    assert stopped_after < 5  # the stream alone would have run for 10 s

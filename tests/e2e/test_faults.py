@@ -1,0 +1,60 @@
+"""Faults after the answer began, and upstreams that refuse swapgate's key (issue 15)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from tests.e2e.processes import gateway, instance, simulator, wait_for
+from tests.e2e.wire import post
+
+pytestmark = pytest.mark.e2e
+CHAT = {"model": "a", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+def test_an_upstream_that_stalls_mid_stream_ends_it_with_one_error_event() -> None:
+    with simulator(load_time=0.1) as sim:
+        config = {
+            "routing": {"stream_idle_timeout": "1s", "min_residency": 0},
+            "instances": [instance("gpu-a", sim)],
+        }
+        with gateway(config) as gw:
+            warm = httpx.post(f"{gw.url}/v1/chat/completions", json=CHAT, timeout=30)
+            assert warm.status_code == 200
+            # One token every 3 s: after the first chunk, silent past the 1 s limit.
+            sim.faults(token_rate=0.33)
+            response = post(gw.url, "/v1/chat/completions", {**CHAT, "stream": True})
+            failed = 'swapgate_requests_total{model="a",route="instance/gpu-a",status="504"} 1.0'
+            wait_for(lambda: failed in gw.metrics())  # counted once the answer has ended
+            metrics = gw.metrics()
+    assert response.status == 200
+    events = response.data_lines()
+    assert json.loads(events[0].removeprefix("data: "))["object"] == "chat.completion.chunk"
+    errors = [json.loads(e.removeprefix("data: ")) for e in events if '"error"' in e]
+    assert len(errors) == 1
+    assert errors[0]["error"]["code"] == "upstream_timeout"
+    assert "error" in json.loads(events[-1].removeprefix("data: "))  # nothing after it
+    assert 'status="200"} 1.0' in metrics  # the warm-up only
+    assert 'swapgate_upstream_errors_total{instance="gpu-a",kind="stall"} 1.0' in metrics
+
+
+def test_an_upstream_that_refuses_swapgates_key_is_a_502_naming_the_instance_and_its_env() -> None:
+    with simulator(load_time=0.1, api_key="the-real-key") as sim:
+        config = {"instances": [instance("gpu-a", sim, api_key_env="GPU_A_KEY")]}
+        with gateway(config, {"GPU_A_KEY": "a-stale-key"}) as gw:
+            answer = httpx.post(
+                f"{gw.url}/v1/chat/completions",
+                json=CHAT,
+                headers={"x-swapgate-keepalive": "off"},
+                timeout=30,
+            )
+            metrics = gw.metrics()
+    assert answer.status_code == 502, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "upstream_error"
+    assert "instance/gpu-a" in error["message"]
+    assert "GPU_A_KEY" in error["message"]
+    assert "a-stale-key" not in answer.text
+    assert 'swapgate_upstream_errors_total{instance="gpu-a",kind="auth"} 1.0' in metrics
