@@ -14,7 +14,8 @@
     ├── NoCapacity              503 no_capacity            (+ Retry-After)
     │   └── SwapFailed          503 swap_failed            the swap a request waited for failed
     ├── ShuttingDown            503 shutting_down          told in-band when shutdown_grace ends
-    └── UpstreamTimeout         504 upstream_timeout
+    ├── UpstreamTimeout         504 upstream_timeout
+    └── InternalError           500 internal_error         anything unforeseen, logged
     DriverError                 a control-plane call to an instance failed (poll, load, unload)
 
 Messages say what to do next and never carry keys or tokens.
@@ -120,6 +121,10 @@ class ShuttingDown(SwapgateError):
 class UpstreamTimeout(SwapgateError):
     status = 504
     code = "upstream_timeout"
+
+
+class InternalError(SwapgateError):
+    """A fault of swapgate's own: the client gets this, the log gets the cause."""
 
 
 class DriverError(Exception):

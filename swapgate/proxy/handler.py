@@ -21,6 +21,7 @@ from swapgate.auth import ClientAuth
 from swapgate.catalog import Catalog
 from swapgate.config import Settings
 from swapgate.errors import (
+    InternalError,
     ModelNotFound,
     ShuttingDown,
     SwapgateError,
@@ -101,16 +102,23 @@ class ProxyEndpoint:
             await self._fail(ex, writer, exc)
         except ConnectionAbortedError:
             writer.status = 499  # nginx's "client closed request", for the log and metrics
+        except Exception as exc:  # a bug of ours: still an OpenAI-shaped answer (SPEC §11)
+            log.error("internal error on %s (request %s): %r", ex.path, ex.request_id, exc)
+            log.debug("internal error on %s", ex.request_id, exc_info=True)
+            internal = InternalError(
+                f"swapgate failed on this request ({ex.request_id}); it is logged, retry later"
+            )
+            if writer.started:
+                await _end_started(ex, writer, plan, internal)
+            else:
+                ex.failed = internal
+                await self._fail(ex, writer, internal)
         except asyncio.CancelledError:
             # The server is shutting down and shutdown_grace has run out (SPEC §4.8): a stream
             # ends with one in-band error, never silently truncated.
-            streaming = ex.event_stream
-            if streaming is None:  # committed by keep-alives (or nothing sent yet)
-                streaming = plan is not None and plan.is_event_stream
-            if writer.started and streaming:
-                ex.failed = ShuttingDown("swapgate is shutting down; retry the request")
-                with contextlib.suppress(Exception):
-                    await writer.end(sse_error(ex.failed))
+            if writer.started:
+                shutting = ShuttingDown("swapgate is shutting down; retry the request")
+                await _end_started(ex, writer, plan, shutting)
             raise
         finally:
             self._record(ex, ex.failed.status if ex.failed else writer.status)
@@ -313,6 +321,21 @@ class ProxyEndpoint:
                 ex.method, ex.path, status, ex.model, ex.route,
                 round(ex.waited * 1000), elapsed * 1000, ex.request_id,
             )  # fmt: skip
+
+
+async def _end_started(
+    ex: Exchange, writer: ResponseWriter, plan: KeepalivePlan | None, error: SwapgateError
+) -> None:
+    """After the status went out a failure can only be told in-band: one error event ends a
+    stream; any other answer is left unended, which makes the ASGI server cut the connection
+    (never a short body that looks whole). Either way the request counts as ``error``."""
+    ex.failed = error
+    streaming = ex.event_stream
+    if streaming is None:  # committed by keep-alives (or nothing sent yet)
+        streaming = plan is not None and plan.is_event_stream
+    if streaming:
+        with contextlib.suppress(Exception):  # the client may be gone too
+            await writer.end(sse_error(error))
 
 
 async def _until_disconnect(receive: Receive, work: Coroutine[Any, Any, None]) -> None:

@@ -57,6 +57,8 @@ def parse_request(body: bytes) -> tuple[dict[str, Any], str, bool]:
         payload = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"the body is not valid JSON ({exc}); send a JSON object") from None
+    except RecursionError:
+        raise BadRequest("the body is nested too deeply to parse; send a flatter object") from None
     if not isinstance(payload, dict):
         raise BadRequest("the body must be a JSON object with a 'model' field")
     model = payload.get("model")

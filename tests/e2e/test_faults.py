@@ -58,3 +58,16 @@ def test_an_upstream_that_refuses_swapgates_key_is_a_502_naming_the_instance_and
     assert "GPU_A_KEY" in error["message"]
     assert "a-stale-key" not in answer.text
     assert 'swapgate_upstream_errors_total{instance="gpu-a",kind="auth"} 1.0' in metrics
+
+
+def test_a_body_nested_20000_deep_is_an_openai_shaped_400_and_the_gateway_goes_on() -> None:
+    with simulator(load_time=0.1) as sim, gateway({"instances": [instance("gpu-a", sim)]}) as gw:
+        deep = b'{"model": "a", "x": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"
+        url = f"{gw.url}/v1/chat/completions"
+        refused = httpx.post(url, content=deep, headers={"content-type": "application/json"})
+        good = httpx.post(url, json=CHAT, timeout=30)
+    assert refused.status_code == 400
+    assert refused.headers["content-type"] == "application/json"
+    assert refused.json()["error"]["code"] == "invalid_request_error"
+    assert "nested too deeply" in refused.json()["error"]["message"]
+    assert good.status_code == 200

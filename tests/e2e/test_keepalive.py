@@ -175,10 +175,12 @@ def test_a_warm_answer_is_byte_for_byte_the_upstreams() -> None:
 
 
 def test_an_upstream_error_status_passes_through_untouched() -> None:
-    with simulator(models=("a",), load_time=0.1, api_key="right") as sim:
-        httpx.get(f"{sim.url}/upstream/a/health", timeout=5).raise_for_status()
-        with gateway({"instances": [instance("gpu-a", sim)]}) as gw:
-            response = httpx.post(f"{gw.url}{CHAT}", json=_body("a", stream=False), timeout=10)
-            assert response.status_code == 401
-            assert response.json()["error"]["message"] == "the simulator wants its own --api-key"
+    # (A 401/403 no longer does: it is about swapgate's own key, tests/e2e/test_faults.py.)
+    with simulator("openai", models=("a",), load_time=0.1) as sim:
+        # The config says the instance serves "b" too; the server itself does not know it.
+        listed = instance("gpu-a", sim, kind="openai", models=["a", "b"])
+        with gateway({"instances": [listed]}) as gw:
+            response = httpx.post(f"{gw.url}{CHAT}", json=_body("b", stream=False), timeout=10)
+            assert response.status_code == 404
+            assert response.json()["error"]["message"] == "model 'b' not found"  # the sim's own
             assert response.headers["x-swapgate-route"] == "instance/gpu-a"
