@@ -109,7 +109,7 @@ class ProxyEndpoint:
                 f"swapgate failed on this request ({ex.request_id}); it is logged, retry later"
             )
             if writer.started:
-                await _end_started(ex, writer, plan, internal)
+                await _end_started(ex, writer, _is_stream(ex, plan), internal)
             else:
                 ex.failed = internal
                 await self._fail(ex, writer, internal)
@@ -118,7 +118,7 @@ class ProxyEndpoint:
             # ends with one in-band error, never silently truncated.
             if writer.started:
                 shutting = ShuttingDown("swapgate is shutting down; retry the request")
-                await _end_started(ex, writer, plan, shutting)
+                await _end_started(ex, writer, _is_stream(ex, plan), shutting)
             raise
         finally:
             self._record(ex, ex.failed.status if ex.failed else writer.status)
@@ -296,9 +296,7 @@ class ProxyEndpoint:
             kind = "stall" if isinstance(exc, UpstreamTimeout) else "broken"
             self._metrics.upstream_errors.labels(lease.name, kind).inc()
             log.warning("%s failed mid-answer for %s: %s", lease.route, ex.request_id, exc)
-            if event_stream:
-                await writer.end(sse_error(exc))
-            # else: returning without ending the body makes the ASGI server close the connection
+            await _end_started(ex, writer, event_stream, exc)
             return
         response.release()
         await writer.end()
@@ -324,18 +322,23 @@ class ProxyEndpoint:
 
 
 async def _end_started(
-    ex: Exchange, writer: ResponseWriter, plan: KeepalivePlan | None, error: SwapgateError
+    ex: Exchange, writer: ResponseWriter, streaming: bool, error: SwapgateError
 ) -> None:
     """After the status went out a failure can only be told in-band: one error event ends a
     stream; any other answer is left unended, which makes the ASGI server cut the connection
     (never a short body that looks whole). Either way the request counts as ``error``."""
     ex.failed = error
-    streaming = ex.event_stream
-    if streaming is None:  # committed by keep-alives (or nothing sent yet)
-        streaming = plan is not None and plan.is_event_stream
     if streaming:
         with contextlib.suppress(Exception):  # the client may be gone too
             await writer.end(sse_error(error))
+
+
+def _is_stream(ex: Exchange, plan: KeepalivePlan | None) -> bool:
+    """Whether the answer under way is an event stream: the upstream's, or the keep-alives'
+    when they committed it (or nothing was sent yet)."""
+    if ex.event_stream is not None:
+        return ex.event_stream
+    return plan is not None and plan.is_event_stream
 
 
 async def _until_disconnect(receive: Receive, work: Coroutine[Any, Any, None]) -> None:

@@ -14,12 +14,13 @@ from swapgate.errors import BadRequest, RequestTooLarge, SwapgateError
 # itself (the body's length and type, the request id); ``accept-encoding``, since keep-alive
 # bytes written before a compressed body would corrupt it; ``origin``, which Ollama answers
 # with 403 unless it is on OLLAMA_ORIGINS; and vLLM's client-chosen data-parallel rank.
+# Bytes, as ASGI gives header names (lower-case): filtering decodes only what is kept.
 DROP_REQUEST = frozenset(
     {
-        "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
-        "upgrade", "host", "content-length", "content-type", "x-request-id", "accept-encoding",
-        "authorization", "proxy-authorization", "x-api-key", "api-key", "cookie",
-        "origin", "x-data-parallel-rank",
+        b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer",
+        b"transfer-encoding", b"upgrade", b"host", b"content-length", b"content-type",
+        b"x-request-id", b"accept-encoding", b"authorization", b"proxy-authorization",
+        b"x-api-key", b"api-key", b"cookie", b"origin", b"x-data-parallel-rank",
     }
 )  # fmt: skip
 # Also what swapgate sets itself, so a client never gets it twice: the upstream's echo of
@@ -83,7 +84,7 @@ def upstream_headers(
     headers = [
         (name.decode("latin-1"), value.decode("latin-1"))
         for name, value in scope_headers
-        if name.decode("latin-1") not in DROP_REQUEST
+        if name not in DROP_REQUEST
     ]
     headers.append(("content-type", "application/json"))
     headers.append(("x-request-id", request_id))
