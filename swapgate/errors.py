@@ -6,13 +6,16 @@
     ├── ModelNotFound           404 model_not_found        (names the known models)
     ├── PathNotFound            404 not_found
     ├── MethodNotAllowed        405 method_not_allowed
+    ├── RequestTimeout          408 request_timeout        the client sent too slowly (connection)
     ├── RequestTooLarge         413 request_too_large
+    ├── HeadersTooLarge         431 headers_too_large      (connection layer)
     ├── QueueFull               429 queue_full             (+ Retry-After)
     ├── UpstreamError           502 upstream_error
     │   ├── UpstreamUnreachable     the connection failed before any byte was sent
     │   └── UpstreamRefusedKey      the instance answered 401/403 to swapgate's own key
     ├── NoCapacity              503 no_capacity            (+ Retry-After)
-    │   └── SwapFailed          503 swap_failed            the swap a request waited for failed
+    │   ├── SwapFailed          503 swap_failed            the swap a request waited for failed
+    │   └── TooManyConnections      server.max_connections reached (connection layer)
     ├── ShuttingDown            503 shutting_down          told in-band when shutdown_grace ends
     ├── UpstreamTimeout         504 upstream_timeout
     └── InternalError           500 internal_error         anything unforeseen, logged
@@ -79,10 +82,22 @@ class MethodNotAllowed(SwapgateError):
     code = "method_not_allowed"
 
 
+class RequestTimeout(SwapgateError):
+    status = 408
+    type = "invalid_request_error"
+    code = "request_timeout"
+
+
 class RequestTooLarge(SwapgateError):
     status = 413
     type = "invalid_request_error"
     code = "request_too_large"
+
+
+class HeadersTooLarge(SwapgateError):
+    status = 431
+    type = "invalid_request_error"
+    code = "headers_too_large"
 
 
 class QueueFull(SwapgateError):
@@ -111,6 +126,10 @@ class NoCapacity(SwapgateError):
 
 class SwapFailed(NoCapacity):
     code = "swap_failed"
+
+
+class TooManyConnections(NoCapacity):
+    """More client connections than ``server.max_connections``: this one is answered and closed."""
 
 
 class ShuttingDown(SwapgateError):

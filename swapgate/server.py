@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import logging
 import math
+import resource
 
 import uvicorn
 
-from swapgate.app import create_app
-from swapgate.config import Settings
+from swapgate.app import SwapgateApp, create_app
+from swapgate.config import ServerConfig, Settings
+from swapgate.connections import ConnectionLimits, guarded_protocol
+from swapgate.errors import SwapgateError
+from swapgate.metrics import UNKNOWN
+
+log = logging.getLogger("swapgate.server")
 
 
 def serve(
@@ -19,8 +25,11 @@ def serve(
     port: int | None = None,
 ) -> None:
     configure_logging(settings.server.log_level)
+    app = create_app(settings, config_path)
     config = uvicorn.Config(
-        create_app(settings, config_path),
+        app,
+        http=guarded_protocol(connection_limits(settings.server, app)),
+        ws="none",  # no WebSocket endpoints: an upgrade request is served as plain HTTP
         host=host or settings.server.host,
         port=port if port is not None else settings.server.port,
         log_level=settings.server.log_level,
@@ -32,7 +41,41 @@ def serve(
         timeout_keep_alive=math.ceil(settings.server.idle_timeout),
         log_config=None,
     )
+    raise_fd_limit(settings.server.max_connections)
     uvicorn.Server(config).run()
+
+
+def connection_limits(server: ServerConfig, app: SwapgateApp) -> ConnectionLimits:
+    metrics = app.runtime.metrics
+
+    def refused(error: SwapgateError) -> None:
+        metrics.request_done(UNKNOWN, "none", error.status, 0.0, 0.0)
+
+    return ConnectionLimits(
+        max_header_bytes=server.max_header_bytes,
+        request_read_timeout=server.request_read_timeout,
+        max_connections=server.max_connections,
+        refused=refused,
+    )
+
+
+def raise_fd_limit(max_connections: int) -> None:
+    """Each proxied request holds two descriptors (client and upstream): raise the soft limit
+    towards the hard one so ``max_connections`` can be reached, as nginx's
+    ``worker_rlimit_nofile`` does, and say so when it cannot."""
+    wanted = 2 * max_connections + 256
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= wanted:
+        return
+    ceiling = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if ceiling > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
+    if ceiling < wanted:
+        log.warning(
+            "open-file limit %d is below the %d that server.max_connections=%d needs; raise "
+            "it (ulimit -n, LimitNOFILE=) or lower max_connections",
+            ceiling, wanted, max_connections,
+        )  # fmt: skip
 
 
 def configure_logging(level: str) -> None:

@@ -20,6 +20,7 @@ from starlette.types import Receive, Scope, Send
 from swapgate.auth import ClientAuth
 from swapgate.catalog import Catalog
 from swapgate.config import Settings
+from swapgate.connections import TIMED_OUT
 from swapgate.errors import (
     InternalError,
     ModelNotFound,
@@ -63,7 +64,7 @@ class Exchange:
     route: str = "none"
     waited: float = 0.0
     failed: SwapgateError | None = None  # an error told in-band, after a committed 200
-    event_stream: bool | None = None  # whether the upstream's answer under way is a stream
+    event_stream: bool | None = None  # the upstream's body is going out; whether as a stream
 
 
 class ProxyEndpoint:
@@ -101,7 +102,8 @@ class ProxyEndpoint:
         except SwapgateError as exc:
             await self._fail(ex, writer, exc)
         except ConnectionAbortedError:
-            writer.status = 499  # nginx's "client closed request", for the log and metrics
+            # nginx's "client closed request"; 408 if the connection layer timed the client out
+            writer.status = 408 if TIMED_OUT in (scope.get("extensions") or {}) else 499
         except Exception as exc:  # a bug of ours: still an OpenAI-shaped answer (SPEC §11)
             log.error("internal error on %s (request %s): %r", ex.path, ex.request_id, exc)
             log.debug("internal error on %s", ex.request_id, exc_info=True)
@@ -109,16 +111,16 @@ class ProxyEndpoint:
                 f"swapgate failed on this request ({ex.request_id}); it is logged, retry later"
             )
             if writer.started:
-                await _end_started(ex, writer, _is_stream(ex, plan), internal)
+                await _end_started(ex, writer, plan, internal)
             else:
                 ex.failed = internal
                 await self._fail(ex, writer, internal)
         except asyncio.CancelledError:
-            # The server is shutting down and shutdown_grace has run out (SPEC §4.8): a stream
-            # ends with one in-band error, never silently truncated.
+            # The server is shutting down and shutdown_grace has run out (SPEC §4.8): the
+            # answer ends with the error in-band, never silently truncated.
             if writer.started:
                 shutting = ShuttingDown("swapgate is shutting down; retry the request")
-                await _end_started(ex, writer, _is_stream(ex, plan), shutting)
+                await _end_started(ex, writer, plan, shutting)
             raise
         finally:
             self._record(ex, ex.failed.status if ex.failed else writer.status)
@@ -162,20 +164,19 @@ class ProxyEndpoint:
             lease, response = await self._open(scope, ex, payload, body, progress)
         except SwapgateError as exc:
             await _stop(pinging)
-            if pinger is None or not writer.started:
+            if not writer.started:
                 raise
-            ex.failed = exc
-            await writer.end(pinger.error_body(exc))
+            await _end_started(ex, writer, plan, exc)
             return
         finally:
             await _stop(pinging)
         try:
-            if pinger is not None and writer.started:
-                await self._finish_committed(response, writer, pinger, ex, lease)
+            if plan is not None and writer.started:
+                await self._finish_committed(response, writer, plan, ex, lease)
             else:
                 ex.event_stream = response.is_event_stream
                 await writer.start(response.status, self._response_headers(response, ex))
-                await self._relay_body(response, writer, response.is_event_stream, ex, lease)
+                await self._relay_body(response, writer, ex, lease)
         finally:
             response.close()
             self._router.release(lease)
@@ -184,17 +185,18 @@ class ProxyEndpoint:
         self,
         response: UpstreamResponse,
         writer: ResponseWriter,
-        pinger: Pinger,
+        plan: KeepalivePlan,
         ex: Exchange,
         lease: Lease,
     ) -> None:
         """The 200 is out: a failed upstream can only be told in-band."""
         if not 200 <= response.status < 300:
             detail = await response.excerpt()
-            ex.failed = UpstreamError(f"{ex.route} answered {response.status}: {detail}")
-            await writer.end(pinger.error_body(ex.failed))
+            error = UpstreamError(f"{ex.route} answered {response.status}: {detail}")
+            await _end_started(ex, writer, plan, error)
             return
-        await self._relay_body(response, writer, pinger.plan.is_event_stream, ex, lease)
+        ex.event_stream = plan.is_event_stream
+        await self._relay_body(response, writer, ex, lease)
 
     async def _open(
         self,
@@ -277,12 +279,7 @@ class ProxyEndpoint:
         return headers
 
     async def _relay_body(
-        self,
-        response: UpstreamResponse,
-        writer: ResponseWriter,
-        event_stream: bool,
-        ex: Exchange,
-        lease: Lease,
+        self, response: UpstreamResponse, writer: ResponseWriter, ex: Exchange, lease: Lease
     ) -> None:
         """Copy the upstream's body. An upstream that breaks off or stalls past
         ``stream_idle_timeout`` after the status went out (SPEC §4.7) ends a stream with one
@@ -296,7 +293,7 @@ class ProxyEndpoint:
             kind = "stall" if isinstance(exc, UpstreamTimeout) else "broken"
             self._metrics.upstream_errors.labels(lease.name, kind).inc()
             log.warning("%s failed mid-answer for %s: %s", lease.route, ex.request_id, exc)
-            await _end_started(ex, writer, event_stream, exc)
+            await _end_started(ex, writer, None, exc)
             return
         response.release()
         await writer.end()
@@ -322,23 +319,24 @@ class ProxyEndpoint:
 
 
 async def _end_started(
-    ex: Exchange, writer: ResponseWriter, streaming: bool, error: SwapgateError
+    ex: Exchange, writer: ResponseWriter, plan: KeepalivePlan | None, error: SwapgateError
 ) -> None:
-    """After the status went out a failure can only be told in-band: one error event ends a
-    stream; any other answer is left unended, which makes the ASGI server cut the connection
-    (never a short body that looks whole). Either way the request counts as ``error``."""
+    """After the status went out a failure can only be told in-band (SPEC §4.7, §4.8).
+
+    Keep-alives alone went out: the error ends the answer as its body, an error event after
+    comments or a JSON object after whitespace. A stream of the upstream's under way ends with
+    one error event. Any other answer is left unended, which makes the ASGI server cut the
+    connection: never a short body that looks whole. Each way the request counts as failed.
+    """
     ex.failed = error
-    if streaming:
-        with contextlib.suppress(Exception):  # the client may be gone too
-            await writer.end(sse_error(error))
-
-
-def _is_stream(ex: Exchange, plan: KeepalivePlan | None) -> bool:
-    """Whether the answer under way is an event stream: the upstream's, or the keep-alives'
-    when they committed it (or nothing was sent yet)."""
-    if ex.event_stream is not None:
-        return ex.event_stream
-    return plan is not None and plan.is_event_stream
+    if ex.event_stream is None and plan is not None:  # only keep-alives so far
+        body = plan.error_body(error)
+    elif ex.event_stream:
+        body = sse_error(error)
+    else:
+        return
+    with contextlib.suppress(Exception):  # the client may be gone too
+        await writer.end(body)
 
 
 async def _until_disconnect(receive: Receive, work: Coroutine[Any, Any, None]) -> None:

@@ -43,6 +43,11 @@ class KeepalivePlan:
     def is_event_stream(self) -> bool:
         return self.kind != "whitespace"
 
+    def error_body(self, exc: SwapgateError) -> bytes:
+        """The error that ends an answer of keep-alives alone: an event after comments or
+        reasoning chunks, the JSON object after whitespace."""
+        return sse_error(exc) if self.is_event_stream else exc.body()
+
 
 def plan_keepalive(
     config: KeepaliveConfig, *, stream: bool, chat: bool, opted_out: bool
@@ -90,10 +95,6 @@ class Pinger:
             await self._writer.write(self.ping())
             self._counter.inc()
             await asyncio.sleep(self.plan.interval)
-
-    def error_body(self, exc: SwapgateError) -> bytes:
-        """The one in-band error that ends a committed response."""
-        return sse_error(exc) if self.plan.is_event_stream else exc.body()
 
     def ping(self) -> bytes:
         if self.plan.kind == "whitespace":

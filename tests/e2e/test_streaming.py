@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import time
@@ -145,3 +146,25 @@ def test_a_shutdown_grace_under_a_second_is_kept_not_turned_into_no_limit() -> N
             stopped_after = time.monotonic() - stopping
     assert '"code": "shutting_down"' in lines[-1]
     assert stopped_after < 5  # the stream alone would have run for 10 s
+
+
+def test_a_whitespace_committed_answer_cut_at_shutdown_ends_with_the_error_object() -> None:
+    with simulator(load_time=20) as sim:
+        config = {
+            "instances": [instance("gpu-a", sim)],
+            "server": {"shutdown_grace": "1s"},
+            "keepalive": {"early_headers_after": "100ms", "interval": "200ms"},
+        }
+        with gateway(config) as gw:
+            body = {"model": "a", "messages": MESSAGES, "max_tokens": 4}
+            with httpx.stream("POST", f"{gw.url}/v1/chat/completions", json=body, timeout=30) as r:
+                chunks = r.iter_bytes()
+                received = next(chunks)  # a keep-alive: the 200 is committed, the swap runs
+                gw.process.send_signal(signal.SIGTERM)
+                received += b"".join(chunks)
+                status = r.status_code
+            gw.process.wait(timeout=10)
+    assert status == 200
+    assert received.startswith(b"\n")
+    error = json.loads(received)  # whitespace, then the error object: valid JSON
+    assert error["error"]["code"] == "shutting_down"

@@ -82,8 +82,8 @@ def test_reasoning_pings_are_chat_chunks() -> None:
 def test_whitespace_pings_and_errors() -> None:
     pinger = _pinger("whitespace")
     assert pinger.ping() == b"\n"
-    error = json.loads(pinger.error_body(SwapFailed("boom")))
+    error = json.loads(pinger.plan.error_body(SwapFailed("boom")))
     assert error["error"]["code"] == "swap_failed"
-    event = _pinger("comment").error_body(SwapFailed("boom"))
+    event = _pinger("comment").plan.error_body(SwapFailed("boom"))
     assert event.startswith(b'data: {"error": ')
     assert event.endswith(b"\n\n")
