@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -11,17 +14,25 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from swapgate import __version__
 from swapgate.config import Settings
-from swapgate.errors import BadRequest, MethodNotAllowed, PathNotFound, SwapgateError
+from swapgate.errors import (
+    BadRequest,
+    InternalError,
+    MethodNotAllowed,
+    PathNotFound,
+    ShuttingDown,
+    SwapgateError,
+)
 from swapgate.routes.admin import admin_routes
 from swapgate.routes.public import public_routes
 from swapgate.runtime import Runtime
 
 PROXIED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 PROXIED = frozenset(PROXIED_PATHS)
+log = logging.getLogger("swapgate.server")
 
 
 class SwapgateApp:
@@ -34,10 +45,37 @@ class SwapgateApp:
         self._endpoint = runtime.endpoint
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in PROXIED:
+        if scope["type"] != "http":
+            await self.api(scope, receive, send)
+        elif scope["method"] == "POST" and scope["path"] in PROXIED:
             await self._endpoint(scope, receive, send)
         else:
-            await self.api(scope, receive, send)
+            await _answered(self.api, scope, receive, send)
+
+
+async def _answered(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """Every request FastAPI serves ends OpenAI-shaped (SPEC §11). An unforeseen exception was
+    answered and logged by the ``internal_error`` handler; Starlette re-raises it only for the
+    server to log again, as a traceback: it ends here. A request still unanswered when
+    ``shutdown_grace`` runs out is cancelled: ``503 shutting_down``, not uvicorn's plain 500."""
+    started = False
+
+    async def tracked(message: Message) -> None:
+        nonlocal started
+        started = started or message["type"] == "http.response.start"
+        await send(message)
+
+    try:
+        await app(scope, receive, tracked)
+    except asyncio.CancelledError:
+        if not started:
+            shutting = ShuttingDown("swapgate is shutting down; retry the request")
+            with contextlib.suppress(Exception):
+                await _error_response(shutting)(scope, receive, send)
+        raise
+    except Exception:
+        if not started:
+            raise
 
 
 def create_app(settings: Settings, config_path: str | Path | None = None) -> SwapgateApp:
@@ -81,9 +119,16 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def validation_error(_: Request, exc: Exception) -> Response:
         return _error_response(BadRequest(f"invalid request: {exc}"))
 
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        # Starlette's last resort would be a plain-text 500 (SPEC §11): one log line instead.
+        log.error("internal error on %s %s: %r", request.method, request.url.path, exc)
+        log.debug("internal error", exc_info=exc)
+        return _error_response(InternalError("swapgate failed on this request; retry later"))
+
     app.add_exception_handler(SwapgateError, swapgate_error)
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(Exception, internal_error)
 
 
 def _error_response(exc: SwapgateError) -> Response:

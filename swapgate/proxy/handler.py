@@ -117,10 +117,15 @@ class ProxyEndpoint:
                 await self._fail(ex, writer, internal)
         except asyncio.CancelledError:
             # The server is shutting down and shutdown_grace has run out (SPEC §4.8): the
-            # answer ends with the error in-band, never silently truncated.
+            # client is told so, in-band if the status went out; never a silent cut, nor
+            # the ASGI server's plain-text 500.
+            shutting = ShuttingDown("swapgate is shutting down; retry the request")
             if writer.started:
-                shutting = ShuttingDown("swapgate is shutting down; retry the request")
                 await _end_started(ex, writer, plan, shutting)
+            else:
+                ex.failed = shutting
+                with contextlib.suppress(Exception):
+                    await self._fail(ex, writer, shutting)
             raise
         finally:
             self._record(ex, ex.failed.status if ex.failed else writer.status)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import socket
+import threading
 import time
 from collections.abc import Iterable, Iterator
 
@@ -168,3 +169,27 @@ def test_a_whitespace_committed_answer_cut_at_shutdown_ends_with_the_error_objec
     assert received.startswith(b"\n")
     error = json.loads(received)  # whitespace, then the error object: valid JSON
     assert error["error"]["code"] == "shutting_down"
+
+
+def test_a_request_waiting_silently_at_shutdown_gets_503_shutting_down() -> None:
+    with simulator(load_time=20) as sim:
+        config = {"instances": [instance("gpu-a", sim)], "server": {"shutdown_grace": "1s"}}
+        with gateway(config) as gw:
+            body = {"model": "a", "messages": MESSAGES, "max_tokens": 4}
+            headers = {"x-swapgate-keepalive": "off"}  # no early 200: the status is still free
+            url = f"{gw.url}/v1/chat/completions"
+            answers: list[httpx.Response] = []
+
+            def wait() -> None:
+                answers.append(httpx.post(url, json=body, headers=headers, timeout=30))
+
+            waiting = threading.Thread(target=wait)
+            waiting.start()
+            swapping = 'swapgate_swaps_in_progress{instance="gpu-a"} 1.0'
+            wait_for(lambda: swapping in gw.metrics())
+            gw.process.send_signal(signal.SIGTERM)
+            waiting.join(timeout=15)
+            gw.process.wait(timeout=10)
+    assert answers[0].status_code == 503
+    assert answers[0].headers["content-type"] == "application/json"
+    assert answers[0].json()["error"]["code"] == "shutting_down"
