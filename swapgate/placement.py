@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from swapgate.registry import InstanceView, Snapshot
+from swapgate.snapshot import InstanceView, Snapshot
 from swapgate.state import WarmState
 
 Eviction = Literal["lru", "demand"]

@@ -5,23 +5,45 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from typing import Protocol
 
-from swapgate.drivers import Driver
 from swapgate.errors import DriverError
 from swapgate.metrics import Metrics
-from swapgate.registry import Registry
+from swapgate.state import InstanceReport
 
 log = logging.getLogger("swapgate.poller")
+# One failed poll is forgiven (a busy server may miss one); this many in a row take it down.
+DOWN_AFTER = 2
+
+
+class Reports(Protocol):
+    """What the poller asks of a driver."""
+
+    async def state(self) -> InstanceReport: ...
+
+
+class PolledState(Protocol):
+    """The live-state verbs the poller uses (the registry's, or a shared store's)."""
+
+    def is_up(self, name: str) -> bool: ...
+    def generation(self, name: str) -> int: ...
+    def apply_report(self, name: str, report: InstanceReport, generation: int) -> None: ...
+    def mark_down(self, name: str) -> None: ...
 
 
 class Poller:
     def __init__(
-        self, registry: Registry, drivers: Mapping[str, Driver], metrics: Metrics, interval: float
+        self,
+        registry: PolledState,
+        drivers: Mapping[str, Reports],
+        metrics: Metrics,
+        interval: float,
     ) -> None:
         self._registry = registry
         self._drivers = drivers
         self._metrics = metrics
         self._interval = interval
+        self._failures: dict[str, int] = {}  # failed polls in a row, per instance
 
     async def poll_all(self) -> None:
         await asyncio.gather(*(self.poll(name) for name in self._drivers))
@@ -33,12 +55,14 @@ class Poller:
             report = await self._drivers[name].state()
         except DriverError as exc:
             self._metrics.upstream_errors.labels(name, "poll").inc()
-            self._registry.poll_failed(name)
-            if was_up and not self._registry.is_up(name):
+            failures = self._failures[name] = self._failures.get(name, 0) + 1
+            if was_up and failures >= DOWN_AFTER:
+                self._registry.mark_down(name)
                 log.warning("instance %s is down: %s", name, exc)
             elif not was_up:
                 log.debug("instance %s still down: %s", name, exc)
             return
+        self._failures.pop(name, None)
         self._registry.apply_report(name, report, generation)
         if not was_up:
             log.info("instance %s is up", name)

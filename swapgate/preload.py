@@ -11,7 +11,8 @@ import time
 from dataclasses import dataclass
 
 from swapgate.placement import Policy, Swap, Unavailable, place
-from swapgate.registry import Registry, Snapshot
+from swapgate.registry import Registry
+from swapgate.snapshot import Snapshot
 from swapgate.state import WarmState
 from swapgate.swaps import SwapCoordinator
 

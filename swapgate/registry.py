@@ -10,96 +10,14 @@ from __future__ import annotations
 import asyncio
 import bisect
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from swapgate.catalog import Catalog
 from swapgate.config import InstanceConfig
+from swapgate.demand import Arrivals
+from swapgate.snapshot import InstanceView, ModelView, Snapshot
 from swapgate.state import InstanceReport, WarmState
-
-# How many of each model's latest gaps between requests demand-aware eviction learns from.
-HISTORY = 64
-BACKOFF_FIRST = 5.0
-BACKOFF_MAX = 300.0
-POLL_FAILURES_DOWN = 2
-
-
-@dataclass(frozen=True, slots=True)
-class ModelView:
-    state: WarmState
-    since: float
-    last_used: float  # 0.0: never served through swapgate
-    inflight: int
-    pinned_until: float
-    waiting: int = 0  # requests waiting for this model's swap here: it serves them first
-    closing: bool = False  # no new requests: it makes room for a request waiting too long
-
-
-@dataclass(frozen=True, slots=True)
-class InstanceView:
-    name: str
-    up: bool
-    drained: bool
-    capacity: int
-    weight: float
-    inflight: int
-    serves: frozenset[str]
-    models: Mapping[str, ModelView]
-    swapping: str | None
-    swap_done_by: float
-    backoff_until: float
-    reserved_for: str | None = None  # the starvation rule makes room here for this model only
-
-    def state_of(self, model: str) -> WarmState:
-        view = self.models.get(model)
-        return view.state if view else WarmState.COLD
-
-    def available(self, now: float) -> bool:
-        return self.up and not self.drained and now >= self.backoff_until
-
-    @property
-    def resident(self) -> int:
-        return sum(1 for m in self.models.values() if m.state is not WarmState.COLD)
-
-    @property
-    def load(self) -> float:
-        return self.inflight / self.weight
-
-
-@dataclass(frozen=True, slots=True)
-class Arrivals:
-    """When a model was last requested, gateway-wide, and the gaps between its latest requests:
-    what demand-aware eviction predicts its next request from."""
-
-    last: float
-    gaps: tuple[float, ...] = ()
-
-    def counted(self, now: float) -> Arrivals:
-        return Arrivals(now, (*self.gaps[1 - HISTORY :], now - self.last))
-
-    def chance_within(self, now: float, horizon: float) -> float:
-        """The chance of another request within ``horizon`` seconds, given how long the model
-        has been idle: among its past gaps at least that long, the share that ended within the
-        horizon. One more gap is assumed, ending within it with chance horizon / (idle +
-        horizon): with little history, a model idle for a while is expected to stay idle about
-        as long again."""
-        idle = max(0.0, now - self.last)
-        longer = [gap for gap in self.gaps if gap > idle]
-        ended = sum(1 for gap in longer if gap <= idle + horizon)
-        return (ended + horizon / (idle + horizon)) / (len(longer) + 1)
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    now: float
-    instances: tuple[InstanceView, ...]
-    # Each model's requests so far (gateway-wide), for those requested since the start.
-    arrivals: Mapping[str, Arrivals] = field(default_factory=dict)
-    # For each model with requests queued (not yet sure of a swap), when the oldest one arrived.
-    queued: Mapping[str, float] = field(default_factory=dict)
-
-    def instance(self, name: str) -> InstanceView:
-        return next(i for i in self.instances if i.name == name)
 
 
 @dataclass(slots=True)
@@ -130,9 +48,7 @@ class _Instance:
     serves: frozenset[str]
     up: bool = False
     drained: bool = False
-    poll_failures: int = 0
     backoff_until: float = 0.0
-    backoff_step: float = 0.0
     inflight: int = 0
     swapping: str | None = None
     swap_done_by: float = 0.0
@@ -261,7 +177,7 @@ class Registry:
         if report.available is not None and inst.config.models is None:
             inst.serves = frozenset(self._catalog.client_name(name, u) for u in report.available)
             self._known = None
-        inst.up, inst.poll_failures = True, 0
+        inst.up = True
         if inst.generation == generation and inst.swapping is None:
             self._apply_running(inst, report)
         self._notify()
@@ -280,12 +196,6 @@ class Registry:
         for model, slot in inst.slots.items():
             if model not in running:
                 slot.set_state(WarmState.COLD, now)
-
-    def poll_failed(self, name: str) -> None:
-        inst = self._instances[name]
-        inst.poll_failures += 1
-        if inst.up and inst.poll_failures >= POLL_FAILURES_DOWN:
-            self.mark_down(name)
 
     def mark_down(self, name: str) -> None:
         """Out of placement until a poll succeeds; what it had warm is unknown from now on."""
@@ -313,7 +223,8 @@ class Registry:
         inst.generation += 1
         inst.slot(model).set_state(WarmState.COLD, self._clock())
 
-    def end_swap(self, name: str, model: str, ok: bool) -> None:
+    def end_swap(self, name: str, model: str, ok: bool, backoff: float = 0.0) -> None:
+        """The swap on ``name`` ended; a failed one keeps it out of placement ``backoff`` s."""
         inst = self._instances[name]
         now = self._clock()
         inst.swapping = None
@@ -322,11 +233,9 @@ class Registry:
         if ok:
             slot.set_state(WarmState.WARM, now)
             slot.last_used = now  # its waiters are about to use it: not a victim yet
-            inst.backoff_step = 0.0
         else:
             slot.set_state(WarmState.COLD, now)
-            inst.backoff_step = min(max(inst.backoff_step * 2, BACKOFF_FIRST), BACKOFF_MAX)
-            inst.backoff_until = now + inst.backoff_step
+            inst.backoff_until = now + backoff
         self._notify()
 
     # -- requests ------------------------------------------------------------------------------

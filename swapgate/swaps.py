@@ -14,6 +14,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 
+from swapgate.backoff import Backoff
 from swapgate.catalog import Catalog
 from swapgate.drivers import Driver
 from swapgate.errors import DriverError
@@ -57,6 +58,7 @@ class SwapCoordinator:
         self._metrics = metrics
         self._swap_timeout = swap_timeout
         self._running: dict[str, asyncio.Task[bool]] = {}
+        self._backoff = Backoff()
 
     def start(self, instance: str, model: str, victims: tuple[str, ...] = ()) -> bool:
         """Begin swapping ``model`` onto ``instance`` unless a swap runs there already."""
@@ -108,7 +110,7 @@ class SwapCoordinator:
             result = "timeout" if isinstance(exc, TimeoutError) else "failed"
             log.warning("swap %s: %s on %s: %s", result, model, instance, exc or "swap_timeout")
         except asyncio.CancelledError:
-            self._registry.end_swap(instance, model, ok=False)  # shutting down
+            self._registry.end_swap(instance, model, ok=False)  # shutting down: no backoff
             raise
         else:
             result = "ok"
@@ -116,7 +118,11 @@ class SwapCoordinator:
 
     def _finish(self, instance: str, model: str, result: str, elapsed: float) -> bool:
         ok = result == "ok"
-        self._registry.end_swap(instance, model, ok=ok)
+        if ok:
+            self._backoff.succeeded(instance)
+            self._registry.end_swap(instance, model, ok=True)
+        else:
+            self._registry.end_swap(instance, model, False, self._backoff.failed(instance))
         self._metrics.swap_duration.labels(instance, model, result).observe(elapsed)
         self._metrics.swaps.labels(instance, model, result).inc()
         if ok:

@@ -12,9 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from swapgate.config import ConfigError, Duration
 from swapgate.errors import BadRequest, DriverError, ModelNotFound, PathNotFound, SwapgateError
 from swapgate.preload import PreloadResult
-from swapgate.registry import InstanceView, ModelView, Snapshot
 from swapgate.runtime import Runtime
 from swapgate.scheduler import describe_result
+from swapgate.snapshot import InstanceView, ModelView, Snapshot
 from swapgate.state import WarmState
 
 

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from swapgate.demand import Arrivals
 from swapgate.placement import Join, Policy, Queue, Serve, Swap, Unavailable, place
-from swapgate.registry import Arrivals, InstanceView, ModelView, Snapshot
+from swapgate.snapshot import InstanceView, ModelView, Snapshot
 from swapgate.state import WarmState
 
 NOW = 1000.0

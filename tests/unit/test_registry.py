@@ -6,7 +6,8 @@ import pytest
 
 from swapgate.catalog import Catalog
 from swapgate.config import parse_config
-from swapgate.registry import HISTORY, Arrivals, Registry
+from swapgate.demand import HISTORY, Arrivals
+from swapgate.registry import Registry
 from swapgate.state import InstanceReport, WarmState
 
 
@@ -75,32 +76,13 @@ def test_a_poll_sent_before_a_swap_changed_things_does_not_undo_it() -> None:
     assert state(registry, "a") is WarmState.COLD
 
 
-def test_one_failed_poll_is_forgiven_two_take_the_instance_down() -> None:
-    registry, _ = make()
-    registry.apply_report("x", report({"a": WarmState.WARM}), 0)
-    registry.poll_failed("x")
-    assert registry.is_up("x")
-    registry.poll_failed("x")
-    assert not registry.is_up("x")
-    assert state(registry, "a") is WarmState.COLD
-    registry.apply_report("x", report({"a": WarmState.WARM}), registry.generation("x"))
-    assert registry.is_up("x")
-
-
-def test_failed_swaps_back_off_doubling_and_success_resets() -> None:
+def test_a_failed_swap_keeps_the_instance_out_for_its_backoff() -> None:
     registry, clock = make()
     registry.apply_report("x", report({}), 0)
-    backoffs = []
-    for _ in range(8):
-        registry.begin_swap("x", "a", eta=1)
-        registry.end_swap("x", "a", ok=False)
-        backoffs.append(registry.snapshot().instance("x").backoff_until - clock.now)
-    assert backoffs == [5, 10, 20, 40, 80, 160, 300, 300]
     registry.begin_swap("x", "a", eta=1)
-    registry.end_swap("x", "a", ok=True)
-    registry.begin_swap("x", "b", eta=1)
-    registry.end_swap("x", "b", ok=False)
+    registry.end_swap("x", "a", ok=False, backoff=5)
     assert registry.snapshot().instance("x").backoff_until - clock.now == 5
+    assert not registry.snapshot().instance("x").available(clock.now)
 
 
 def test_requests_are_counted_and_mark_use() -> None:

@@ -1,0 +1,66 @@
+"""The frozen views of live state that placement reads: one ``Snapshot`` of every instance and
+the models on it, taken at one instant. Nothing here changes state; the registry (or another
+store behind the same verbs) makes them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from swapgate.demand import Arrivals
+from swapgate.state import WarmState
+
+
+@dataclass(frozen=True, slots=True)
+class ModelView:
+    state: WarmState
+    since: float
+    last_used: float  # 0.0: never served through swapgate
+    inflight: int
+    pinned_until: float
+    waiting: int = 0  # requests waiting for this model's swap here: it serves them first
+    closing: bool = False  # no new requests: it makes room for a request waiting too long
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceView:
+    name: str
+    up: bool
+    drained: bool
+    capacity: int
+    weight: float
+    inflight: int
+    serves: frozenset[str]
+    models: Mapping[str, ModelView]
+    swapping: str | None
+    swap_done_by: float
+    backoff_until: float
+    reserved_for: str | None = None  # the starvation rule makes room here for this model only
+
+    def state_of(self, model: str) -> WarmState:
+        view = self.models.get(model)
+        return view.state if view else WarmState.COLD
+
+    def available(self, now: float) -> bool:
+        return self.up and not self.drained and now >= self.backoff_until
+
+    @property
+    def resident(self) -> int:
+        return sum(1 for m in self.models.values() if m.state is not WarmState.COLD)
+
+    @property
+    def load(self) -> float:
+        return self.inflight / self.weight
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    now: float
+    instances: tuple[InstanceView, ...]
+    # Each model's requests so far (gateway-wide), for those requested since the start.
+    arrivals: Mapping[str, Arrivals] = field(default_factory=dict)
+    # For each model with requests queued (not yet sure of a swap), when the oldest one arrived.
+    queued: Mapping[str, float] = field(default_factory=dict)
+
+    def instance(self, name: str) -> InstanceView:
+        return next(i for i in self.instances if i.name == name)
