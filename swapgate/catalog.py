@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from swapgate.config import Settings
+from swapgate.errors import ModelNotFound
 
 
 class Catalog:
@@ -29,6 +30,17 @@ class Catalog:
     def resolve(self, name: str) -> str:
         """The model an alias stands for, or the name itself."""
         return self._aliases.get(name, name)
+
+    def known(self, requested: str, known: frozenset[str]) -> str:
+        """The model ``requested`` names (an alias resolved), if it is among ``known``; else
+        ``ModelNotFound`` listing every name a client may send."""
+        model = self.resolve(requested)
+        if model not in known:
+            names = ", ".join(sorted(known | self._aliases.keys())) or "none yet"
+            raise ModelNotFound(
+                f"model {requested!r} does not exist here; known models: {names}", param="model"
+            )
+        return model
 
     def upstream_name(self, instance: str, model: str) -> str:
         return self._upstream.get((instance, model), model)

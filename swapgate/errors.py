@@ -6,6 +6,7 @@
     ├── ModelNotFound           404 model_not_found        (names the known models)
     ├── PathNotFound            404 not_found
     ├── MethodNotAllowed        405 method_not_allowed
+    ├── Conflict                409 conflict               (admin: the operation clashes with state)
     ├── RequestTimeout          408 request_timeout        the client sent too slowly (connection)
     ├── RequestTooLarge         413 request_too_large
     ├── HeadersTooLarge         431 headers_too_large      (connection layer)
@@ -80,6 +81,12 @@ class MethodNotAllowed(SwapgateError):
     status = 405
     type = "invalid_request_error"
     code = "method_not_allowed"
+
+
+class Conflict(SwapgateError):
+    status = 409
+    type = "invalid_request_error"
+    code = "conflict"
 
 
 class RequestTimeout(SwapgateError):

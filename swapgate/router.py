@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from swapgate.catalog import Catalog
 from swapgate.config import Settings, secret
 from swapgate.errors import NoCapacity, QueueFull, SwapFailed
 from swapgate.fallback import Reason, allows, relay_reason
+from swapgate.lease import Lease, Progress, Upstream
 from swapgate.metrics import Metrics
 from swapgate.placement import (
     Decision,
@@ -36,47 +37,6 @@ log = logging.getLogger("swapgate.router")
 # Waiters re-place on every registry change; this bounds how late they notice a residency expiry.
 RECHECK_INTERVAL = 0.5
 _STATES = {Serve: "waiting", Join: "loading", Swap: "loading", Queue: "queued"}
-
-
-@dataclass(frozen=True, slots=True)
-class Upstream:
-    """Where requests go: an instance's server root, or a relay's OpenAI base URL (``.../v1``)."""
-
-    url: str
-    api_key: str | None
-    is_relay: bool = False
-    read_timeout: float | None = None
-    key_env: str | None = None  # where api_key came from, for messages that must not show it
-
-    def url_for(self, path: str) -> str:
-        return self.url + (path.removeprefix("/v1") if self.is_relay else path)
-
-
-@dataclass(slots=True)
-class Progress:
-    """Where a waiting request stands: what keep-alive messages tell the client."""
-
-    instance: str | None = None
-    state: str = "placing"  # loading | queued | waiting (for the upstream's answer)
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """A request's claim on an instance with its model warm, or on a relay.
-
-    Give it back with ``Router.release``.
-    """
-
-    kind: str  # "instance" | "relay"
-    name: str
-    model: str
-    upstream_model: str
-    upstream: Upstream
-    waited: float
-
-    @property
-    def route(self) -> str:
-        return f"{self.kind}/{self.name}"
 
 
 class Router:

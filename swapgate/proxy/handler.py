@@ -23,7 +23,6 @@ from swapgate.config import Settings
 from swapgate.connections import TIMED_OUT
 from swapgate.errors import (
     InternalError,
-    ModelNotFound,
     ShuttingDown,
     SwapgateError,
     UpstreamError,
@@ -31,6 +30,7 @@ from swapgate.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
+from swapgate.lease import Lease, Progress
 from swapgate.metrics import UNKNOWN, Metrics
 from swapgate.proxy.keepalive import OPT_OUT_HEADER, KeepalivePlan, Pinger, plan_keepalive
 from swapgate.proxy.messages import (
@@ -45,7 +45,7 @@ from swapgate.proxy.messages import (
 from swapgate.proxy.request_id import request_id
 from swapgate.proxy.upstream import UpstreamClient, UpstreamResponse
 from swapgate.registry import Registry
-from swapgate.router import Lease, Progress, Router
+from swapgate.router import Router
 
 log = logging.getLogger("swapgate.access")
 RETRYABLE_STATUS = frozenset({502, 503})
@@ -93,7 +93,7 @@ class ProxyEndpoint:
             self._auth.check(headers)
             body = await read_body(receive, self._max_body)
             payload, requested, stream = parse_request(body)
-            ex.model = self._resolve(requested)
+            ex.model = self._catalog.known(requested, self._registry.known_models())
             if requested != ex.model:
                 body = with_model(payload, ex.model)
             plan = self._plan(scope, ex.model, stream)
@@ -129,16 +129,6 @@ class ProxyEndpoint:
             raise
         finally:
             self._record(ex, ex.failed.status if ex.failed else writer.status)
-
-    def _resolve(self, requested: str) -> str:
-        model = self._catalog.resolve(requested)
-        known = self._registry.known_models()
-        if model not in known:
-            names = ", ".join(sorted(known | self._catalog.aliases.keys())) or "none yet"
-            raise ModelNotFound(
-                f"model {requested!r} does not exist here; known models: {names}", param="model"
-            )
-        return model
 
     def _plan(self, scope: Scope, model: str, stream: bool) -> KeepalivePlan | None:
         opted_out = any(

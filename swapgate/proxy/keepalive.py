@@ -18,10 +18,10 @@ from typing import Literal
 
 from swapgate.config import KeepaliveConfig
 from swapgate.errors import SwapgateError
+from swapgate.lease import Progress
 from swapgate.metrics import Metrics
 from swapgate.proxy.messages import ResponseWriter, sse_error
 from swapgate.registry import Registry
-from swapgate.router import Progress
 
 Kind = Literal["comment", "reasoning", "whitespace"]
 OPT_OUT_HEADER = b"x-swapgate-keepalive"

@@ -10,18 +10,12 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from swapgate.config import ConfigError, Duration
-from swapgate.errors import BadRequest, DriverError, ModelNotFound, PathNotFound, SwapgateError
+from swapgate.errors import BadRequest, Conflict, DriverError, PathNotFound, SwapgateError
 from swapgate.preload import PreloadResult
 from swapgate.runtime import Runtime
 from swapgate.scheduler import describe_result
 from swapgate.snapshot import InstanceView, ModelView, Snapshot
 from swapgate.state import WarmState
-
-
-class Conflict(SwapgateError):
-    status = 409
-    type = "invalid_request_error"
-    code = "conflict"
 
 
 class PreloadRequest(BaseModel):
@@ -170,11 +164,7 @@ def _where(snap: Snapshot, model: str, state: WarmState) -> list[str]:
 
 
 def _known_model(runtime: Runtime, requested: str) -> str:
-    model = runtime.catalog.resolve(requested)
-    known = runtime.registry.known_models()
-    if model not in known:
-        raise ModelNotFound(f"model {requested!r} does not exist here; known: {sorted(known)}")
-    return model
+    return runtime.catalog.known(requested, runtime.registry.known_models())
 
 
 def _known_instance(runtime: Runtime, name: str | None) -> None:

@@ -7,11 +7,11 @@ import pytest
 from swapgate.catalog import Catalog
 from swapgate.config import KeepaliveConfig, parse_config
 from swapgate.errors import SwapFailed
+from swapgate.lease import Progress
 from swapgate.metrics import Metrics
 from swapgate.proxy.keepalive import KeepalivePlan, Pinger, plan_keepalive
 from swapgate.proxy.messages import ResponseWriter
 from swapgate.registry import Registry
-from swapgate.router import Progress
 
 DEFAULT = KeepaliveConfig()
 

@@ -1,0 +1,47 @@
+"""What the router hands the data plane: a ``Lease`` on an instance or relay, the ``Upstream``
+it points at, and the ``Progress`` of a request still waiting (which keep-alives tell)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """Where requests go: an instance's server root, or a relay's OpenAI base URL (``.../v1``)."""
+
+    url: str
+    api_key: str | None
+    is_relay: bool = False
+    read_timeout: float | None = None
+    key_env: str | None = None  # where api_key came from, for messages that must not show it
+
+    def url_for(self, path: str) -> str:
+        return self.url + (path.removeprefix("/v1") if self.is_relay else path)
+
+
+@dataclass(slots=True)
+class Progress:
+    """Where a waiting request stands: what keep-alive messages tell the client."""
+
+    instance: str | None = None
+    state: str = "placing"  # loading | queued | waiting (for the upstream's answer)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A request's claim on an instance with its model warm, or on a relay.
+
+    Give it back with ``Router.release``.
+    """
+
+    kind: str  # "instance" | "relay"
+    name: str
+    model: str
+    upstream_model: str
+    upstream: Upstream
+    waited: float
+
+    @property
+    def route(self) -> str:
+        return f"{self.kind}/{self.name}"
