@@ -1,7 +1,13 @@
 """The Runtime owns every live object of a running gateway, reloads them, and closes them in order.
 
-Built from validated settings without I/O; ``start`` connects and schedules, ``reload`` swaps in a
-new config while instances that stay keep their warm state, ``aclose`` tears down.
+Two kinds of parts: the live ones a reload keeps (the registry's warm state, swap history and
+in-flight counts, the HTTP clients, the scheduler with its job history), and the ``Configured``
+ones it replaces, built from one config and swapped in by one assignment, so nothing ever runs
+with half of an old config. Whatever outlives a reload (the scheduler, the endpoint) reads the
+configured parts through the runtime at the moment it uses them, never a copy of its own.
+
+Built from validated settings without I/O; ``start`` connects and schedules, ``reload`` swaps in
+a new config while instances that stay keep their warm state, ``aclose`` tears down.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +42,24 @@ log = logging.getLogger("swapgate")
 RESTART_KEYS = ("host", "port")
 
 
+@dataclass(frozen=True, slots=True)
+class Configured:
+    """What one config makes; a reload replaces all of it at once."""
+
+    settings: Settings
+    catalog: Catalog
+    router: Router
+    preloader: Preloader
+    poller: Poller
+    auth: ClientAuth
+    admin_auth: AdminAuth
+
+
 class Runtime:
     def __init__(self, settings: Settings, config_path: str | Path | None = None) -> None:
-        self.settings = settings
         self.config_path = config_path
-        self.catalog = Catalog(settings)
-        self.registry = Registry(settings.instances, self.catalog)
+        catalog = Catalog(settings)
+        self.registry = Registry(settings.instances, catalog)
         self.metrics = Metrics()
         self.metrics.watch(self.registry)
         self._control = httpx.AsyncClient()
@@ -48,7 +67,7 @@ class Runtime:
         self.coordinator = SwapCoordinator(
             self.registry,
             self.drivers,
-            self.catalog,
+            catalog,
             SwapTimes(settings.routing.expected_swap),
             self.metrics,
             settings.routing.swap_timeout,
@@ -61,31 +80,57 @@ class Runtime:
         self.started = False
         self._poll_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[object]] = set()
-        self._configure(settings)
+        self.configured = self._configure(settings, catalog)
+
+    # The configured parts, as of now: read them here at each use, not once.
+    @property
+    def settings(self) -> Settings:
+        return self.configured.settings
+
+    @property
+    def catalog(self) -> Catalog:
+        return self.configured.catalog
+
+    @property
+    def preloader(self) -> Preloader:
+        return self.configured.preloader
+
+    @property
+    def auth(self) -> ClientAuth:
+        return self.configured.auth
+
+    @property
+    def admin_auth(self) -> AdminAuth:
+        return self.configured.admin_auth
 
     def _drivers(self, settings: Settings) -> dict[str, Driver]:
         return {inst.name: make_driver(inst, self._control) for inst in settings.instances}
 
-    def _configure(self, settings: Settings) -> None:
-        """(Re)build what depends on the config alone; live state stays where it is."""
-        self.settings = settings
-        self.router = Router(settings, self.registry, self.coordinator, self.catalog, self.metrics)
-        self.auth = ClientAuth(_split_keys(secret(settings.server.api_keys_env)))
-        self.admin_auth = AdminAuth(secret(settings.server.admin_token_env))
+    def _configure(self, settings: Settings, catalog: Catalog) -> Configured:
+        """Build what depends on the config alone; live state stays where it is."""
         policy = policy_for(settings, self.coordinator)
-        self.preloader = Preloader(
-            self.registry, self.coordinator, policy, settings.routing.swap_timeout
+        configured = Configured(
+            settings=settings,
+            catalog=catalog,
+            router=Router(settings, self.registry, self.coordinator, catalog, self.metrics),
+            preloader=Preloader(
+                self.registry, self.coordinator, policy, settings.routing.swap_timeout
+            ),
+            poller=Poller(
+                self.registry, self.drivers, self.metrics, settings.routing.poll_interval
+            ),
+            auth=ClientAuth(_split_keys(secret(settings.server.api_keys_env))),
+            admin_auth=AdminAuth(secret(settings.server.admin_token_env)),
         )
-        self.poller = Poller(
-            self.registry, self.drivers, self.metrics, settings.routing.poll_interval
-        )
-        self.endpoint.configure(settings, self.router, self.catalog, self.auth)
+        self.endpoint.configure(settings, configured.router, catalog, configured.auth)
+        return configured
 
     async def start(self) -> None:
         await self.upstream.start()
-        await self.poller.poll_all()
-        self._poll_task = asyncio.create_task(self.poller.run(), name="poller")
-        self.scheduler = PreloadScheduler(self.preloader, self.metrics)
+        await self.configured.poller.poll_all()
+        self._poll_task = asyncio.create_task(self.configured.poller.run(), name="poller")
+        # The scheduler outlives reloads: it takes the preloader of the moment at each run.
+        self.scheduler = PreloadScheduler(lambda: self.configured.preloader, self.metrics)
         self.scheduler.start(self.settings.preloads)
         self._watch_sighup()
         self.started = True
@@ -100,12 +145,12 @@ class Runtime:
         for key in RESTART_KEYS:
             if getattr(new.server, key) != getattr(self.settings.server, key):
                 log.warning("reload: server.%s changed; it takes effect at the next start", key)
-        self.catalog = Catalog(new)
+        catalog = Catalog(new)
         self.drivers = self._drivers(new)
-        self.registry.reconfigure(new.instances, self.catalog)
-        self.coordinator.reconfigure(self.drivers, self.catalog, new.routing.swap_timeout)
+        self.registry.reconfigure(new.instances, catalog)
+        self.coordinator.reconfigure(self.drivers, catalog, new.routing.swap_timeout)
         self.coordinator.times.expected = new.routing.expected_swap
-        self._configure(new)
+        self.configured = self._configure(new, catalog)
         await self._restart_poller()
         if self.scheduler is not None:
             self.scheduler.replace(new.preloads)
@@ -131,8 +176,8 @@ class Runtime:
 
     async def _restart_poller(self) -> None:
         await _cancel(self._poll_task)
-        await self.poller.poll_all()
-        self._poll_task = asyncio.create_task(self.poller.run(), name="poller")
+        await self.configured.poller.poll_all()
+        self._poll_task = asyncio.create_task(self.configured.poller.run(), name="poller")
 
     def _watch_sighup(self) -> None:
         loop = asyncio.get_running_loop()

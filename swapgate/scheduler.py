@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -39,7 +40,9 @@ class JobRecord:
 
 
 class PreloadScheduler:
-    def __init__(self, preloader: Preloader, metrics: Metrics) -> None:
+    def __init__(self, preloader: Callable[[], Preloader], metrics: Metrics) -> None:
+        # A getter: the scheduler lives across reloads, the preloader (its policy, its
+        # swap_timeout) is the current config's.
         self._preloader = preloader
         self._metrics = metrics
         self._scheduler = AsyncIOScheduler()
@@ -79,7 +82,8 @@ class PreloadScheduler:
         job = record.config
         log.info("preload job %s: %s on %d instance(s)", name, job.model, job.instances)
         record.last_run = datetime.now().astimezone()
-        result = await self._preloader.preload(job.model, job.instances, pin_for=job.pin_for)
+        preloader = self._preloader()
+        result = await preloader.preload(job.model, job.instances, pin_for=job.pin_for)
         record.last_result = result
         self._metrics.preload_runs.labels(name, "ok" if result.ok else "failed").inc()
         if not result.ok:

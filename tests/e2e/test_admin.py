@@ -225,3 +225,21 @@ def test_a_job_fires_by_itself() -> None:
         with gateway(_config(instance("gpu-a", sim), preloads=preloads), ENV) as gw:
             wait_for(lambda: sim.stats()["resident"] == {"b": "ready"}, timeout=5)
             wait_for(lambda: 'job="every-second",result="ok"' in gw.metrics(), timeout=5)
+
+
+def test_after_a_reload_scheduled_preloads_place_by_the_new_policy() -> None:
+    with simulator(models=("a", "b"), load_time=0.2) as sim:
+        job = {"name": "warm-b", "model": "b", "cron": "0 7 1 1 *"}
+        config = _config(instance("gpu-a", sim, capacity=1), preloads=[job])
+        config["routing"] = {**config["routing"], "min_residency": "1h", "swap_timeout": "3s"}
+        with gateway(config, ENV) as gw, gw.admin(TOKEN) as admin:
+            assert _chat(gw, "a").status_code == 200  # a is warm and was just used
+            config["routing"] = {**config["routing"], "min_residency": 0}
+            gw.rewrite_config(config)
+            assert admin.post("/admin/reload").json()["status"] == "reloaded"
+            run = admin.post("/admin/jobs/warm-b/run")
+            resident = sim.stats()["resident"]
+    # Under the old min_residency the job would wait out swap_timeout and fail, a untouchable.
+    assert run.status_code == 200, run.text
+    assert run.json()["instances"] == ["gpu-a"]
+    assert resident == {"b": "ready"}  # a was evicted for it
