@@ -15,8 +15,7 @@ from swapgate.registry import Registry
 from swapgate.snapshot import Snapshot
 from swapgate.state import WarmState
 from swapgate.swaps import SwapCoordinator
-
-RECHECK_INTERVAL = 0.5
+from swapgate.waiting import until
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +29,11 @@ class PreloadResult:
     @property
     def ok(self) -> bool:
         return self.error is None and len(self.instances) >= self.wanted
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    error: str | None
 
 
 class Preloader:
@@ -58,20 +62,24 @@ class Preloader:
     async def _make_warm(
         self, model: str, wanted: int, instance: str | None, deadline: float
     ) -> str | None:
-        while True:
+        """None once ``model`` is warm on ``wanted`` instances, else why not."""
+
+        def step() -> _Outcome | None:
             snap = self._registry.snapshot()
             warm = self._warm_on(model, snap, instance)
             if len(warm) >= wanted:
-                return None
+                return _Outcome(None)
             decision = place(model, _without(snap, warm, instance), self._policy)
             if isinstance(decision, Unavailable):
-                return decision.reason
+                return _Outcome(decision.reason)
             if isinstance(decision, Swap):
                 self._coordinator.start(decision.instance, model, decision.victims)
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return f"{model!r} was not warm on {wanted} instances within swap_timeout"
-            await self._registry.wait_for_change(min(remaining, RECHECK_INTERVAL))
+            return None
+
+        outcome = await until(self._registry, step, deadline)
+        if outcome is None:
+            return f"{model!r} was not warm on {wanted} instances within swap_timeout"
+        return outcome.error
 
     @staticmethod
     def _warm_on(model: str, snap: Snapshot, instance: str | None) -> list[str]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import bisect
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from swapgate.catalog import Catalog
@@ -151,6 +152,16 @@ class Registry:
         now = self._clock()
         seen = self._arrivals.get(model)
         self._arrivals[model] = seen.counted(now) if seen else Arrivals(now)
+
+    @contextmanager
+    def queued(self, model: str, since: float) -> Iterator[int]:
+        """Count a request for ``model`` that arrived at ``since`` as queued while it waits;
+        gives the queue's depth with it."""
+        depth = self.enter_queue(model, since)
+        try:
+            yield depth
+        finally:
+            self.leave_queue(model, since)
 
     def enter_queue(self, model: str, since: float) -> int:
         """Queue a request for ``model`` that arrived at ``since``; returns the queue's depth."""

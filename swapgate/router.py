@@ -32,10 +32,9 @@ from swapgate.placement import (
 )
 from swapgate.registry import Registry
 from swapgate.swaps import SwapCoordinator
+from swapgate.waiting import until
 
 log = logging.getLogger("swapgate.router")
-# Waiters re-place on every registry change; this bounds how late they notice a residency expiry.
-RECHECK_INTERVAL = 0.5
 _STATES = {Serve: "waiting", Join: "loading", Swap: "loading", Queue: "queued"}
 
 
@@ -75,8 +74,7 @@ class Router:
         if isinstance(decision, Serve):
             progress.instance, progress.state = decision.instance, "waiting"
             return self._lease(decision.instance, model, None)
-        depth = self._registry.enter_queue(model, started)
-        try:
+        with self._registry.queued(model, started) as depth:
             if depth > self._settings.routing.queue_limit:
                 relayed = self.relay(model, "queue_full", started)
                 if relayed:
@@ -85,9 +83,12 @@ class Router:
                     f"{depth - 1} requests already wait for {model!r}; retry later",
                     retry_after=self._retry_after(model),
                 )
-            return await self._wait(model, decision, started, progress)
-        finally:
-            self._registry.leave_queue(model, started)
+            waiter = _Waiter(self, model, started, progress, decision)
+            try:
+                lease = await until(self._registry, waiter.step, waiter.deadline)
+            finally:
+                waiter.release()
+        return lease or self.relay(model, "error", started) or self._timed_out(model, waiter)
 
     def acquire_warm(self, model: str, besides: str) -> Lease | None:
         """Lease another instance that has ``model`` warm right now, if there is one."""
@@ -110,77 +111,15 @@ class Router:
         if lease.kind == "instance":
             self._registry.end_request(lease.name, lease.model)
 
-    async def _wait(
-        self, model: str, decision: Decision, started: float, progress: Progress
-    ) -> Lease:
-        waiting_on: list[str] = []  # the instance whose swap of ``model`` this request awaits
-        closed_on: list[str] = []  # the instance the starvation rule made room on for it
-        try:
-            return await self._wait_placed(
-                model, decision, started, progress, waiting_on, closed_on
-            )
-        finally:
-            for instance in waiting_on:
-                self._registry.wait_on(instance, model, -1)
-            for instance in closed_on:  # served, relayed, timed out or gone: room not needed
-                self._registry.reopen(instance, model)
-
-    async def _wait_placed(
-        self,
-        model: str,
-        decision: Decision,
-        started: float,
-        progress: Progress,
-        waiting_on: list[str],
-        closed_on: list[str],
-    ) -> Lease:
-        conf = self._settings.model_settings(model)
-        max_wait = conf.max_wait or self._settings.routing.max_wait
-        deadline = started + max_wait
-        starving_at = started + starvation_point(self._settings, model)
-        while True:
-            self._track_waiting(model, decision, waiting_on)
-            if isinstance(decision, Serve):
-                return self._lease(decision.instance, model, started)
-            if isinstance(decision, Swap):  # also when relaying: later requests find it warm
-                self._coordinator.start(decision.instance, model, decision.victims)
-            expected = self._expected_wait(model, decision)
-            reason = relay_reason(conf.fallback_policy, decision, expected, max_wait)
-            relayed = self.relay(model, reason, started) if reason else None
-            if relayed:
-                return relayed
-            if isinstance(decision, Unavailable):
-                error = SwapFailed if decision.backing_off else NoCapacity
-                raise error(f"{decision.reason}; retry later", retry_after=self._retry_after(model))
-            progress.instance, progress.state = decision.instance, _STATES[type(decision)]
-            now = time.monotonic()
-            if isinstance(decision, Queue) and now >= starving_at and not closed_on:
-                closed_on += self._close_for(model, deadline)
-            remaining = deadline - now
-            if remaining <= 0:
-                return self.relay(model, "error", started) or self._timed_out(model, max_wait)
-            await self._registry.wait_for_change(min(remaining, RECHECK_INTERVAL))
-            decision = place(model, self._registry.snapshot(), self._policy)
-
-    def _track_waiting(self, model: str, decision: Decision, waiting_on: list[str]) -> None:
-        """Keep this request counted on the instance whose swap of ``model`` it awaits, so the
-        model is not evicted before its waiters are served (A A A B B, not A B A B)."""
-        target = decision.instance if isinstance(decision, Join | Swap) else None
-        if waiting_on and waiting_on[0] != target:
-            self._registry.wait_on(waiting_on.pop(), model, -1)
-        if target is not None and not waiting_on:
-            self._registry.wait_on(target, model, +1)
-            waiting_on.append(target)
-
-    def _close_for(self, model: str, until: float) -> list[str]:
+    def _close_for(self, model: str, until: float) -> str | None:
         """The starvation rule: stop new requests to the cheapest busy victims so they drain;
         returns the instance it made room on, if any."""
         target = starvation_target(model, self._registry.snapshot(), self._policy)
         if target is None or not target.victims:
-            return []
+            return None
         log.info("%s waits too long: closing %s on %s", model, target.victims, target.instance)
         self._registry.close(target.instance, target.victims, until, model)
-        return [target.instance]
+        return target.instance
 
     def _expected_wait(self, model: str, decision: Decision) -> float:
         """Seconds until ``model`` would be warm on the decision's instance."""
@@ -195,9 +134,9 @@ class Router:
             eta += max(0.0, frees_up_at(instance, snap.now, self._policy) - snap.now)
         return eta
 
-    def _timed_out(self, model: str, max_wait: float) -> Lease:
+    def _timed_out(self, model: str, waiter: _Waiter) -> Lease:
         raise NoCapacity(
-            f"{model!r} did not become warm within max_wait ({max_wait:g}s); retry later",
+            f"{model!r} did not become warm within max_wait ({waiter.max_wait:g}s); retry later",
             retry_after=self._retry_after(model),
         )
 
@@ -229,3 +168,64 @@ def starvation_point(settings: Settings, model: str) -> float:
     busy model for it: ``starvation_after`` of its ``max_wait``."""
     max_wait = settings.model_settings(model).max_wait or settings.routing.max_wait
     return max_wait * settings.routing.starvation_after
+
+
+class _Waiter:
+    """One request waiting for its model, placed again at every change (``step``). It holds
+    a count on the instance whose swap it awaits, so the model is not evicted before its
+    waiters are served (A A A B B, not A B A B), and maybe the room the starvation rule made
+    for it; ``release`` gives both back, however the wait ended."""
+
+    def __init__(
+        self, router: Router, model: str, started: float, progress: Progress, first: Decision
+    ) -> None:
+        self._router = router
+        self._model = model
+        self._started = started
+        self._progress = progress
+        self._first: Decision | None = first  # placed before it queued: used as it was
+        self._conf = router._settings.model_settings(model)
+        self.max_wait = self._conf.max_wait or router._settings.routing.max_wait
+        self.deadline = started + self.max_wait
+        self._starving_at = started + starvation_point(router._settings, model)
+        self._swap_on: str | None = None  # where this request waits for a swap of its model
+        self._room_on: str | None = None  # where the starvation rule made room for it
+
+    def step(self) -> Lease | None:
+        router, model = self._router, self._model
+        decision = self._first or place(model, router._registry.snapshot(), router._policy)
+        self._first = None
+        self._await_swap_on(decision.instance if isinstance(decision, Join | Swap) else None)
+        if isinstance(decision, Serve):
+            return router._lease(decision.instance, model, self._started)
+        if isinstance(decision, Swap):  # also when relaying: later requests find it warm
+            router._coordinator.start(decision.instance, model, decision.victims)
+        expected = router._expected_wait(model, decision)
+        reason = relay_reason(self._conf.fallback_policy, decision, expected, self.max_wait)
+        relayed = router.relay(model, reason, self._started) if reason else None
+        if relayed:
+            return relayed
+        if isinstance(decision, Unavailable):
+            error = SwapFailed if decision.backing_off else NoCapacity
+            retry_after = router._retry_after(model)
+            raise error(f"{decision.reason}; retry later", retry_after=retry_after)
+        self._progress.instance = decision.instance
+        self._progress.state = _STATES[type(decision)]
+        starving = time.monotonic() >= self._starving_at
+        if isinstance(decision, Queue) and starving and self._room_on is None:
+            self._room_on = router._close_for(model, self.deadline)
+        return None
+
+    def _await_swap_on(self, instance: str | None) -> None:
+        if self._swap_on == instance:
+            return
+        if self._swap_on is not None:
+            self._router._registry.wait_on(self._swap_on, self._model, -1)
+        if instance is not None:
+            self._router._registry.wait_on(instance, self._model, +1)
+        self._swap_on = instance
+
+    def release(self) -> None:
+        self._await_swap_on(None)
+        if self._room_on is not None:  # served, relayed, timed out or gone: room not needed
+            self._router._registry.reopen(self._room_on, self._model)
