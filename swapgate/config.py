@@ -18,6 +18,8 @@ import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from swapgate.cron import cron_trigger
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
@@ -298,8 +300,6 @@ def _check_model(
 
 
 def _check_preload(index: int, job: PreloadConfig, settings: Settings) -> Iterable[str]:
-    from swapgate.scheduler import cron_trigger
-
     where = f"preloads[{index}]"
     try:
         cron_trigger(job.cron, job.timezone)

@@ -9,27 +9,15 @@ from datetime import datetime
 from typing import Any
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
-from apscheduler.triggers.cron import CronTrigger
 
 from swapgate.config import PreloadConfig
+from swapgate.cron import cron_trigger
 from swapgate.metrics import Metrics
 from swapgate.preload import Preloader, PreloadResult
 
 log = logging.getLogger("swapgate.scheduler")
 # A run that could not start on time (the gateway was busy or restarting) still runs this late.
 MISFIRE_GRACE = 300
-
-
-def cron_trigger(cron: str, timezone: str) -> CronTrigger:
-    """Five fields as in crontab; six fields put seconds first (``*/10 * * * * *``)."""
-    fields = cron.split()
-    if len(fields) == 6:
-        second, minute, hour, day, month, weekday = fields
-        return CronTrigger(
-            second=second, minute=minute, hour=hour, day=day, month=month,
-            day_of_week=weekday, timezone=timezone,
-        )  # fmt: skip
-    return CronTrigger.from_crontab(cron, timezone=timezone)
 
 
 @dataclass

@@ -156,7 +156,7 @@ def test_six_field_crons_put_seconds_first() -> None:
     from datetime import datetime
     from zoneinfo import ZoneInfo
 
-    from swapgate.scheduler import cron_trigger
+    from swapgate.cron import cron_trigger
 
     start = datetime(2026, 12, 2, 10, 0, 0, tzinfo=ZoneInfo("UTC"))
     every_ten = cron_trigger("*/10 * * * * *", "UTC")
