@@ -23,6 +23,7 @@ from swapgate.cron import cron_trigger
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
+_UNKNOWN_KEY = "unknown key; check its spelling against the documented schema"
 
 
 class ConfigError(Exception):
@@ -38,7 +39,10 @@ def parse_duration(value: object) -> object:
     if isinstance(value, bool):
         raise ValueError("not a duration: use e.g. 250ms, 5s, 2m, 1h or a number of seconds")
     if isinstance(value, int | float):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an int beyond float's range: YAML reads any run of digits
+            raise ValueError("not a duration: too many seconds to represent") from None
     if isinstance(value, str):
         match = _DURATION.match(value)
         if match:
@@ -59,8 +63,12 @@ def _yaml_off(value: object) -> object:
     return "off" if value is False else value
 
 
-Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0)]
-PositiveDuration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
+# Finite: YAML reads ``.inf`` and a long run of digits overflows to it, and an infinite timeout
+# crashes the server where it is rounded to whole seconds (uvicorn's keep-alive, Retry-After).
+Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0, allow_inf_nan=False)]
+PositiveDuration = Annotated[
+    float, BeforeValidator(parse_duration), Field(gt=0, allow_inf_nan=False)
+]
 Url = Annotated[str, AfterValidator(_check_url)]
 Name = Annotated[str, Field(pattern=_NAME)]
 FallbackPolicy = Annotated[Literal["off", "error", "slow", "swap"], BeforeValidator(_yaml_off)]
@@ -99,7 +107,7 @@ class RoutingConfig(_Section):
     stream_idle_timeout: PositiveDuration = 120.0
     eviction: Literal["lru", "demand"] = "lru"
     # Under demand: a model likely requested again within this many of its swap times stays.
-    demand_horizon: float = Field(3.0, gt=0)
+    demand_horizon: float = Field(3.0, gt=0, allow_inf_nan=False)
     # A request that has waited this fraction of max_wait for capacity closes a busy model.
     starvation_after: Annotated[float, Field(gt=0, lt=1)] = 0.25
 
@@ -131,7 +139,7 @@ class InstanceConfig(_Section):
     models: list[str] | None = None
     capacity: int = Field(1, ge=1)
     api_key_env: str | None = None
-    weight: float = Field(1.0, gt=0)
+    weight: float = Field(1.0, gt=0, allow_inf_nan=False)
 
 
 class ModelConfig(_Section):
@@ -225,25 +233,49 @@ def load_config(path: str | Path) -> Settings:
 
 
 def parse_config(data: Mapping[str, Any]) -> Settings:
+    # Only sections become keyword arguments: pydantic-settings takes ``_env_file`` and its other
+    # ``_*`` options from them, and a key YAML read as a number or null cannot be one at all.
+    sections = {key: value for key, value in data.items() if key in Settings.model_fields}
     try:
-        settings = Settings(**data)
+        settings = Settings(**sections)
     except ValidationError as exc:
-        raise ConfigError([_describe(err) for err in exc.errors()]) from None
-    problems = list(_cross_check(settings))
+        problems = [_describe(err) for err in exc.errors()]
+    else:
+        problems = list(_cross_check(settings))
+    problems += [f"{key}: {_UNKNOWN_KEY}" for key in data if key not in sections]
     if problems:
         raise ConfigError(problems)
     return settings
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, but a value its constructors cannot build is a YAML error at its line.
+
+    They let Python's errors out: ``2001-13-01`` (read as a date) a ValueError, ``!!bool x`` a
+    KeyError, ``!!timestamp x`` an AttributeError.
+    """
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except (ArithmeticError, AttributeError, LookupError, TypeError, ValueError) as exc:
+            problem = f"cannot read {node.value!r} as {node.tag} ({exc}); quote it to keep a string"
+            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark) from None
+
+
+def _read_yaml(path: Path) -> dict[Any, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError([f"{path}: cannot read the file ({exc.strerror})"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"{path}: not UTF-8 (byte {exc.start}); save it as UTF-8"]) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_Loader)  # a SafeLoader: builds plain data only
     except yaml.YAMLError as exc:
         raise ConfigError([f"{path}: not valid YAML: {exc}"]) from None
+    except RecursionError:
+        raise ConfigError([f"{path}: nested too deeply to read; flatten it"]) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -257,7 +289,7 @@ def _describe(error: Mapping[str, Any]) -> str:
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     message = str(error["msg"]).removeprefix("Value error, ")
     if error["type"] == "extra_forbidden":
-        message = "unknown key; check its spelling against the documented schema"
+        message = _UNKNOWN_KEY
     return f"{path or '(top level)'}: {message}"
 
 

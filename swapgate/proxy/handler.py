@@ -30,15 +30,16 @@ from swapgate.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
+from swapgate.failover import Attempts
 from swapgate.lease import Lease, Progress
 from swapgate.metrics import UNKNOWN, Metrics
 from swapgate.proxy.keepalive import OPT_OUT_HEADER, KeepalivePlan, Pinger, plan_keepalive
 from swapgate.proxy.messages import (
     DROP_RESPONSE,
+    BodyMode,
     ResponseWriter,
     parse_request,
     read_body,
-    sse_error,
     upstream_headers,
     with_model,
 )
@@ -64,7 +65,6 @@ class Exchange:
     route: str = "none"
     waited: float = 0.0
     failed: SwapgateError | None = None  # an error told in-band, after a committed 200
-    event_stream: bool | None = None  # the upstream's body is going out; whether as a stream
 
 
 class ProxyEndpoint:
@@ -88,7 +88,6 @@ class ProxyEndpoint:
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         ex = Exchange(scope["method"], scope["path"], request_id(headers))
         writer = ResponseWriter(send, [(b"x-request-id", ex.request_id.encode())])
-        plan: KeepalivePlan | None = None
         try:
             self._auth.check(headers)
             body = await read_body(receive, self._max_body)
@@ -100,7 +99,7 @@ class ProxyEndpoint:
             work = self._forward(scope, ex, payload, body, writer, plan)
             await _until_disconnect(receive, work)
         except SwapgateError as exc:
-            await self._fail(ex, writer, exc)
+            await self._tell(ex, writer, exc)
         except ConnectionAbortedError:
             # nginx's "client closed request"; 408 if the connection layer timed the client out
             writer.status = 408 if TIMED_OUT in (scope.get("extensions") or {}) else 499
@@ -110,22 +109,14 @@ class ProxyEndpoint:
             internal = InternalError(
                 f"swapgate failed on this request ({ex.request_id}); it is logged, retry later"
             )
-            if writer.started:
-                await _end_started(ex, writer, plan, internal)
-            else:
-                ex.failed = internal
-                await self._fail(ex, writer, internal)
+            await self._tell(ex, writer, internal)
         except asyncio.CancelledError:
             # The server is shutting down and shutdown_grace has run out (SPEC §4.8): the
             # client is told so, in-band if the status went out; never a silent cut, nor
             # the ASGI server's plain-text 500.
             shutting = ShuttingDown("swapgate is shutting down; retry the request")
-            if writer.started:
-                await _end_started(ex, writer, plan, shutting)
-            else:
-                ex.failed = shutting
-                with contextlib.suppress(Exception):
-                    await self._fail(ex, writer, shutting)
+            with contextlib.suppress(Exception):
+                await self._tell(ex, writer, shutting)
             raise
         finally:
             self._record(ex, ex.failed.status if ex.failed else writer.status)
@@ -155,43 +146,19 @@ class ProxyEndpoint:
             else None
         )
         pinging = asyncio.create_task(pinger.run()) if pinger else None
+        attempts = Attempts(self._router, ex.model)
         try:
-            lease, response = await self._open(scope, ex, payload, body, progress)
-        except SwapgateError as exc:
-            await _stop(pinging)
-            if not writer.started:
-                raise
-            await _end_started(ex, writer, plan, exc)
-            return
+            try:
+                response = await self._open(scope, ex, payload, body, attempts, progress)
+            finally:
+                await _stop(pinging)
+            assert attempts.lease is not None
+            try:
+                await self._answer(response, writer, ex, attempts.lease)
+            finally:
+                response.close()
         finally:
-            await _stop(pinging)
-        try:
-            if plan is not None and writer.started:
-                await self._finish_committed(response, writer, plan, ex, lease)
-            else:
-                ex.event_stream = response.is_event_stream
-                await writer.start(response.status, self._response_headers(response, ex))
-                await self._relay_body(response, writer, ex, lease)
-        finally:
-            response.close()
-            self._router.release(lease)
-
-    async def _finish_committed(
-        self,
-        response: UpstreamResponse,
-        writer: ResponseWriter,
-        plan: KeepalivePlan,
-        ex: Exchange,
-        lease: Lease,
-    ) -> None:
-        """The 200 is out: a failed upstream can only be told in-band."""
-        if not 200 <= response.status < 300:
-            detail = await response.excerpt()
-            error = UpstreamError(f"{ex.route} answered {response.status}: {detail}")
-            await _end_started(ex, writer, plan, error)
-            return
-        ex.event_stream = plan.is_event_stream
-        await self._relay_body(response, writer, ex, lease)
+            attempts.release()
 
     async def _open(
         self,
@@ -199,48 +166,55 @@ class ProxyEndpoint:
         ex: Exchange,
         payload: dict[str, Any],
         body: bytes,
+        attempts: Attempts,
         progress: Progress,
-    ) -> tuple[Lease, UpstreamResponse]:
-        """Lease an instance and send the request; a failure before any byte reached the client
-        is retried once on another instance that has the model warm (SPEC §4.7)."""
-        lease = await self._router.acquire(ex.model, progress)
-        retried = False
+    ) -> UpstreamResponse:
+        """Send the request to the lease's upstream; a failure before any byte reached the
+        client goes on to the next attempt (swapgate/failover.py)."""
+        lease = await attempts.first(progress)
         while True:
             ex.route, ex.waited = lease.route, ex.waited + lease.waited
             try:
                 response = await self._send(scope, ex, payload, body, lease)
             except UpstreamError as exc:
-                self._router.release(lease)
                 self._metrics.upstream_errors.labels(lease.name, _error_kind(exc)).inc()
                 if isinstance(exc, UpstreamUnreachable) and lease.kind == "instance":
                     self._registry.mark_down(lease.name)  # the next poll brings it back
-                fallback = self._fallback(ex.model, lease, retried)
-                if fallback is None:
+                failed, next_lease = lease.route, attempts.next()
+                if next_lease is None:
                     raise
-                log.warning(
-                    "%s failed (%s); %s goes to %s", lease.route, exc, ex.request_id, fallback.route
-                )
-                lease = fallback
-                retried = True
+                log.warning("%s failed (%s); %s goes to %s", failed, exc, ex.request_id,
+                            next_lease.route)  # fmt: skip
+                lease = next_lease
                 continue
             if response.status in RETRYABLE_STATUS:
-                other = self._fallback(ex.model, lease, retried)
-                if other is not None:
-                    self._metrics.upstream_errors.labels(lease.name, "http").inc()
+                failed_name = lease.name
+                next_lease = attempts.next()
+                if next_lease is not None:
+                    self._metrics.upstream_errors.labels(failed_name, "http").inc()
                     response.close()
-                    self._router.release(lease)
-                    lease, retried = other, True
+                    lease = next_lease
                     continue
             self._metrics.first_byte(ex.model, ex.route, time.perf_counter() - ex.started)
-            return lease, response
+            return response
 
-    def _fallback(self, model: str, failed: Lease, retried: bool) -> Lease | None:
-        """After a failure before any byte reached the client: another instance with the model
-        warm (once), then the relay if the policy allows ``error`` (SPEC §4.7)."""
-        if failed.kind == "relay":
-            return None
-        other = None if retried else self._router.acquire_warm(model, besides=failed.name)
-        return other or self._router.relay(model, "error")
+    async def _answer(
+        self, response: UpstreamResponse, writer: ResponseWriter, ex: Exchange, lease: Lease
+    ) -> None:
+        """Pass the upstream's answer on: its status and headers if none went out yet, else
+        (after keep-alives committed a 200) its body, or its failure in-band."""
+        if not writer.started:
+            headers = self._response_headers(response, ex)
+            mode: BodyMode = "events" if response.is_event_stream else "body"
+            await writer.start(response.status, headers, mode)
+        elif not 200 <= response.status < 300:
+            detail = await response.excerpt()
+            error = UpstreamError(f"{ex.route} answered {response.status}: {detail}")
+            await self._tell(ex, writer, error)
+            return
+        else:
+            writer.upstream_body(writer.mode == "pings")
+        await self._relay_body(response, writer, ex, lease)
 
     async def _send(
         self, scope: Scope, ex: Exchange, payload: dict[str, Any], body: bytes, lease: Lease
@@ -249,13 +223,9 @@ class ProxyEndpoint:
         if lease.upstream_model != ex.model:
             body = with_model(payload, lease.upstream_model)
         headers = upstream_headers(scope["headers"], ex.request_id, lease.upstream.api_key)
-        try:
-            response = await self._client.open(
-                scope["method"], url, headers, body, lease.upstream.read_timeout
-            )
-        except asyncio.CancelledError:
-            self._router.release(lease)
-            raise
+        response = await self._client.open(
+            scope["method"], url, headers, body, lease.upstream.read_timeout
+        )
         if response.status in AUTH_STATUS:
             response.close()
             refused = UpstreamRefusedKey(_refused_key(lease, response.status))
@@ -277,30 +247,29 @@ class ProxyEndpoint:
         self, response: UpstreamResponse, writer: ResponseWriter, ex: Exchange, lease: Lease
     ) -> None:
         """Copy the upstream's body. An upstream that breaks off or stalls past
-        ``stream_idle_timeout`` after the status went out (SPEC §4.7) ends a stream with one
-        in-band error event; any other answer is cut off abortively (the client sees a broken
-        body, never a short one that looks whole). Either way the request counts as failed."""
+        ``stream_idle_timeout`` after the status went out (SPEC §4.7) is told as the writer's
+        mode allows; either way the request counts as failed."""
         try:
             async for chunk in response.chunks():
                 await writer.write(chunk)
         except (UpstreamError, UpstreamTimeout) as exc:
-            ex.failed = exc
             kind = "stall" if isinstance(exc, UpstreamTimeout) else "broken"
             self._metrics.upstream_errors.labels(lease.name, kind).inc()
             log.warning("%s failed mid-answer for %s: %s", lease.route, ex.request_id, exc)
-            await _end_started(ex, writer, None, exc)
+            await self._tell(ex, writer, exc)
             return
         response.release()
         await writer.end()
 
-    async def _fail(self, ex: Exchange, writer: ResponseWriter, exc: SwapgateError) -> None:
-        if writer.started:
-            return
-        writer.headers += [
-            (b"x-swapgate-route", ex.route.encode()),
-            (b"x-swapgate-wait-ms", str(round(ex.waited * 1000)).encode()),
-        ]
-        await writer.error(exc)
+    async def _tell(self, ex: Exchange, writer: ResponseWriter, exc: SwapgateError) -> None:
+        """The one way to report a failure: the writer knows what the client got so far."""
+        ex.failed = exc
+        if not writer.started:
+            writer.headers += [
+                (b"x-swapgate-route", ex.route.encode()),
+                (b"x-swapgate-wait-ms", str(round(ex.waited * 1000)).encode()),
+            ]
+        await writer.fail(exc)
 
     def _record(self, ex: Exchange, status: int) -> None:
         elapsed = time.perf_counter() - ex.started
@@ -311,27 +280,6 @@ class ProxyEndpoint:
                 ex.method, ex.path, status, ex.model, ex.route,
                 round(ex.waited * 1000), elapsed * 1000, ex.request_id,
             )  # fmt: skip
-
-
-async def _end_started(
-    ex: Exchange, writer: ResponseWriter, plan: KeepalivePlan | None, error: SwapgateError
-) -> None:
-    """After the status went out a failure can only be told in-band (SPEC §4.7, §4.8).
-
-    Keep-alives alone went out: the error ends the answer as its body, an error event after
-    comments or a JSON object after whitespace. A stream of the upstream's under way ends with
-    one error event. Any other answer is left unended, which makes the ASGI server cut the
-    connection: never a short body that looks whole. Each way the request counts as failed.
-    """
-    ex.failed = error
-    if ex.event_stream is None and plan is not None:  # only keep-alives so far
-        body = plan.error_body(error)
-    elif ex.event_stream:
-        body = sse_error(error)
-    else:
-        return
-    with contextlib.suppress(Exception):  # the client may be gone too
-        await writer.end(body)
 
 
 async def _until_disconnect(receive: Receive, work: Coroutine[Any, Any, None]) -> None:
@@ -364,10 +312,17 @@ async def _until_disconnect(receive: Receive, work: Coroutine[Any, Any, None]) -
 
 
 async def _stop(task: asyncio.Task[None] | None) -> None:
-    if task is not None and not task.done():
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    """Cancel ``task`` and wait for it; a cancellation of the caller's own (shutdown) that
+    arrives meanwhile goes on, it is not the task's to swallow."""
+    if task is None or task.done():
+        return
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
 
 
 def _query(scope: Scope) -> str:

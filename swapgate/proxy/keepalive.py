@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from swapgate.config import KeepaliveConfig
-from swapgate.errors import SwapgateError
 from swapgate.lease import Progress
 from swapgate.metrics import Metrics
-from swapgate.proxy.messages import ResponseWriter, sse_error
+from swapgate.proxy.messages import BodyMode, ResponseWriter
 from swapgate.registry import Registry
 
 Kind = Literal["comment", "reasoning", "whitespace"]
@@ -42,11 +41,6 @@ class KeepalivePlan:
     @property
     def is_event_stream(self) -> bool:
         return self.kind != "whitespace"
-
-    def error_body(self, exc: SwapgateError) -> bytes:
-        """The error that ends an answer of keep-alives alone: an event after comments or
-        reasoning chunks, the JSON object after whitespace."""
-        return sse_error(exc) if self.is_event_stream else exc.body()
 
 
 def plan_keepalive(
@@ -90,7 +84,8 @@ class Pinger:
 
     async def run(self) -> None:
         await asyncio.sleep(self.plan.early)
-        await self._writer.start(200, self._headers())
+        mode: BodyMode = "whitespace" if self.plan.kind == "whitespace" else "pings"
+        await self._writer.start(200, self._headers(), mode)
         while True:
             await self._writer.write(self.ping())
             self._counter.inc()

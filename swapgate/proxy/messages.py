@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from typing import Any
+from typing import Any, Literal
 
 from starlette.types import Receive, Send
 
@@ -93,23 +94,38 @@ def upstream_headers(
     return headers
 
 
+# What the body sent so far is, which decides how a failure can still be told (``fail``):
+# keep-alives alone ("pings": SSE comments or reasoning chunks; "whitespace"), or the
+# upstream's own body under way ("events": a stream; "body": anything else).
+BodyMode = Literal["pings", "whitespace", "events", "body"]
+
+
 class ResponseWriter:
-    """Sends one ASGI response and remembers how far it got."""
+    """Sends one ASGI response, remembers how far it got, and tells a failure the one way
+    that is still possible (SPEC §4.7, §4.8, §11)."""
 
     def __init__(self, send: Send, headers: list[tuple[bytes, bytes]]) -> None:
         self._send = send
         self.headers = headers  # swapgate's own, added to whatever status goes out
         self.status = 0
+        self.mode: BodyMode | None = None
 
     @property
     def started(self) -> bool:
         return self.status != 0
 
-    async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+    async def start(
+        self, status: int, headers: list[tuple[bytes, bytes]], mode: BodyMode = "body"
+    ) -> None:
         await self._send(
             {"type": "http.response.start", "status": status, "headers": headers + self.headers}
         )
         self.status = status  # only once sent: a start cancelled before it went out never counts
+        self.mode = mode
+
+    def upstream_body(self, event_stream: bool) -> None:
+        """The upstream's body follows the keep-alives from here on."""
+        self.mode = "events" if event_stream else "body"
 
     async def write(self, chunk: bytes) -> None:
         await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -120,6 +136,20 @@ class ResponseWriter:
     async def error(self, exc: SwapgateError) -> None:
         await self.start(exc.status, exc.headers())
         await self.end(exc.body())
+
+    async def fail(self, exc: SwapgateError) -> None:
+        """Tell ``exc``: as the status if none went out; after SSE, as one error event; after
+        whitespace, as the JSON error object. A body of the upstream's half sent is left
+        unended, which makes the ASGI server cut the connection: never a short body that
+        looks whole."""
+        if not self.started:
+            await self.error(exc)
+            return
+        if self.mode == "body":
+            return
+        body = exc.body() if self.mode == "whitespace" else sse_error(exc)
+        with contextlib.suppress(Exception):  # the client may be gone too
+            await self.end(body)
 
 
 def sse_error(exc: SwapgateError) -> bytes:

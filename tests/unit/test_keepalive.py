@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import asyncio
 import json
+from typing import Any
 
 import pytest
 
@@ -10,7 +12,7 @@ from swapgate.errors import SwapFailed
 from swapgate.lease import Progress
 from swapgate.metrics import Metrics
 from swapgate.proxy.keepalive import KeepalivePlan, Pinger, plan_keepalive
-from swapgate.proxy.messages import ResponseWriter
+from swapgate.proxy.messages import BodyMode, ResponseWriter
 from swapgate.registry import Registry
 
 DEFAULT = KeepaliveConfig()
@@ -82,8 +84,23 @@ def test_reasoning_pings_are_chat_chunks() -> None:
 def test_whitespace_pings_and_errors() -> None:
     pinger = _pinger("whitespace")
     assert pinger.ping() == b"\n"
-    error = json.loads(pinger.plan.error_body(SwapFailed("boom")))
+    error = json.loads(asyncio.run(_failed_after_pings("whitespace")))
     assert error["error"]["code"] == "swap_failed"
-    event = _pinger("comment").plan.error_body(SwapFailed("boom"))
+    event = asyncio.run(_failed_after_pings("pings"))
     assert event.startswith(b'data: {"error": ')
     assert event.endswith(b"\n\n")
+
+
+async def _failed_after_pings(mode: BodyMode) -> bytes:
+    """What a writer that committed with keep-alives of ``mode`` ends with on a failure."""
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    writer = ResponseWriter(send, [])
+    await writer.start(200, [], mode)
+    await writer.fail(SwapFailed("boom"))
+    assert sent[-1]["more_body"] is False
+    body: bytes = sent[-1]["body"]
+    return body
