@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from bench import procs
+from swapgate.processes import free_port
 
 VENV = Path(__file__).resolve().parent / ".litellm-venv"
 
@@ -36,7 +37,7 @@ def contender(notes: list[str]) -> Callable[[str], AbstractContextManager[procs.
 
     @contextmanager
     def start(upstream: str) -> Iterator[procs.Proc]:
-        port = procs.free_port()
+        port = free_port()
         params = {"model": "openai/m", "api_base": f"{upstream}/v1", "api_key": "x"}
         config = {
             "model_list": [{"model_name": "m", "litellm_params": params}],

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from swapgate.demo import wait_until_serving
+from swapgate.processes import free_port, serving
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 STARTUP_TIMEOUT = 30.0
@@ -53,13 +52,6 @@ FIXED_SERVER = """
 """
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @dataclass
 class Proc:
     name: str
@@ -81,13 +73,8 @@ class Proc:
 def running(
     name: str, command: list[str], url: str, env: dict[str, str] | None = None
 ) -> Iterator[Proc]:
-    process = subprocess.Popen(command, env={**os.environ, **(env or {})})
-    try:
-        wait_until_serving(url + "/v1/models", process, STARTUP_TIMEOUT)
+    with serving(command, url + "/v1/models", env, timeout=STARTUP_TIMEOUT) as process:
         yield Proc(name, url, process)
-    finally:
-        process.terminate()
-        process.wait(timeout=15)
 
 
 @contextmanager

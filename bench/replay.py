@@ -19,6 +19,7 @@ import httpx
 
 from bench import procs
 from bench.trace import MODELS, Request
+from swapgate.processes import free_port
 
 SPEEDUP = 30.0  # trace seconds per replay second
 LOAD_SECONDS = 20.0  # a swap, in trace time
@@ -57,7 +58,7 @@ def simulators(count: int) -> Iterator[list[procs.Proc]]:
 
 @contextmanager
 def _simulator() -> Iterator[procs.Proc]:
-    port = procs.free_port()
+    port = free_port()
     command = [sys.executable, "-m", "swapgate", "sim", "--flavor", "llama-swap",
                "--port", str(port), "--models", ",".join(MODELS), "--capacity", "1",
                "--load-time", str(LOAD_SECONDS / SPEEDUP), "--ttft", "0",

@@ -6,20 +6,16 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from urllib.error import HTTPError, URLError
 from urllib.parse import urlsplit
-from urllib.request import urlopen
 
 from swapgate.config import InstanceConfig, Settings
-from swapgate.processes import start_child
+from swapgate.processes import serving
 from swapgate.server import serve
 
 FLAVOURS = {"llama-swap": "llama-swap", "ollama": "ollama", "openai": "openai"}
-STARTUP_TIMEOUT = 20.0
 ENGINE_STARTUP = 60.0  # the server loads its first model before it listens
 DEFAULT_N_CTX = 2048
 
@@ -55,13 +51,10 @@ def llama_cpp_server(instance: InstanceConfig) -> Iterator[None]:
     port = urlsplit(instance.url).port or 80
     with tempfile.TemporaryDirectory(prefix="swapgate-demo-") as root:
         command = engine.write_config(Path(root) / "llama.json", port, models)
-        process = start_child(command, engine.env(), stderr=subprocess.DEVNULL)
-        try:
-            wait_until_serving(instance.url + "/v1/models", process, ENGINE_STARTUP)
+        url = instance.url + "/v1/models"
+        log = subprocess.DEVNULL
+        with serving(command, url, engine.env(), log=log, clean_env=True, timeout=ENGINE_STARTUP):
             yield
-        finally:
-            process.terminate()
-            process.wait(timeout=10)
 
 
 @contextmanager
@@ -77,31 +70,8 @@ def simulator(instance: InstanceConfig, load_time: float) -> Iterator[None]:
         "--capacity", str(instance.capacity),
         "--load-time", str(load_time),
     ]  # fmt: skip
-    process = start_child(command)
-    try:
-        wait_until_serving(instance.url + "/v1/models", process)
+    with serving(command, instance.url + "/v1/models"):
         yield
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-def wait_until_serving(
-    url: str, process: subprocess.Popen[bytes], timeout: float = STARTUP_TIMEOUT
-) -> None:
-    """Return once anything answers HTTP at ``url`` (an error status counts: it is serving)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{process.args!r} for {url} exited with {process.returncode}")
-        try:
-            with urlopen(url, timeout=1):
-                return
-        except HTTPError:
-            return
-        except (URLError, OSError):
-            time.sleep(0.1)
-    raise RuntimeError(f"the server for {url} did not start within {timeout:g}s")
 
 
 def _instructions(settings: Settings, load_time: float, engine: str | None = None) -> str:

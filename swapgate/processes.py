@@ -1,15 +1,27 @@
-"""Child processes that never outlive swapgate: the demo's servers, and the tests'."""
+"""Starting the servers swapgate runs, and stopping them: the demo's simulators and engines,
+the tests' and the benchmarks'. One way to start, to know it serves, and to stop.
+
+Every child gets PR_SET_PDEATHSIG, so it never outlives the process that started it.
+"""
 
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
+import socket
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
-from typing import IO, Any
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.error import HTTPError, URLError
+from urllib.request import urlopen
 
 PR_SET_PDEATHSIG = 1
+STARTUP_TIMEOUT = 20.0
+STOP_TIMEOUT = 10.0
 
 
 def die_with_parent() -> None:
@@ -20,12 +32,80 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def start_child(
+def start(
     command: Sequence[str],
     env: Mapping[str, str] | None = None,
-    stdout: IO[Any] | int | None = None,
-    stderr: IO[Any] | int | None = None,
+    *,
+    log: Path | int | None = None,
+    clean_env: bool = False,
 ) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        list(command), env=env, stdout=stdout, stderr=stderr, preexec_fn=die_with_parent
-    )
+    """Start ``command`` with ``env`` added to ours (or alone, with ``clean_env``). Its output
+    goes to the file ``log`` (tests read what it said), or to a descriptor such as DEVNULL."""
+    output = log.open("wb") if isinstance(log, Path) else log
+    try:
+        return subprocess.Popen(
+            list(command),
+            env=dict(env or {}) if clean_env else {**os.environ, **(env or {})},
+            stdout=output,
+            stderr=subprocess.STDOUT if output is not None else None,
+            preexec_fn=die_with_parent,
+        )
+    finally:
+        if isinstance(log, Path) and output is not None and not isinstance(output, int):
+            output.close()
+
+
+def wait_until_serving(
+    url: str, process: subprocess.Popen[bytes], timeout: float = STARTUP_TIMEOUT
+) -> None:
+    """Return once anything answers HTTP at ``url`` (an error status counts: it is serving)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args!r} for {url} exited with {process.returncode}")
+        try:
+            with urlopen(url, timeout=1):
+                return
+        except HTTPError:
+            return
+        except (URLError, OSError):
+            time.sleep(0.05)
+    raise TimeoutError(f"the server for {url} did not start within {timeout:g}s")
+
+
+def stop(process: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT) -> None:
+    """SIGTERM, and SIGKILL if it has not exited ``timeout`` seconds later."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextmanager
+def serving(
+    command: Sequence[str],
+    ready_url: str,
+    env: Mapping[str, str] | None = None,
+    *,
+    log: Path | int | None = None,
+    clean_env: bool = False,
+    timeout: float = STARTUP_TIMEOUT,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A server that answers at ``ready_url`` for the block, stopped when it ends."""
+    process = start(command, env, log=log, clean_env=clean_env)
+    try:
+        wait_until_serving(ready_url, process, timeout)
+        yield process
+    finally:
+        stop(process)
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (the usual race applies: bind it soon)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port

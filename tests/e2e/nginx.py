@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bench.procs import NGINX_MAIN
 from swapgate.processes import die_with_parent
-from tests.e2e.processes import free_port, wait_http
+from tests.e2e.processes import free_port, wait_until_serving
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
@@ -53,7 +53,7 @@ def nginx(upstreams: dict[str, str], read_timeout: str = "2s") -> Iterator[dict[
         fronts = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
         try:
             for url in fronts.values():
-                wait_http(f"{url}/v1/models", process)
+                wait_until_serving(f"{url}/v1/models", process)
             yield fronts
         finally:
             process.terminate()

@@ -1,12 +1,11 @@
 """Real processes on loopback for end-to-end tests: simulators and the gateway.
 
-Every process is started with PR_SET_PDEATHSIG, so it stops by itself if the test run dies.
+Started with swapgate/processes.py, so each one stops by itself if the test run dies.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -14,72 +13,17 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import yaml
 
-from swapgate.processes import die_with_parent
-
-STARTUP_TIMEOUT = 20.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+from swapgate.processes import free_port, start, stop, wait_until_serving
 
 
 def spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     return start([sys.executable, "-m", "swapgate", *args], env)
-
-
-def start(
-    command: list[str],
-    env: dict[str, str] | None = None,
-    log: Path | None = None,
-    clean_env: bool = False,
-) -> subprocess.Popen[bytes]:
-    """Start ``command`` with ``env`` added to ours (or alone, with ``clean_env``); its output
-    goes to ``log`` when given (tests read what it said)."""
-    output = log.open("wb") if log else None
-    try:
-        return subprocess.Popen(
-            command,
-            env=dict(env or {}) if clean_env else {**os.environ, **(env or {})},
-            stdout=output,
-            stderr=subprocess.STDOUT if output else None,
-            preexec_fn=die_with_parent,
-        )
-    finally:
-        if output:
-            output.close()
-
-
-def wait_http(url: str, process: subprocess.Popen[bytes], timeout: float = STARTUP_TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.poll() is None, f"process for {url} exited with {process.returncode}"
-        try:
-            if httpx.get(url, timeout=1).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
-    raise TimeoutError(f"{url} did not answer within {timeout}s")
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @dataclass
@@ -118,7 +62,7 @@ def simulator(
     process = spawn(args)
     sim = Sim(f"http://127.0.0.1:{port}", process)
     try:
-        wait_http(f"{sim.url}/v1/models", process)
+        wait_until_serving(f"{sim.url}/v1/models", process)
         yield sim
     finally:
         stop(process)
@@ -160,7 +104,7 @@ def gateway(config: dict[str, Any], env: dict[str, str] | None = None) -> Iterat
     process = spawn(["serve", "--config", handle.name], env)
     gw = Gateway(url, process, handle.name)
     try:
-        wait_http(f"{gw.url}/healthz", process)
+        wait_until_serving(f"{gw.url}/healthz", process)
         yield gw
     finally:
         stop(process)
@@ -179,3 +123,6 @@ def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> N
         if time.monotonic() > deadline:
             raise TimeoutError(f"condition not met within {timeout}s")
         time.sleep(interval)
+
+
+__all__ = ["free_port", "start", "stop", "wait_until_serving"]

@@ -22,7 +22,7 @@ from tests.e2e.processes import (
     gateway,
     instance,
     simulator,
-    wait_http,
+    wait_until_serving,
 )
 
 pytestmark = pytest.mark.e2e
@@ -99,7 +99,7 @@ def _assert_proxy_streams_unbuffered(
         command, env=env, preexec_fn=die_with_parent, stderr=subprocess.DEVNULL
     )
     try:
-        wait_http(f"http://127.0.0.1:{port}/healthz", process)
+        wait_until_serving(f"http://127.0.0.1:{port}/healthz", process)
         _assert_streams_unbuffered(f"http://127.0.0.1:{port}")
     finally:
         process.terminate()

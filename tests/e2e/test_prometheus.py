@@ -23,7 +23,7 @@ from tests.e2e.processes import (
     instance,
     simulator,
     wait_for,
-    wait_http,
+    wait_until_serving,
 )
 
 pytestmark = pytest.mark.e2e
@@ -114,7 +114,7 @@ class _prometheus:
             ],
             preexec_fn=die_with_parent,
         )
-        wait_http(f"{self.url}/-/ready", self._process)
+        wait_until_serving(f"{self.url}/-/ready", self._process)
         return self.url
 
     def __exit__(self, *_: object) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from swapgate.engines import LlamaCppEngine, ensure_llama_cpp
-from tests.e2e.processes import free_port, start, stop, wait_http
+from tests.e2e.processes import free_port, start, stop, wait_until_serving
 
 ENGINE_STARTUP = 60.0  # the first model loads before the server listens
 
@@ -52,7 +52,7 @@ def llama_server(
     process = start(command, engine.env(), log=log, clean_env=True)
     server = LlamaServer(f"http://127.0.0.1:{port}", process, log)
     try:
-        wait_http(f"{server.url}/v1/models", process, timeout=ENGINE_STARTUP)
+        wait_until_serving(f"{server.url}/v1/models", process, timeout=ENGINE_STARTUP)
         yield server
     finally:
         stop(process)

@@ -8,7 +8,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e.processes import free_port, spawn, stop, wait_for, wait_http
+from tests.e2e.processes import free_port, spawn, stop, wait_for, wait_until_serving
 
 pytestmark = pytest.mark.engine
 DEMO = Path(__file__).parents[2] / "config" / "demo-llama-cpp.yaml"
@@ -26,7 +26,7 @@ def test_the_real_demo_answers_with_the_engines_text_and_leaves_no_process(
     demo = spawn(["demo", "--engine", "llama.cpp", "--config", str(path)])
     base = f"http://127.0.0.1:{config['server']['port']}"
     try:
-        wait_http(f"{base}/readyz", demo, timeout=120)
+        wait_until_serving(f"{base}/readyz", demo, timeout=120)
         body = {
             "model": "gemma-chat",
             "max_tokens": 8,
