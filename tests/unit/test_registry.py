@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -99,10 +100,14 @@ def test_requests_are_counted_and_mark_use() -> None:
 async def test_waiters_wake_on_a_change_and_time_out_without_one() -> None:
     registry, _ = make()
     waiter = asyncio.create_task(registry.wait_for_change(5))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0.01)
+    assert not waiter.done()
     registry.begin_swap("x", "a", eta=1)
-    await asyncio.wait_for(waiter, 1)
-    await registry.wait_for_change(0.01)  # nothing changes: returns at the timeout
+    await asyncio.wait_for(waiter, 1)  # woken long before its 5 s
+    assert waiter.done()
+    started = time.monotonic()
+    await registry.wait_for_change(0.05)  # nothing changes: returns at the timeout
+    assert 0.04 <= time.monotonic() - started < 1
 
 
 def test_queue_depths_only_list_waiting_models() -> None:

@@ -21,7 +21,9 @@ def test_a_clients_own_id_is_kept_unchanged() -> None:
 
 def test_an_empty_or_oversized_client_id_is_replaced_by_a_uuid() -> None:
     for value in (b"", b"x" * (MAX_CLIENT_ID + 1)):
-        uuid.UUID(request_id([(b"x-request-id", value)]))
+        replaced = request_id([(b"x-request-id", value)])
+        assert replaced != value.decode()
+        assert uuid.UUID(replaced).version == 4
 
 
 def test_consecutive_ids_differ_only_in_the_counter() -> None:

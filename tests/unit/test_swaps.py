@@ -4,32 +4,11 @@ import asyncio
 
 from swapgate.catalog import Catalog
 from swapgate.config import parse_config
-from swapgate.drivers.base import Driver
-from swapgate.errors import DriverError
 from swapgate.metrics import Metrics
 from swapgate.registry import Registry
 from swapgate.state import InstanceReport, WarmState
 from swapgate.swaps import SwapCoordinator, SwapTimes
-
-
-class FakeDriver(Driver):
-    """Records calls; loads take ``delay`` seconds and fail while ``fail`` is set."""
-
-    def __init__(self, delay: float = 0.05, fail: bool = False) -> None:
-        self.delay, self.fail = delay, fail
-        self.calls: list[tuple[str, str]] = []
-
-    async def state(self) -> InstanceReport:
-        return InstanceReport({}, None)
-
-    async def load(self, model: str) -> None:
-        self.calls.append(("load", model))
-        await asyncio.sleep(self.delay)
-        if self.fail:
-            raise DriverError("boom")
-
-    async def unload(self, model: str) -> None:
-        self.calls.append(("unload", model))
+from tests.unit.fakes import FakeDriver
 
 
 def setup(

@@ -1,0 +1,179 @@
+"""The router's rules in-process (queue limit, max_wait, starvation, fallback), the failover
+rule and the preloader: fast, with fake drivers and the real registry and coordinator."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from swapgate.errors import NoCapacity, QueueFull
+from swapgate.failover import Attempts
+from swapgate.lease import Progress
+from swapgate.state import WarmState
+from tests.unit.fakes import world
+
+RELAY = {"hosted": {"url": "https://relay.example/v1"}}
+
+
+def one_instance(routing: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    return {
+        "instances": [{"name": "x", "url": "http://x", "models": ["a", "b"]}],
+        "routing": {"min_residency": 0, **(routing or {})},
+        **extra,
+    }
+
+
+async def test_a_cold_model_is_swapped_in_once_for_all_its_waiters() -> None:
+    w = world(one_instance())
+    w.warm("x")
+    leases = await asyncio.gather(*(w.router.acquire("a") for _ in range(5)))
+    assert {lease.name for lease in leases} == {"x"}
+    assert w.drivers["x"].calls == [("load", "a")]
+    assert w.registry.snapshot().instance("x").inflight == 5
+    for lease in leases:
+        w.router.release(lease)
+    assert w.registry.snapshot().instance("x").inflight == 0
+
+
+async def test_past_queue_limit_a_request_is_429_or_relayed_when_the_policy_allows() -> None:
+    w = world(one_instance({"queue_limit": 2}), delay=0.3)
+    w.warm("x")
+    waiting = [asyncio.create_task(w.router.acquire("a")) for _ in range(2)]
+    await asyncio.sleep(0.01)
+    with pytest.raises(QueueFull) as refused:
+        await w.router.acquire("a")
+    assert refused.value.status == 429
+    assert refused.value.retry_after is not None
+    await asyncio.gather(*waiting)
+    assert w.registry.queue_depths() == {}
+
+    relayed_a = {"a": {"relay": "hosted", "fallback": "error"}}
+    r = world(one_instance({"queue_limit": 1}, relays=RELAY, models=relayed_a), delay=0.3)
+    r.warm("x")
+    first = asyncio.create_task(r.router.acquire("a"))
+    await asyncio.sleep(0.01)
+    relayed = await r.router.acquire("a")
+    assert relayed.route == "relay/hosted"
+    assert r.sample("swapgate_fallbacks_total", model="a", relay="hosted", reason="queue_full")
+    await first
+
+
+async def test_max_wait_ends_the_wait_with_503_and_leaves_nothing_counted() -> None:
+    w = world(one_instance({"max_wait": "200ms"}), delay=5)
+    w.warm("x")
+    started = time.monotonic()
+    with pytest.raises(NoCapacity) as timed_out:
+        await w.router.acquire("a", Progress())
+    assert 0.2 <= time.monotonic() - started < 1.5
+    assert "max_wait" in timed_out.value.message
+    assert w.registry.queue_depths() == {}
+    assert w.registry.snapshot().instance("x").models["a"].waiting == 0
+    await w.coordinator.aclose()
+
+
+async def test_a_request_starving_behind_a_busy_model_gets_its_room() -> None:
+    config = one_instance({"min_residency": "1h", "max_wait": "2s", "starvation_after": 0.1})
+    w = world(config, delay=0.01)
+    w.warm("x", "b")
+    busy = await w.router.acquire("b")  # b is in use, and inside min_residency
+    waiting = asyncio.create_task(w.router.acquire("a"))
+    await asyncio.sleep(0.8)  # past 0.1 × max_wait and a recheck: the rule closes b for a
+    view = w.registry.snapshot().instance("x")
+    assert view.models["b"].closing
+    assert view.reserved_for == "a"
+    assert not waiting.done()
+    w.router.release(busy)  # b drains; a gets the room
+    lease = await asyncio.wait_for(waiting, 1.5)
+    assert lease.name == "x"
+    assert w.state("x", "a") is WarmState.WARM
+    assert w.drivers["x"].calls == [("unload", "b"), ("load", "a")]
+
+
+async def test_the_swap_policy_relays_at_once_and_still_starts_the_swap() -> None:
+    config = one_instance(relays=RELAY, models={"a": {"relay": "hosted", "fallback": "swap"}})
+    w = world(config, delay=0.1)
+    w.warm("x")
+    lease = await w.router.acquire("a")
+    assert lease.route == "relay/hosted"
+    assert w.state("x", "a") is WarmState.LOADING  # the next requests will find it warm
+    await w.coordinator.wait("x")
+    assert (await w.router.acquire("a")).route == "instance/x"
+
+
+async def test_fallback_off_never_relays() -> None:
+    config = one_instance({"max_wait": "100ms"}, relays=RELAY,
+                          models={"a": {"relay": "hosted", "fallback": "off"}})  # fmt: skip
+    w = world(config, delay=5)
+    w.warm("x")
+    with pytest.raises(NoCapacity):
+        await w.router.acquire("a")
+    assert w.sample("swapgate_fallbacks_total", model="a", relay="hosted", reason="error") is None
+    await w.coordinator.aclose()
+
+
+def two_instances(**model: Any) -> dict[str, Any]:
+    return {
+        "instances": [
+            {"name": "x", "url": "http://x", "models": ["a"]},
+            {"name": "y", "url": "http://y", "models": ["a"]},
+        ],
+        "relays": RELAY,
+        "models": {"a": model} if model else {},
+    }
+
+
+async def test_failover_tries_one_other_warm_instance_then_the_relay_then_gives_up() -> None:
+    w = world(two_instances(relay="hosted", fallback="error"))
+    w.warm("x", "a")
+    w.warm("y", "a")
+    attempts = Attempts(w.router, "a")
+    first = await attempts.first(Progress())
+    second = attempts.next()
+    assert second is not None
+    assert {first.name, second.name} == {"x", "y"}
+    inflight = {i.name: i.inflight for i in w.registry.snapshot().instances}
+    assert inflight == {first.name: 0, second.name: 1}  # the failed lease went back
+    third = attempts.next()
+    assert third is not None
+    assert third.route == "relay/hosted"
+    assert attempts.next() is None  # nothing after the relay
+    attempts.release()
+    assert all(i.inflight == 0 for i in w.registry.snapshot().instances)
+
+
+async def test_failover_without_a_relay_keeps_the_failed_lease_until_released() -> None:
+    w = world(two_instances())
+    w.warm("x", "a")  # y has nothing warm: no other instance to try
+    attempts = Attempts(w.router, "a")
+    first = await attempts.first(Progress())
+    assert attempts.next() is None
+    assert attempts.lease == first
+    attempts.release()
+    attempts.release()  # once only
+    assert w.registry.snapshot().instance("x").inflight == 0
+
+
+async def test_a_preload_waits_out_min_residency_and_fails_at_swap_timeout() -> None:
+    w = world(one_instance({"min_residency": "1h", "swap_timeout": "300ms"}))
+    w.warm("x", "b")
+    w.router.release(await w.router.acquire("b"))  # b was just used
+    result = await w.preloader.preload("a")
+    assert not result.ok
+    assert result.error is not None
+    assert "swap_timeout" in result.error
+    assert w.state("x", "b") is WarmState.WARM
+
+
+async def test_a_preload_evicts_an_idle_model_and_pins_its_own() -> None:
+    w = world(one_instance())
+    w.warm("x", "b")
+    result = await w.preloader.preload("a", pin_for=60)
+    assert result.ok
+    assert result.instances == ("x",)
+    view = w.registry.snapshot().instance("x")
+    assert view.state_of("a") is WarmState.WARM
+    assert view.state_of("b") is WarmState.COLD
+    assert view.models["a"].pinned_until > view.models["a"].since
