@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 from swapgate.placement import Policy, Swap, Unavailable, place
-from swapgate.registry import Registry
 from swapgate.snapshot import Snapshot
 from swapgate.state import WarmState
-from swapgate.swaps import SwapCoordinator
+from swapgate.swaps import Swaps
 from swapgate.waiting import until
 
 
@@ -36,9 +36,17 @@ class _Outcome:
     error: str | None
 
 
+class PreloadState(Protocol):
+    """The live-state verbs a preload uses."""
+
+    def snapshot(self) -> Snapshot: ...
+    def pin(self, name: str, model: str, until: float) -> None: ...
+    async def wait_for_change(self, timeout: float) -> None: ...
+
+
 class Preloader:
     def __init__(
-        self, registry: Registry, coordinator: SwapCoordinator, policy: Policy, timeout: float
+        self, registry: PreloadState, coordinator: Swaps, policy: Policy, timeout: float
     ) -> None:
         self._registry = registry
         self._coordinator = coordinator

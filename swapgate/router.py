@@ -10,7 +10,9 @@ from __future__ import annotations
 import logging
 import math
 import time
+from contextlib import AbstractContextManager
 from dataclasses import replace
+from typing import Protocol
 
 from swapgate.catalog import Catalog
 from swapgate.config import Settings, secret
@@ -30,20 +32,35 @@ from swapgate.placement import (
     place,
     starvation_target,
 )
-from swapgate.registry import Registry
-from swapgate.swaps import SwapCoordinator
+from swapgate.snapshot import Snapshot
+from swapgate.swaps import Swaps
 from swapgate.waiting import until
 
 log = logging.getLogger("swapgate.router")
 _STATES = {Serve: "waiting", Join: "loading", Swap: "loading", Queue: "queued"}
 
 
+class RoutingState(Protocol):
+    """The live-state verbs the router uses: the in-memory registry's, or a shared store's."""
+
+    def snapshot(self) -> Snapshot: ...
+    def names(self) -> list[str]: ...
+    def arrived(self, model: str) -> None: ...
+    def queued(self, model: str, since: float) -> AbstractContextManager[int]: ...
+    async def wait_for_change(self, timeout: float) -> None: ...
+    def begin_request(self, name: str, model: str) -> None: ...
+    def end_request(self, name: str, model: str) -> None: ...
+    def wait_on(self, name: str, model: str, delta: int) -> None: ...
+    def close(self, name: str, models: tuple[str, ...], until: float, room_for: str) -> None: ...
+    def reopen(self, name: str, room_for: str) -> None: ...
+
+
 class Router:
     def __init__(
         self,
         settings: Settings,
-        registry: Registry,
-        coordinator: SwapCoordinator,
+        registry: RoutingState,
+        coordinator: Swaps,
         catalog: Catalog,
         metrics: Metrics,
     ) -> None:
@@ -129,7 +146,7 @@ class Router:
         instance = snap.instance(decision.instance)
         if isinstance(decision, Join):
             return max(0.0, instance.swap_done_by - snap.now)
-        eta = self._coordinator.times.eta(decision.instance, model)
+        eta = self._coordinator.eta(decision.instance, model)
         if isinstance(decision, Queue):
             eta += max(0.0, frees_up_at(instance, snap.now, self._policy) - snap.now)
         return eta
@@ -148,16 +165,16 @@ class Router:
         return Lease("instance", instance, model, upstream_model, self._upstreams[instance], waited)
 
     def _retry_after(self, model: str) -> int:
-        etas = [self._coordinator.times.eta(name, model) for name in self._registry.names()]
+        etas = [self._coordinator.eta(name, model) for name in self._registry.names()]
         return max(1, math.ceil(min(etas, default=self._settings.routing.expected_swap)))
 
 
-def policy_for(settings: Settings, coordinator: SwapCoordinator) -> Policy:
+def policy_for(settings: Settings, coordinator: Swaps) -> Policy:
     routing = settings.routing
     return Policy(
         routing.min_residency,
         routing.eviction,
-        coordinator.times.eta,
+        coordinator.eta,
         routing.demand_horizon,
         patience=lambda model: starvation_point(settings, model),
     )

@@ -13,6 +13,7 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Mapping
+from typing import Protocol
 
 from swapgate.backoff import Backoff
 from swapgate.catalog import Catalog
@@ -23,6 +24,13 @@ from swapgate.registry import Registry
 
 log = logging.getLogger("swapgate.swaps")
 RECENT_SWAPS = 5
+
+
+class Swaps(Protocol):
+    """What the router and the preloader ask of the swap coordinator."""
+
+    def start(self, instance: str, model: str, victims: tuple[str, ...] = ()) -> bool: ...
+    def eta(self, instance: str, model: str) -> float: ...
 
 
 class SwapTimes:
@@ -69,6 +77,10 @@ class SwapCoordinator:
         self._running[instance] = task
         task.add_done_callback(lambda _: self._running.pop(instance, None))
         return True
+
+    def eta(self, instance: str, model: str) -> float:
+        """Seconds a swap of ``model`` onto ``instance`` is expected to take."""
+        return self.times.eta(instance, model)
 
     async def wait(self, instance: str) -> bool:
         """Wait for the swap running on ``instance``; True when it made its model warm."""

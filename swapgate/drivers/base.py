@@ -45,13 +45,6 @@ class Driver(ABC):
     async def unload(self, model: str) -> None:
         """Evict ``model``; a no-op for backends that evict by themselves."""
 
-    async def health(self) -> bool:
-        try:
-            await self.state()
-        except DriverError:
-            return False
-        return True
-
     async def _request(
         self,
         method: str,
