@@ -92,9 +92,9 @@ class ServerConfig(_Section):
     # (nginx: 60s), so the proxy never sends a request on a connection swapgate is closing.
     idle_timeout: PositiveDuration = 75.0
     # Bounds on what a client connection may cost (swapgate/connections.py); answers are unbounded.
-    max_header_bytes: int = Field(64 * 1024, ge=1024)
+    max_header_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024)
     request_read_timeout: PositiveDuration = 30.0
-    max_connections: int = Field(4096, ge=1)
+    max_connections: int = Field(4096, ge=1, le=1_000_000)
 
 
 class RoutingConfig(_Section):

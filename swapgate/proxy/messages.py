@@ -56,7 +56,7 @@ async def read_body(receive: Receive, limit: int) -> bytes:
 def parse_request(body: bytes) -> tuple[dict[str, Any], str, bool]:
     """The JSON object, its ``model`` and whether it asks for a stream."""
     try:
-        payload = json.loads(body)
+        payload = json.loads(body, parse_constant=_not_json)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"the body is not valid JSON ({exc}); send a JSON object") from None
     except RecursionError:
@@ -67,6 +67,12 @@ def parse_request(body: bytes) -> tuple[dict[str, Any], str, bool]:
     if not isinstance(model, str) or not model:
         raise BadRequest("'model' is missing or not a string; name the model", param="model")
     return payload, model, payload.get("stream") is True
+
+
+def _not_json(constant: str) -> None:
+    # Python's json reads NaN and Infinity; JSON has neither, and engines reject them (or
+    # worse, take them): a 400 here, like any other body that is not JSON.
+    raise ValueError(f"{constant} is not a JSON value")
 
 
 def with_model(payload: dict[str, Any], model: str) -> bytes:

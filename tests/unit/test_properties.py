@@ -1,0 +1,433 @@
+"""Properties over any input: the request parser raises only ``BadRequest``, the config loader
+only ``ConfigError``, whose every problem names the path it is about."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import math
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from swapgate.config import (
+    ConfigError,
+    InstanceConfig,
+    KeepaliveConfig,
+    KeepaliveOverride,
+    MetricsConfig,
+    ModelConfig,
+    PreloadConfig,
+    RelayConfig,
+    RoutingConfig,
+    ServerConfig,
+    Settings,
+    load_config,
+    parse_config,
+)
+from swapgate.errors import BadRequest, RequestTooLarge
+from swapgate.proxy.messages import parse_request, read_body
+
+# Bounded so the file runs in seconds on two busy cores; a slow draw is not a failure.
+BOUNDED = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+SCALARS = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12)
+# What JSON can hold: no NaN or infinity (a body with them is a 400, tested on its own).
+JSON_SCALARS = (
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+)  # fmt: skip
+JSON = st.recursive(
+    JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=12,
+)
+
+
+# --- the request parser ---------------------------------------------------------------------
+
+
+def parsed_or_400(body: bytes) -> tuple[dict[str, Any], str, bool] | None:
+    """What ``parse_request`` made of ``body``, or None for a 400; anything else escapes."""
+    try:
+        payload, model, stream = parse_request(body)
+    except BadRequest as exc:
+        failure = exc
+    else:
+        assert isinstance(payload, dict)
+        assert isinstance(model, str)
+        assert model
+        assert payload["model"] == model
+        assert isinstance(stream, bool)
+        return payload, model, stream
+    assert failure.status == 400
+    assert failure.message
+    return None
+
+
+JSON_TOKENS = [
+    b"{", b"}", b"[", b"]", b",", b":", b" ", b'"model"', b'"stream"', b'"a"', b'""', b"true",
+    b"null", b"1e400", b"-1e400", b"0.1e-99999", b"NaN", b"Infinity", b"-Infinity", b"9" * 5000,
+    b'"\\ud800"', b'"\\u12"', b'"\\x"', b"\xff", b"\xc3", b"\xef\xbb\xbf", b"\x00",
+]  # fmt: skip
+TOKEN_SOUP = st.lists(st.sampled_from(JSON_TOKENS), max_size=24).map(b"".join)
+ENCODED_JSON = st.builds(
+    lambda value, encoding: json.dumps(value).encode(encoding),
+    JSON,
+    st.sampled_from(["utf-8", "utf-16", "utf-32", "utf-8-sig"]),
+)
+
+
+@BOUNDED
+@given(st.binary(max_size=200) | TOKEN_SOUP | ENCODED_JSON)
+@example(b"\xff\xfe\x00")
+@example(b'{"model": "a", "n": ' + b"9" * 5000 + b"}")
+@example(b'{"model": "a", "n": 1e400, "m": NaN}')
+def test_any_body_is_parsed_or_a_400(body: bytes) -> None:
+    parsed_or_400(body)
+
+
+def objects(model: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
+    optional = {"model": model, "stream": JSON | st.booleans()}
+    extra = st.dictionaries(st.text(max_size=8).filter(lambda k: k not in optional), JSON)
+    return st.builds(
+        lambda base, more: {**more, **base}, st.fixed_dictionaries({}, optional=optional), extra
+    )
+
+
+@BOUNDED
+@given(objects(model=JSON | st.text() | st.just("")))
+@example({"model": ""})
+@example({"model": ["a"], "stream": True})
+@example({"model": "a", "stream": 1})
+def test_a_json_object_is_accepted_exactly_when_its_model_is_a_name(obj: dict[str, Any]) -> None:
+    result = parsed_or_400(json.dumps(obj).encode())
+    if isinstance(obj.get("model"), str) and obj["model"]:
+        assert result is not None
+        payload, model, stream = result
+        assert model == obj["model"]
+        assert stream is (obj.get("stream") is True)
+        assert payload.keys() == obj.keys()
+    else:
+        assert result is None
+
+
+@BOUNDED
+@given(
+    depth=st.integers(1, 50_000),
+    opener=st.sampled_from([(b"[", b"]"), (b'{"a":', b"}"), (b'[{"a":', b"}]")]),
+    in_object=st.booleans(),
+)
+@example(depth=50_000, opener=(b"[", b"]"), in_object=True)
+@example(depth=50_000, opener=(b'{"a":', b"}"), in_object=False)
+def test_deep_nesting_is_a_400_not_a_crash(
+    depth: int, opener: tuple[bytes, bytes], in_object: bool
+) -> None:
+    nested = opener[0] * depth + b"1" + opener[1] * depth
+    body = b'{"model": "a", "x": ' + nested + b"}" if in_object else nested
+    result = parsed_or_400(body)
+    if not in_object:
+        assert result is None  # no "model" at the top, whatever the depth
+    elif result is not None:
+        assert result[1] == "a"
+
+
+CHUNK = st.binary(max_size=64) | st.none()  # None: a message without a "body" key
+
+
+@BOUNDED
+@given(
+    chunks=st.lists(CHUNK, max_size=8), last=CHUNK, limit=st.integers(0, 300), gone=st.booleans()
+)
+@example(chunks=[b"x" * 10], last=b"", limit=10, gone=False)
+@example(chunks=[b"x" * 10], last=b"y", limit=10, gone=False)
+def test_read_body_returns_the_body_or_says_why_not(
+    chunks: list[bytes | None], last: bytes | None, limit: int, gone: bool
+) -> None:
+    messages: list[dict[str, Any]] = [_request(c, more_body=True) for c in chunks]
+    messages.append({"type": "http.disconnect"} if gone else _request(last, more_body=None))
+    sent = b"".join(c or b"" for c in [*chunks, None if gone else last])
+    pending = iter(messages)
+
+    async def receive() -> dict[str, Any]:
+        return next(pending)  # past the end would be a bug: StopIteration escapes
+
+    try:
+        body = asyncio.run(read_body(receive, limit))
+    except RequestTooLarge:
+        assert len(sent) > limit
+    except ConnectionAbortedError:
+        assert gone
+        assert len(sent) <= limit
+    else:
+        assert body == sent
+        assert len(body) <= limit
+        assert not gone
+
+
+def _request(body: bytes | None, *, more_body: bool | None) -> dict[str, Any]:
+    message: dict[str, Any] = {"type": "http.request"}
+    if body is not None:
+        message["body"] = body
+    if more_body is not None:
+        message["more_body"] = more_body
+    return message
+
+
+# --- the config loader ----------------------------------------------------------------------
+
+# Where each top-level key's keys come from: a section, a list of entries, or named entries.
+SECTIONS: dict[str, type[BaseModel]] = {
+    "server": ServerConfig,
+    "routing": RoutingConfig,
+    "keepalive": KeepaliveConfig,
+    "metrics": MetricsConfig,
+}
+LISTS: dict[str, type[BaseModel]] = {"instances": InstanceConfig, "preloads": PreloadConfig}
+NAMED: dict[str, type[BaseModel]] = {"models": ModelConfig, "relays": RelayConfig}
+NESTED: dict[tuple[type[BaseModel], str], type[BaseModel]] = {
+    (ModelConfig, "keepalive"): KeepaliveOverride
+}
+# pydantic-settings' own init options and keys YAML reads as something other than a string.
+TRICKY_KEYS = ["_env_file", "_env_prefix", "_case_sensitive", "_secrets_dir", "__pydantic_self__"]
+
+DURATIONS = st.sampled_from(
+    ["5s", "250ms", "2m", "1h", "1.5", "0", "bogus", "-1s", "1 day", "1e400", "9" * 400 + "s"]
+)
+PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
+    "name": st.sampled_from(["gpu-a", "gpu-b", "m", "-bad", "a b", ""]),
+    "url": st.sampled_from(["http://127.0.0.1:8000", "https://h/v1/", "ftp://x", "http://", "x"]),
+    "cron": st.sampled_from(
+        ["0 8 * * *", "*/10 * * * * *", "61 * * * *", "0 0 31 2 *", "* * *", "", "bogus"]
+    ),
+    "timezone": st.sampled_from(["UTC", "Europe/Paris", "Nope/Nowhere", "", "\x00", "../etc"]),
+    "kind": st.sampled_from(["llama-swap", "ollama", "openai", "swap-on-request", "tgi"]),
+    "path": st.sampled_from(["/metrics", "metrics", "/"]),
+    "models": st.lists(st.sampled_from(["m", "n", ""]), max_size=3),
+    "aliases": st.lists(st.sampled_from(["m", "n", "m2"]), max_size=3),
+    "upstream_names": st.dictionaries(st.sampled_from(["gpu-a", "zz"]), st.just("up")),
+}
+WILD = st.one_of(
+    SCALARS,
+    DURATIONS,
+    st.sampled_from([10**400, math.inf, -math.inf, math.nan, "off", "on", "yes", 0, -1, 65536]),
+    JSON,
+)
+
+
+def value_for(field: str, model: type[BaseModel]) -> st.SearchStrategy[Any]:
+    nested = NESTED.get((model, field))
+    plausible = entry(nested) if nested else PLAUSIBLE.get(field, DURATIONS)
+    return st.one_of(plausible, WILD)
+
+
+def entry(model: type[BaseModel]) -> st.SearchStrategy[dict[str, Any]]:
+    """A mapping of some of ``model``'s keys, now and then with an unknown one."""
+    optional = {field: value_for(field, model) for field in model.model_fields}
+    unknown = st.dictionaries(st.text(max_size=6).filter(lambda k: k not in optional), WILD)
+    return st.builds(
+        lambda known, extra: {**extra, **known},
+        st.fixed_dictionaries({}, optional=optional),
+        unknown | st.just({}),
+    )
+
+
+def top_level(key: str) -> st.SearchStrategy[Any]:
+    shaped: st.SearchStrategy[Any]
+    if key in SECTIONS:
+        shaped = entry(SECTIONS[key])
+    elif key in LISTS:
+        shaped = st.lists(entry(LISTS[key]), max_size=3)
+    else:
+        shaped = st.dictionaries(st.sampled_from(["m", "n", "cloud", ""]), entry(NAMED[key]))
+    return shaped | WILD
+
+
+CONFIGS = st.builds(
+    lambda known, extra: {**extra, **known},
+    st.fixed_dictionaries({}, optional={key: top_level(key) for key in Settings.model_fields}),
+    st.dictionaries(
+        st.sampled_from(TRICKY_KEYS) | st.text(max_size=8) | st.integers() | st.none(),
+        WILD,
+        max_size=2,
+    )
+    | st.just({}),
+)
+MINIMAL = {"instances": [{"name": "gpu-a", "url": "http://127.0.0.1:8000"}]}
+
+
+def test_the_generators_cover_every_section() -> None:
+    assert {*SECTIONS, *LISTS, *NAMED} == set(Settings.model_fields)
+
+
+def settings_or_problems(load: Callable[[], Settings], paths: set[str]) -> Settings | list[str]:
+    """What ``load`` returned, or the problems of its ConfigError, each starting with a path."""
+    try:
+        loaded = load()
+    except ConfigError as exc:
+        failure = exc
+    else:
+        assert isinstance(loaded, Settings)
+        assert loaded.instances
+        assert all(math.isfinite(number) for number in _numbers(loaded.model_dump()))
+        return loaded
+    assert failure.problems
+    assert str(failure).startswith("invalid configuration:")
+    for problem in failure.problems:
+        assert isinstance(problem, str)
+        assert problem.startswith(tuple(paths)), problem
+        assert problem in str(failure)
+    return failure.problems
+
+
+def _numbers(value: object) -> Iterator[float]:
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        for item in value:
+            yield from _numbers(item)
+    elif isinstance(value, float):
+        yield value
+
+
+@BOUNDED
+@given(CONFIGS)
+@example({1: "x", **MINIMAL})
+@example({None: 1, **MINIMAL})
+@example({"_env_prefix": 5, **MINIMAL})
+@example({"__pydantic_self__": 1, **MINIMAL})
+@example({"_env_file": "/etc/passwd", **MINIMAL})
+def test_any_mapping_is_settings_or_a_config_error(data: dict[Any, Any]) -> None:
+    paths = {"(top level)", *Settings.model_fields, *map(str, data)}
+    outcome = settings_or_problems(lambda: parse_config(data), paths)
+    for key in data:
+        if key not in Settings.model_fields:
+            assert isinstance(outcome, list)
+            assert (
+                f"{key}: unknown key; check its spelling against the documented schema" in outcome
+            )
+
+
+# A valid config, to which one key at a time is set to anything: a problem must be at that key.
+BASE = {
+    "instances": [{"name": "gpu-a", "url": "http://127.0.0.1:8000"}],
+    "models": {"m": {"aliases": ["m2"], "relay": "cloud", "keepalive": {"interval": "2s"}}},
+    "relays": {"cloud": {"url": "https://relay.example"}},
+    "preloads": [{"name": "morning", "model": "m", "cron": "0 8 * * *"}],
+}
+WHERE: dict[str, tuple[str | int, ...]] = {
+    **{key: (key,) for key in SECTIONS},
+    "instances": ("instances", 0),
+    "preloads": ("preloads", 0),
+    "models": ("models", "m"),
+    "relays": ("relays", "cloud"),
+}
+KEY_PATHS: list[tuple[str | int, ...]] = [
+    *[(key,) for key in [*Settings.model_fields, "bogus", *TRICKY_KEYS]],
+    *[
+        (*WHERE[key], field)
+        for key, model in {**SECTIONS, **LISTS, **NAMED}.items()
+        for field in [*model.model_fields, "bogus"]
+    ],
+    *[("models", "m", "keepalive", field) for field in KeepaliveOverride.model_fields],
+]
+# What else a key's value can break: the names others refer to.
+REFERRED_FROM = {"relays": "models.m.relay"}
+
+
+def yaml_path(parts: tuple[str | int, ...]) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".")
+
+
+def overridden(parts: tuple[str | int, ...], value: object) -> dict[str, Any]:
+    data = copy.deepcopy(BASE)
+    node: Any = data
+    for part in parts[:-1]:
+        node = node.setdefault(part, {}) if isinstance(part, str) else node[part]
+    node[parts[-1]] = value
+    return data
+
+
+def value_at(parts: tuple[str | int, ...]) -> st.SearchStrategy[Any]:
+    field = parts[-1]
+    if len(parts) == 1:
+        return top_level(field) if field in Settings.model_fields else WILD
+    model = {**SECTIONS, **LISTS, **NAMED}.get(str(parts[0]), KeepaliveOverride)
+    return value_for(str(field), KeepaliveOverride if len(parts) == 4 else model)
+
+
+@BOUNDED
+@given(st.sampled_from(KEY_PATHS).flatmap(lambda p: st.tuples(st.just(p), value_at(p))))
+@example((("server", "idle_timeout"), math.inf))
+@example((("routing", "max_wait"), 10**400))
+@example((("keepalive", "interval"), "9" * 400 + "s"))
+@example((("routing", "demand_horizon"), math.inf))
+@example((("instances", 0, "weight"), math.inf))
+@example((("preloads", 0, "timezone"), "\x00"))
+def test_a_bad_value_is_reported_at_its_own_path(case: tuple[tuple[str | int, ...], Any]) -> None:
+    parts, value = case
+    where = [yaml_path(parts), *[REFERRED_FROM[key] for key in parts[:1] if key in REFERRED_FROM]]
+    outcome = settings_or_problems(
+        lambda: parse_config(overridden(parts, value)), {*where, str(parts[0])}
+    )
+    if isinstance(outcome, list):
+        for problem in outcome:
+            at = problem.split(": ", 1)[0]
+            assert any(at.startswith(w) or w.startswith(at) for w in where), (where, problem)
+
+
+YAML_PIECES = [
+    "instances:", "server:", "models:", "preloads:", "- ", "name: a", "url: 'http://x'", "a: ",
+    "port: ", "\n", "  ", "? ", ": ", "[", "]", "{", "}", ",", "&a ", "*a", "<<: ", "!!int ",
+    "!!float ", "!!bool ", "!!timestamp ", "!!binary ", "!!str ", "!!set ", "!!omap ",
+    "!!python/name:os.system ", "2001-13-01", "2001-01-01t", "0000-01-01", "0x", "0o9", "-", ".",
+    "x", "1" * 5000, ".inf", ".nan", "off", "~", "'", '"', "\\", "%YAML 1.1\n", "---\n", "...\n",
+    "#", "|\n", ">\n", "\t", "\x00", "\ufeff", "\ud800", "1:2:x", "190:20:30", "5s", "* * * * *",
+]  # fmt: skip
+YAML_SOUP = st.lists(st.sampled_from(YAML_PIECES), max_size=30).map("".join)
+FILES = st.one_of(
+    st.binary(max_size=200),
+    st.text(max_size=100).map(lambda text: text.encode("utf-8", "surrogatepass")),
+    YAML_SOUP.map(lambda text: text.encode("utf-8", "surrogatepass")),
+    CONFIGS.map(lambda data: yaml.safe_dump(data).encode()),
+    st.integers(1, 700).map(lambda n: b"instances: " + b"[" * n + b"]" * n),
+)
+
+
+@pytest.fixture(scope="module")
+def config_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("properties") / "config.yaml"
+
+
+@BOUNDED
+@given(content=FILES)
+@example(content=b"\xff\xfe")
+@example(content=b"instances: " + b"[" * 1_000 + b"]" * 1_000)
+@example(content=b"1: 2\n")
+@example(content=b"a: 2001-13-01\n")
+@example(content=b"a: !!bool x\n")
+@example(content=b"a: !!timestamp x\n")
+@example(content=b"a: !!int '-'\n")
+@example(content=b"a: !!float x\n")
+@example(content=b"routing: {max_wait: " + b"9" * 400 + b"}\n")
+@example(content=b"server: {idle_timeout: .inf}\ninstances: [{name: a, url: 'http://x'}]\n")
+def test_any_file_is_settings_or_a_config_error(config_file: Path, content: bytes) -> None:
+    config_file.write_bytes(content)
+    paths = {str(config_file), "(top level)", *Settings.model_fields, *_top_keys(config_file)}
+    settings_or_problems(lambda: load_config(config_file), paths)
+
+
+def _top_keys(path: Path) -> list[str]:
+    """The file's top-level keys as YAML reads them, when it does, to tell unknown ones apart."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except Exception:  # whatever PyYAML raises here, load_config must have said so itself
+        return []
+    return [str(key) for key in data] if isinstance(data, dict) else []
