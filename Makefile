@@ -26,8 +26,11 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/mypy --config-file pyproject.toml --check-untyped-defs tests bench
 
+# Two workers, one test file each at a time: most e2e time is spent waiting on real processes
+# (swaps, timeouts), so two files in parallel halve the run on two cores.
+PYTEST_WORKERS ?= 2
 pytest: $(STAMP) system-packages engine
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
 
 # The real engine the tests run (llama-cpp-python + Gemma-3-270M): built once per machine into
 # ~/.cache/swapgate (or $$SWAPGATE_ENGINE_CACHE), outside .venv; ~7 min the first time.

@@ -150,7 +150,7 @@ def test_a_shutdown_grace_under_a_second_is_kept_not_turned_into_no_limit() -> N
 
 
 def test_a_whitespace_committed_answer_cut_at_shutdown_ends_with_the_error_object() -> None:
-    with simulator(load_time=20) as sim:
+    with simulator(load_time=3) as sim:  # still loading when shutdown_grace ends
         config = {
             "instances": [instance("gpu-a", sim)],
             "server": {"shutdown_grace": "1s"},
@@ -172,7 +172,7 @@ def test_a_whitespace_committed_answer_cut_at_shutdown_ends_with_the_error_objec
 
 
 def test_a_request_waiting_silently_at_shutdown_gets_503_shutting_down() -> None:
-    with simulator(load_time=20) as sim:
+    with simulator(load_time=3) as sim:  # still loading when shutdown_grace ends
         config = {"instances": [instance("gpu-a", sim)], "server": {"shutdown_grace": "1s"}}
         with gateway(config) as gw:
             body = {"model": "a", "messages": MESSAGES, "max_tokens": 4}
