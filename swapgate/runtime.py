@@ -82,27 +82,6 @@ class Runtime:
         self._background: set[asyncio.Task[object]] = set()
         self.configured = self._configure(settings, catalog)
 
-    # The configured parts, as of now: read them here at each use, not once.
-    @property
-    def settings(self) -> Settings:
-        return self.configured.settings
-
-    @property
-    def catalog(self) -> Catalog:
-        return self.configured.catalog
-
-    @property
-    def preloader(self) -> Preloader:
-        return self.configured.preloader
-
-    @property
-    def auth(self) -> ClientAuth:
-        return self.configured.auth
-
-    @property
-    def admin_auth(self) -> AdminAuth:
-        return self.configured.admin_auth
-
     def _drivers(self, settings: Settings) -> dict[str, Driver]:
         return {inst.name: make_driver(inst, self._control) for inst in settings.instances}
 
@@ -131,7 +110,7 @@ class Runtime:
         self._poll_task = asyncio.create_task(self.configured.poller.run(), name="poller")
         # The scheduler outlives reloads: it takes the preloader of the moment at each run.
         self.scheduler = PreloadScheduler(lambda: self.configured.preloader, self.metrics)
-        self.scheduler.start(self.settings.preloads)
+        self.scheduler.start(self.configured.settings.preloads)
         self._watch_sighup()
         self.started = True
         up = self.registry.up_names()
@@ -143,7 +122,7 @@ class Runtime:
             raise ConfigError(["no config file to reload: the gateway was started without one"])
         new = load_config(self.config_path)
         for key in RESTART_KEYS:
-            if getattr(new.server, key) != getattr(self.settings.server, key):
+            if getattr(new.server, key) != getattr(self.configured.settings.server, key):
                 log.warning("reload: server.%s changed; it takes effect at the next start", key)
         catalog = Catalog(new)
         self.drivers = self._drivers(new)

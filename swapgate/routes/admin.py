@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from collections.abc import Coroutine
+from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from swapgate.config import ConfigError, Duration
+from swapgate.config import ConfigError, Duration, Settings
 from swapgate.errors import BadRequest, Conflict, DriverError, PathNotFound, SwapgateError
 from swapgate.preload import PreloadResult
-from swapgate.runtime import Runtime
+from swapgate.runtime import Configured
 from swapgate.scheduler import describe_result
 from swapgate.snapshot import InstanceView, ModelView, Snapshot
 from swapgate.state import WarmState
@@ -32,9 +33,50 @@ class UnloadRequest(BaseModel):
     instance: str | None = None
 
 
-def admin_routes(runtime: Runtime) -> APIRouter:
+class AdminState(Protocol):
+    """The live-state verbs the admin API uses."""
+
+    def snapshot(self) -> Snapshot: ...
+    def queue_depths(self) -> dict[str, int]: ...
+    def known_models(self) -> frozenset[str]: ...
+    def has(self, name: str) -> bool: ...
+    def names(self) -> list[str]: ...
+    def set_drained(self, name: str, drained: bool) -> None: ...
+
+
+class Unloads(Protocol):
+    """What the admin API asks of the swap coordinator."""
+
+    def busy(self, instance: str) -> bool: ...
+    async def unload(self, instance: str, model: str) -> None: ...
+    def eta(self, instance: str, model: str) -> float: ...
+
+
+class Jobs(Protocol):
+    def has(self, name: str) -> bool: ...
+    async def run(self, name: str) -> PreloadResult: ...
+    def describe(self) -> list[dict[str, Any]]: ...
+
+
+class Operated(Protocol):
+    """What the admin API operates on (the Runtime, in production), read at each request:
+    a reload replaces ``configured``."""
+
+    @property
+    def configured(self) -> Configured: ...
+    @property
+    def registry(self) -> AdminState: ...
+    @property
+    def coordinator(self) -> Unloads: ...
+    @property
+    def scheduler(self) -> Jobs | None: ...
+    def spawn(self, work: Coroutine[Any, Any, object]) -> None: ...
+    async def reload(self) -> Settings: ...
+
+
+def admin_routes(runtime: Operated) -> APIRouter:
     def authorized(request: Request) -> None:
-        runtime.admin_auth.check(request.headers.raw, request.url.path)
+        runtime.configured.admin_auth.check(request.headers.raw, request.url.path)
 
     router = APIRouter(prefix="/admin", dependencies=[Depends(authorized)])
 
@@ -46,7 +88,7 @@ def admin_routes(runtime: Runtime) -> APIRouter:
     async def preload(body: PreloadRequest, wait: bool = True) -> JSONResponse:
         model = _known_model(runtime, body.model)
         _known_instance(runtime, body.instance)
-        work = runtime.preloader.preload(model, body.count, body.instance, body.pin_for)
+        work = runtime.configured.preloader.preload(model, body.count, body.instance, body.pin_for)
         if not wait:
             runtime.spawn(work)
             return JSONResponse({"status": "started", "model": model}, status_code=202)
@@ -92,12 +134,12 @@ def admin_routes(runtime: Runtime) -> APIRouter:
     return router
 
 
-def describe_state(runtime: Runtime) -> dict[str, Any]:
+def describe_state(runtime: Operated) -> dict[str, Any]:
     snap = runtime.registry.snapshot()
     wall = _WallClock(snap.now)
     queues = runtime.registry.queue_depths()
     models = sorted(runtime.registry.known_models())
-    times = runtime.coordinator.times
+    eta = runtime.coordinator.eta
     return {
         "instances": [_describe_instance(inst, runtime, wall) for inst in snap.instances],
         "models": {
@@ -106,7 +148,7 @@ def describe_state(runtime: Runtime) -> dict[str, Any]:
                 "warm_on": _where(snap, model, WarmState.WARM),
                 "loading_on": _where(snap, model, WarmState.LOADING),
                 "eta_seconds": {
-                    i.name: round(times.eta(i.name, model), 3)
+                    i.name: round(eta(i.name, model), 3)
                     for i in snap.instances
                     if model in i.serves
                 },
@@ -116,8 +158,8 @@ def describe_state(runtime: Runtime) -> dict[str, Any]:
     }
 
 
-def _describe_instance(inst: InstanceView, runtime: Runtime, wall: _WallClock) -> dict[str, Any]:
-    conf = next(i for i in runtime.settings.instances if i.name == inst.name)
+def _describe_instance(inst: InstanceView, runtime: Operated, wall: _WallClock) -> dict[str, Any]:
+    conf = next(i for i in runtime.configured.settings.instances if i.name == inst.name)
     return {
         "name": inst.name,
         "kind": conf.kind,
@@ -163,16 +205,16 @@ def _where(snap: Snapshot, model: str, state: WarmState) -> list[str]:
     return [i.name for i in snap.instances if i.state_of(model) is state]
 
 
-def _known_model(runtime: Runtime, requested: str) -> str:
-    return runtime.catalog.known(requested, runtime.registry.known_models())
+def _known_model(runtime: Operated, requested: str) -> str:
+    return runtime.configured.catalog.known(requested, runtime.registry.known_models())
 
 
-def _known_instance(runtime: Runtime, name: str | None) -> None:
+def _known_instance(runtime: Operated, name: str | None) -> None:
     if name is not None and not runtime.registry.has(name):
         raise PathNotFound(f"no instance named {name!r}; known: {runtime.registry.names()}")
 
 
-async def _unload(runtime: Runtime, model: str, only: str | None) -> list[str]:
+async def _unload(runtime: Operated, model: str, only: str | None) -> list[str]:
     snap = runtime.registry.snapshot()
     holders = [
         i
@@ -193,7 +235,7 @@ async def _unload(runtime: Runtime, model: str, only: str | None) -> list[str]:
     return [inst.name for inst in holders]
 
 
-def _set_drained(runtime: Runtime, name: str, drained: bool) -> dict[str, Any]:
+def _set_drained(runtime: Operated, name: str, drained: bool) -> dict[str, Any]:
     _known_instance(runtime, name)
     runtime.registry.set_drained(name, drained)
     return {"instance": name, "drained": drained}

@@ -3,22 +3,45 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from swapgate.runtime import Runtime
+from swapgate.metrics import Metrics
+from swapgate.runtime import Configured
+from swapgate.snapshot import Snapshot
 from swapgate.state import WarmState
 
 
-def public_routes(runtime: Runtime) -> APIRouter:
+class PublicState(Protocol):
+    """The live-state verbs the public routes read."""
+
+    def snapshot(self) -> Snapshot: ...
+    def known_models(self) -> frozenset[str]: ...
+    def up_names(self) -> list[str]: ...
+
+
+class Served(Protocol):
+    """What the public routes read (the Runtime, in production), at each request."""
+
+    @property
+    def configured(self) -> Configured: ...
+    @property
+    def registry(self) -> PublicState: ...
+    @property
+    def metrics(self) -> Metrics: ...
+    @property
+    def started(self) -> bool: ...
+
+
+def public_routes(runtime: Served) -> APIRouter:
     router = APIRouter()
 
     @router.get("/v1/models")
     async def list_models(request: Request) -> dict[str, Any]:
-        runtime.auth.check(request.headers.raw)
+        runtime.configured.auth.check(request.headers.raw)
         return {"object": "list", "data": model_listing(runtime)}
 
     @router.get("/healthz")
@@ -32,9 +55,9 @@ def public_routes(runtime: Runtime) -> APIRouter:
         body = {"status": "ready" if ready else "not ready", "instances_up": up}
         return JSONResponse(body, status_code=200 if ready else 503)
 
-    if runtime.settings.metrics.enabled:
+    if runtime.configured.settings.metrics.enabled:
 
-        @router.get(runtime.settings.metrics.path, include_in_schema=False)
+        @router.get(runtime.configured.settings.metrics.path, include_in_schema=False)
         async def metrics() -> Response:
             payload = generate_latest(runtime.metrics.registry)
             return Response(payload, media_type=CONTENT_TYPE_LATEST)
@@ -42,12 +65,12 @@ def public_routes(runtime: Runtime) -> APIRouter:
     return router
 
 
-def model_listing(runtime: Runtime) -> list[dict[str, Any]]:
+def model_listing(runtime: Served) -> list[dict[str, Any]]:
     """Every servable model and alias, with where swapgate sees it warm or loading."""
     snap = runtime.registry.snapshot()
     created = int(time.time())
     entries = []
-    aliases = runtime.catalog.aliases
+    aliases = runtime.configured.catalog.aliases
     for name in sorted(runtime.registry.known_models() | aliases.keys()):
         model = aliases.get(name, name)
         where = {

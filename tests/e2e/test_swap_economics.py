@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.processes import Gateway, gateway, instance, simulator
+from tests.e2e.processes import Gateway, gateway, instance, simulator, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -39,11 +39,12 @@ def test_requests_queued_for_a_swap_are_served_before_the_next_swap() -> None:
                 b"application/json\r\ncontent-length: " + str(len(payload)).encode()
                 + b"\r\n\r\n" + payload
             )  # fmt: skip
-            time.sleep(0.2)
+            swapping = 'swapgate_swaps_in_progress{instance="gpu-a"} 1.0'
+            wait_for(lambda: swapping in gw.metrics())
             b = pool.submit(_chat, gw, "b")
-            time.sleep(0.2)
+            wait_for(lambda: 'swapgate_queue_depth{model="b"} 1.0' in gw.metrics())
             starter.close()
-            time.sleep(0.1)
+            wait_for(lambda: 'swapgate_queue_depth{model="a"} 1.0' not in gw.metrics())
             a = pool.submit(_chat, gw, "a")
             assert a.result().status_code == 200
             assert b.result().status_code == 200
