@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from swapgate.sim import completions
+import swapgate.sim.completions as completions
 from swapgate.sim.backend import Backend, LoadFailed, SimConfig
 
 T = TypeVar("T")
