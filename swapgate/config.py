@@ -15,7 +15,15 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from swapgate.cron import cron_trigger
@@ -72,7 +80,7 @@ PositiveDuration = Annotated[
 Url = Annotated[str, AfterValidator(_check_url)]
 Name = Annotated[str, Field(pattern=_NAME)]
 FallbackPolicy = Annotated[Literal["off", "error", "slow", "swap"], BeforeValidator(_yaml_off)]
-InstanceKind = Literal["llama-swap", "ollama", "openai", "swap-on-request"]
+InstanceKind = Literal["llama-swap", "ollama", "openai", "swap-on-request", "process"]
 
 
 class _Section(BaseModel):
@@ -132,14 +140,54 @@ class KeepaliveOverride(_Section):
     non_streaming: NonStreamingKeepalive | None = None
 
 
+class ProcessCommand(_Section):
+    """How a ``process`` instance runs one model's server (SPEC §15)."""
+
+    cmd: str = Field(min_length=1)
+    env: dict[str, str] = {}
+    ready: str = Field("/v1/models", pattern=r"^/")
+    stop_timeout: PositiveDuration = 10.0
+
+
+def _command(value: object) -> object:
+    return {"cmd": value} if isinstance(value, str) else value
+
+
 class InstanceConfig(_Section):
     name: Name
     kind: InstanceKind = "llama-swap"
-    url: Url
+    url: Url = ""  # required but for kind: process, whose servers are swapgate's own children
     models: list[str] | None = None
     capacity: int = Field(1, ge=1)
     api_key_env: str | None = None
     weight: float = Field(1.0, gt=0, allow_inf_nan=False)
+    # kind: process only
+    start_port: int = Field(5800, ge=1024, le=65535)
+    commands: dict[str, Annotated[ProcessCommand, BeforeValidator(_command)]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _process_defaults(cls, data: object) -> object:
+        """A process instance's models are its commands', at swapgate's own loopback."""
+        if isinstance(data, dict) and data.get("kind") == "process":
+            commands = data.get("commands")
+            data = {"url": "http://127.0.0.1", **data}
+            if data.get("models") is None and isinstance(commands, dict):
+                data["models"] = list(commands)
+        return data
+
+    @model_validator(mode="after")
+    def _fits_its_kind(self) -> InstanceConfig:
+        if self.kind == "process":
+            if not self.commands:
+                raise ValueError("kind: process needs commands: one server command per model")
+            if set(self.models or ()) != set(self.commands):
+                raise ValueError("models and commands name different models; drop models")
+        elif not self.url:
+            raise ValueError(f"kind: {self.kind} needs the url of its server")
+        elif self.commands:
+            raise ValueError("commands are for kind: process only")
+        return self
 
 
 class ModelConfig(_Section):

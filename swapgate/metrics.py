@@ -80,6 +80,10 @@ class Metrics:
         self.upstream_errors = Counter(
             "swapgate_upstream_errors", "Failed upstream calls", ["instance", "kind"], registry=r
         )
+        self.process_exits = Counter(
+            "swapgate_process_exits", "Model processes that exited by themselves",
+            ["instance", "model"], registry=r,
+        )  # fmt: skip
 
         # Labelled children, looked up once per label set: .labels() takes a lock and hashes.
         self._children: dict[tuple[str, ...], Any] = {}

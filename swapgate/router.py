@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Protocol
@@ -55,6 +56,12 @@ class RoutingState(Protocol):
     def reopen(self, name: str, room_for: str) -> None: ...
 
 
+class Addresses(Protocol):
+    """Where an instance serves a model, when not at its ``url`` (a driver's ``model_url``)."""
+
+    def model_url(self, model: str) -> str | None: ...
+
+
 class Router:
     def __init__(
         self,
@@ -63,12 +70,14 @@ class Router:
         coordinator: Swaps,
         catalog: Catalog,
         metrics: Metrics,
+        addresses: Mapping[str, Addresses] | None = None,
     ) -> None:
         self._settings = settings
         self._registry = registry
         self._coordinator = coordinator
         self._catalog = catalog
         self._metrics = metrics
+        self._addresses = addresses or {}
         self._policy = policy_for(settings, coordinator)
         self._upstreams = {
             inst.name: Upstream(inst.url, secret(inst.api_key_env), key_env=inst.api_key_env)
@@ -162,7 +171,12 @@ class Router:
         self._registry.begin_request(instance, model)
         upstream_model = self._catalog.upstream_name(instance, model)
         waited = time.monotonic() - started if started is not None else 0.0
-        return Lease("instance", instance, model, upstream_model, self._upstreams[instance], waited)
+        upstream = self._upstreams[instance]
+        address = self._addresses.get(instance)
+        url = address.model_url(upstream_model) if address else None
+        if url is not None:  # a process instance: the model's own server
+            upstream = replace(upstream, url=url)
+        return Lease("instance", instance, model, upstream_model, upstream, waited)
 
     def _retry_after(self, model: str) -> int:
         etas = [self._coordinator.eta(name, model) for name in self._registry.names()]

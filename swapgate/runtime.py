@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ import httpx
 from swapgate.auth import AdminAuth, ClientAuth
 from swapgate.catalog import Catalog
 from swapgate.config import ConfigError, Settings, load_config, secret
-from swapgate.drivers import Driver, make_driver
+from swapgate.drivers import Driver, ProcessDriver, make_driver
 from swapgate.metrics import Metrics
 from swapgate.poller import Poller
 from swapgate.preload import Preloader
@@ -83,7 +83,34 @@ class Runtime:
         self.configured = self._configure(settings, catalog)
 
     def _drivers(self, settings: Settings) -> dict[str, Driver]:
-        return {inst.name: make_driver(inst, self._control) for inst in settings.instances}
+        """A driver per instance. A process instance that stays keeps its driver, and so the
+        servers it runs; the others are made anew."""
+        old: dict[str, Driver] = getattr(self, "drivers", {})
+        drivers: dict[str, Driver] = {}
+        for inst in settings.instances:
+            kept = old.get(inst.name)
+            if isinstance(kept, ProcessDriver) and inst.kind == "process":
+                kept.reconfigure(inst)
+                drivers[inst.name] = kept
+                continue
+            driver = drivers[inst.name] = make_driver(inst, self._control)
+            if isinstance(driver, ProcessDriver):
+                driver.on_exit = self._exited_callback(inst.name)
+        return drivers
+
+    def _exited_callback(self, instance: str) -> Callable[[str, int], None]:
+        def exited(model: str, code: int) -> None:
+            model = self.configured.catalog.client_name(instance, model)
+            self.metrics.process_exits.labels(instance, model).inc()
+            if self.registry.has(instance):
+                self.registry.evicted(instance, model)  # cold: the next request starts it
+
+        return exited
+
+    async def _close_drivers(self, keep: dict[str, Driver]) -> None:
+        for name, driver in list(self.drivers.items()):
+            if keep.get(name) is not driver:
+                await driver.aclose()
 
     def _configure(self, settings: Settings, catalog: Catalog) -> Configured:
         """Build what depends on the config alone; live state stays where it is."""
@@ -91,7 +118,9 @@ class Runtime:
         configured = Configured(
             settings=settings,
             catalog=catalog,
-            router=Router(settings, self.registry, self.coordinator, catalog, self.metrics),
+            router=Router(
+                settings, self.registry, self.coordinator, catalog, self.metrics, self.drivers
+            ),
             preloader=Preloader(
                 self.registry, self.coordinator, policy, settings.routing.swap_timeout
             ),
@@ -125,7 +154,9 @@ class Runtime:
             if getattr(new.server, key) != getattr(self.configured.settings.server, key):
                 log.warning("reload: server.%s changed; it takes effect at the next start", key)
         catalog = Catalog(new)
-        self.drivers = self._drivers(new)
+        drivers = self._drivers(new)
+        await self._close_drivers(drivers)  # process instances gone from the config stop
+        self.drivers = drivers
         self.registry.reconfigure(new.instances, catalog)
         self.coordinator.reconfigure(self.drivers, catalog, new.routing.swap_timeout)
         self.coordinator.times.expected = new.routing.expected_swap
@@ -135,6 +166,11 @@ class Runtime:
             self.scheduler.replace(new.preloads)
         log.info("configuration reloaded from %s", self.config_path)
         return new
+
+    def processes(self, instance: str) -> dict[str, dict[str, object]] | None:
+        """A process instance's processes and their last output; None for other kinds."""
+        driver = self.drivers.get(instance)
+        return driver.describe() if isinstance(driver, ProcessDriver) else None
 
     def spawn(self, work: Coroutine[Any, Any, object]) -> None:
         """Keep a fire-and-forget task alive until it ends (``?wait=false`` preloads)."""
@@ -150,6 +186,7 @@ class Runtime:
         for task in list(self._background):
             await _cancel(task)
         await self.coordinator.aclose()
+        await self._close_drivers({})  # every process swapgate started stops
         await self.upstream.aclose()
         await self._control.aclose()
 

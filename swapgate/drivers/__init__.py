@@ -9,6 +9,7 @@ from swapgate.drivers.base import Driver
 from swapgate.drivers.llama_swap import LlamaSwapDriver
 from swapgate.drivers.ollama import OllamaDriver
 from swapgate.drivers.openai import OpenAIDriver
+from swapgate.drivers.process import ProcessDriver
 from swapgate.drivers.swap_on_request import SwapOnRequestDriver
 
 DRIVERS: dict[str, type[Driver]] = {
@@ -18,9 +19,11 @@ DRIVERS: dict[str, type[Driver]] = {
     "swap-on-request": SwapOnRequestDriver,
 }
 
-__all__ = ["DRIVERS", "Driver", "make_driver"]
+__all__ = ["DRIVERS", "Driver", "ProcessDriver", "make_driver"]
 
 
 def make_driver(instance: InstanceConfig, client: httpx.AsyncClient) -> Driver:
+    if instance.kind == "process":
+        return ProcessDriver(instance, client)
     discover = instance.models is None
     return DRIVERS[instance.kind](instance.url, client, secret(instance.api_key_env), discover)

@@ -45,6 +45,14 @@ class Driver(ABC):
     async def unload(self, model: str) -> None:
         """Evict ``model``; a no-op for backends that evict by themselves."""
 
+    def model_url(self, model: str) -> str | None:
+        """Where requests for ``model`` go, when not to the instance's ``url`` (``process``
+        instances run a server per model, each on a port of its own)."""
+        return None
+
+    async def aclose(self) -> None:  # noqa: B027 (a hook: only process drivers run anything)
+        """Stop what the driver runs itself; nothing for servers someone else runs."""
+
     async def _request(
         self,
         method: str,

@@ -72,6 +72,7 @@ class Operated(Protocol):
     def scheduler(self) -> Jobs | None: ...
     def spawn(self, work: Coroutine[Any, Any, object]) -> None: ...
     async def reload(self) -> Settings: ...
+    def processes(self, instance: str) -> dict[str, dict[str, object]] | None: ...
 
 
 def admin_routes(runtime: Operated) -> APIRouter:
@@ -160,7 +161,9 @@ def describe_state(runtime: Operated) -> dict[str, Any]:
 
 def _describe_instance(inst: InstanceView, runtime: Operated, wall: _WallClock) -> dict[str, Any]:
     conf = next(i for i in runtime.configured.settings.instances if i.name == inst.name)
+    processes = runtime.processes(inst.name)
     return {
+        **({"processes": processes} if processes is not None else {}),
         "name": inst.name,
         "kind": conf.kind,
         "url": conf.url,

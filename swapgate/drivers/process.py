@@ -1,0 +1,240 @@
+"""``kind: process``: swapgate runs one server process per warm model itself (SPEC §15).
+
+Load starts the model's command in a process group of its own, on a free port from
+``start_port`` up, and waits until its ``ready`` path answers 200; unload sends the group
+SIGTERM, SIGKILL after ``stop_timeout``, and waits for it. The coordinator bounds a load by
+``routing.swap_timeout``: a load cut short stops what it started.
+
+No process outlives swapgate: each gets PR_SET_PDEATHSIG (the kernel stops it if swapgate dies,
+SIGKILL included), and ``aclose`` stops them all at shutdown. A process that exits on its own is
+reported through ``on_exit``, which makes the model cold (the runtime wires it); its last output
+lines stay readable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shlex
+import signal
+import socket
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from swapgate.config import InstanceConfig, ProcessCommand
+from swapgate.drivers.base import Driver
+from swapgate.errors import DriverError
+from swapgate.processes import die_with_parent
+from swapgate.state import InstanceReport, WarmState
+
+log = logging.getLogger("swapgate.process")
+OUTPUT_LINES = 50  # kept per process, for errors and /admin/state
+READY_POLL = 0.2  # seconds between readiness checks while a process starts
+SHELL_CHARS = set("|&;<>()$`\\\"'*?[]#~=%{}\n")
+
+
+@dataclass
+class Running:
+    """One model's server process."""
+
+    model: str
+    port: int
+    process: asyncio.subprocess.Process
+    output: deque[str] = field(default_factory=lambda: deque(maxlen=OUTPUT_LINES))
+    ready: bool = False
+    stopping: bool = False
+    started: float = field(default_factory=time.monotonic)
+    watchers: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def last_lines(self, count: int = 10) -> str:
+        return "\n".join(list(self.output)[-count:]) or "(no output)"
+
+
+class ProcessDriver(Driver):
+    def __init__(self, instance: InstanceConfig, client: httpx.AsyncClient) -> None:
+        super().__init__("http://127.0.0.1", client, None, discover=False)
+        self.instance = instance.name
+        self._commands = dict(instance.commands)
+        self._start_port = instance.start_port
+        self._running: dict[str, Running] = {}
+        self._exited: dict[str, deque[str]] = {}  # the last output of processes that ended
+        # Told when a process exits on its own (not stopped by swapgate): model, exit code.
+        self.on_exit: Callable[[str, int], None] = lambda model, code: None
+
+    # -- the driver interface ----------------------------------------------------------------
+
+    async def state(self) -> InstanceReport:
+        running = {
+            model: WarmState.WARM if proc.ready else WarmState.LOADING
+            for model, proc in self._running.items()
+            if not proc.stopping
+        }
+        return InstanceReport(running=running, available=None)
+
+    async def load(self, model: str) -> None:
+        command = self._command(model)
+        proc = await self._start(model, command)
+        try:
+            await self._until_ready(proc, command)
+        except BaseException:  # failed, timed out (swap_timeout) or cancelled: stop what started
+            await self._stop(proc, command.stop_timeout)
+            raise
+        proc.ready = True
+        log.info("%s/%s serving on port %d (pid %d)", self.instance, model, proc.port,
+                 proc.process.pid)  # fmt: skip
+
+    async def unload(self, model: str) -> None:
+        proc = self._running.get(model)
+        if proc is not None:
+            await self._stop(proc, self._command(model).stop_timeout)
+
+    def model_url(self, model: str) -> str | None:
+        proc = self._running.get(model)
+        return f"http://127.0.0.1:{proc.port}" if proc else None
+
+    # -- operators ---------------------------------------------------------------------------
+
+    def output(self, model: str) -> list[str]:
+        """The last lines the model's process wrote (or, once it ended, its last ones)."""
+        proc = self._running.get(model)
+        lines = proc.output if proc else self._exited.get(model, ())
+        return list(lines)
+
+    def describe(self) -> dict[str, dict[str, object]]:
+        """Per model: its process (pid, port, ready) if one runs, and its last output lines."""
+        described: dict[str, dict[str, object]] = {}
+        for model in self._commands:
+            proc = self._running.get(model)
+            running = (
+                {"pid": proc.process.pid, "port": proc.port, "ready": proc.ready} if proc else {}
+            )
+            described[model] = {**running, "output": self.output(model)}
+        return described
+
+    def reconfigure(self, instance: InstanceConfig) -> None:
+        """Take a reloaded config: running processes keep running; new loads use it."""
+        self._commands = dict(instance.commands)
+        self._start_port = instance.start_port
+
+    async def aclose(self) -> None:
+        await asyncio.gather(
+            *(self._stop(proc, self._command(m).stop_timeout) for m, proc in self._running.items())
+        )
+
+    # -- processes ---------------------------------------------------------------------------
+
+    def _command(self, model: str) -> ProcessCommand:
+        try:
+            return self._commands[model]
+        except KeyError:
+            raise DriverError(f"{self.instance} has no command for {model!r}") from None
+
+    async def _start(self, model: str, command: ProcessCommand) -> Running:
+        port = self._free_port()
+        line = command.cmd.replace("${PORT}", str(port))
+        # No shell unless the command needs one; with one, exec makes the server the leader.
+        argv = ["/bin/sh", "-c", "exec " + line] if SHELL_CHARS & set(line) else shlex.split(line)
+        env = {**os.environ, **command.env, "PORT": str(port)}
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,  # its own process group: unload stops all of it
+                preexec_fn=die_with_parent,
+            )
+        except OSError as exc:
+            raise DriverError(f"cannot start {model!r} on {self.instance}: {exc}") from exc
+        proc = Running(model, port, process)
+        self._running[model] = proc
+        log.info("%s/%s starting on port %d (pid %d): %s", self.instance, model, port,
+                 process.pid, line)  # fmt: skip
+        proc.watchers.append(asyncio.create_task(self._read_output(proc)))
+        proc.watchers.append(asyncio.create_task(self._watch_exit(proc)))
+        return proc
+
+    async def _until_ready(self, proc: Running, command: ProcessCommand) -> None:
+        url = f"http://127.0.0.1:{proc.port}{command.ready}"
+        while True:
+            if proc.process.returncode is not None:
+                with contextlib.suppress(TimeoutError):  # its last words, read to the end
+                    await asyncio.wait_for(asyncio.shield(proc.watchers[0]), 1.0)
+                raise DriverError(
+                    f"{proc.model} exited with {proc.process.returncode} while starting on "
+                    f"{self.instance}; its last output:\n{proc.last_lines()}"
+                )
+            with contextlib.suppress(httpx.HTTPError):
+                response = await self._client.get(url, timeout=2.0)
+                if response.status_code == 200:
+                    return
+            await asyncio.sleep(READY_POLL)
+
+    async def _stop(self, proc: Running, timeout: float) -> None:
+        proc.stopping = True
+        if proc.process.returncode is None:
+            _signal_group(proc.process.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.process.wait(), timeout)
+            except TimeoutError:
+                log.warning("%s/%s ignored SIGTERM for %gs: SIGKILL", self.instance,
+                            proc.model, timeout)  # fmt: skip
+                _signal_group(proc.process.pid, signal.SIGKILL)
+                await proc.process.wait()
+        # A server's own children (workers) share its group: none may stay behind.
+        _signal_group(proc.process.pid, signal.SIGKILL)
+        await asyncio.gather(*proc.watchers, return_exceptions=True)
+        self._forget(proc)
+
+    async def _read_output(self, proc: Running) -> None:
+        assert proc.process.stdout is not None
+        prefix = f"{self.instance}/{proc.model}"
+        async for raw in proc.process.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            proc.output.append(line)
+            log.debug("%s: %s", prefix, line)
+
+    async def _watch_exit(self, proc: Running) -> None:
+        code = await proc.process.wait()
+        if proc.stopping:
+            return
+        log.warning("%s/%s exited by itself with %d; its last output:\n%s", self.instance,
+                    proc.model, code, proc.last_lines())  # fmt: skip
+        _signal_group(proc.process.pid, signal.SIGKILL)
+        was_ready = proc.ready
+        self._forget(proc)
+        if was_ready:  # a start that fails is the load's error, not an exit
+            self.on_exit(proc.model, code)
+
+    def _forget(self, proc: Running) -> None:
+        if self._running.get(proc.model) is proc:
+            del self._running[proc.model]
+            self._exited[proc.model] = proc.output
+
+    def _free_port(self) -> int:
+        taken = {proc.port for proc in self._running.values()}
+        for port in range(self._start_port, 65536):
+            if port not in taken and _port_free(port):
+                return port
+        raise DriverError(f"no free port from {self._start_port} up on {self.instance}")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)

@@ -1,0 +1,142 @@
+"""``kind: process`` (issue 17): swapgate starts and stops a server per model itself.
+
+The simulator is the command here (fast); tests/engine/test_process_engine.py runs the real
+engine the same way.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.processes import Gateway, free_port, gateway, wait_for
+
+pytestmark = pytest.mark.e2e
+TOKEN = "admin-secret"
+ENV = {"TEST_ADMIN_TOKEN": TOKEN}
+
+
+def sim_command(model: str, startup: float = 0.3) -> str:
+    """``swapgate sim`` serving ``model``, listening ``startup`` seconds after it starts (what a
+    model's load looks like to swapgate)."""
+    sim = (
+        f"{sys.executable} -m swapgate sim --flavor openai --port ${{PORT}} --models {model}"
+        " --token-rate 200"
+    )
+    return f"/bin/sh -c 'sleep {startup}; exec {sim}'" if startup else sim
+
+
+def process_config(**commands: str) -> dict[str, Any]:
+    return {
+        "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
+        "routing": {"min_residency": 0, "poll_interval": "200ms"},
+        "keepalive": {"early_headers_after": "30s"},
+        "instances": [
+            {
+                "name": "node",
+                "kind": "process",
+                "capacity": 1,
+                "start_port": free_port(),
+                "commands": commands,
+            },
+        ],
+    }
+
+
+def chat(gw: Gateway, model: str, **extra: Any) -> httpx.Response:
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    return httpx.post(f"{gw.url}/v1/chat/completions", json={**body, **extra}, timeout=60)
+
+
+def processes(gw: Gateway) -> dict[str, Any]:
+    state = httpx.get(f"{gw.url}/admin/state", headers={"authorization": f"Bearer {TOKEN}"})
+    instance: dict[str, Any] = state.json()["instances"][0]
+    procs: dict[str, Any] = instance["processes"]
+    return procs
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_each_swap_stops_one_process_and_starts_the_other_and_waiters_share_one_start() -> None:
+    config = process_config(a=sim_command("a"), b=sim_command("b"))
+    with gateway(config, ENV) as gw:
+        first = chat(gw, "a")
+        assert first.status_code == 200, first.text
+        assert first.headers["x-swapgate-route"] == "instance/node"
+        a_pid = processes(gw)["a"]["pid"]
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda _: chat(gw, "b"), range(8)))
+        procs = processes(gw)
+        metrics = httpx.get(f"{gw.url}/metrics").text
+    assert [a.status_code for a in answers] == [200] * 8
+    assert {a.json()["model"] for a in answers} == {"b"}
+    assert not alive(a_pid)  # b took a's place: capacity 1
+    assert "pid" not in procs["a"]
+    assert not alive(procs["b"]["pid"])  # the gateway stopped, and its processes with it
+    assert 'swapgate_swaps_total{instance="node",model="b",result="ok"} 1.0' in metrics
+
+
+def test_no_process_outlives_the_gateway_sigterm_or_sigkill() -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        config = process_config(a=sim_command("a", startup=0))
+        with gateway(config, ENV) as gw:
+            assert chat(gw, "a").status_code == 200
+            proc = processes(gw)["a"]
+            gw.process.send_signal(sig)
+            gw.process.wait(timeout=15)
+            wait_for(lambda pid=proc["pid"]: not alive(pid), timeout=10)
+            with httpx.Client() as client, pytest.raises(httpx.ConnectError):
+                client.get(f"http://127.0.0.1:{proc['port']}/v1/models", timeout=2)
+
+
+def test_a_process_killed_mid_stream_ends_the_stream_in_band_and_starts_again() -> None:
+    config = process_config(a=sim_command("a", startup=0))
+    with gateway(config, ENV) as gw:
+        assert chat(gw, "a").status_code == 200
+        pid = processes(gw)["a"]["pid"]
+        body = {"model": "a", "messages": [{"role": "user", "content": "hi"}], "stream": True,
+                "max_tokens": 2000}  # fmt: skip
+        events = []
+        with httpx.stream("POST", f"{gw.url}/v1/chat/completions", json=body, timeout=30) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    events.append(line.removeprefix("data: "))
+                    if len(events) == 3:
+                        os.kill(pid, signal.SIGKILL)
+        metrics = httpx.get(f"{gw.url}/metrics").text
+        wait_for(lambda: "pid" not in processes(gw)["a"])
+        again = chat(gw, "a")
+        restarted = processes(gw)["a"]
+    assert "error" in json.loads(events[-1])
+    assert 'swapgate_process_exits_total{instance="node",model="a"} 1.0' in metrics
+    assert again.status_code == 200
+    assert restarted["pid"] != pid
+    assert restarted["ready"] is True
+
+
+def test_a_command_that_exits_while_starting_fails_the_swap_with_its_last_words() -> None:
+    config = process_config(a="/bin/sh -c 'echo cannot open /models/a.gguf; exit 3'")
+    config["models"] = {"a": {"max_wait": "5s"}}
+    with gateway(config, ENV) as gw:
+        started = time.monotonic()
+        failed = chat(gw, "a", stream=False)
+        took = time.monotonic() - started
+        output = processes(gw)["a"]["output"]
+    assert failed.status_code == 503, failed.text
+    assert failed.json()["error"]["code"] == "swap_failed"
+    assert took < 5
+    assert "cannot open /models/a.gguf" in output
