@@ -68,6 +68,9 @@ def _sim_arguments(sim: argparse.ArgumentParser) -> None:
     sim.add_argument("--capacity", type=int, default=1, help="models resident at once")
     sim.add_argument("--load-time", type=_duration, default=5.0)
     sim.add_argument("--ttft", type=_duration, default=0.05)
+    sim.add_argument(
+        "--prefill", type=_duration, default=0.0, help="a stream's headers, then this, then tokens"
+    )
     sim.add_argument("--token-rate", type=float, default=50.0, help="tokens per second")
     sim.add_argument("--max-tokens", type=int, default=16, help="answer length by default")
     sim.add_argument("--fail-load-rate", type=float, default=0.0)

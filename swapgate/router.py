@@ -228,6 +228,7 @@ class _Waiter:
         self._first = None
         self._await_swap_on(decision.instance if isinstance(decision, Join | Swap) else None)
         if isinstance(decision, Serve):
+            self._progress.instance, self._progress.state = decision.instance, "waiting"
             return router._lease(decision.instance, model, self._started)
         if isinstance(decision, Swap):  # also when relaying: later requests find it warm
             router._coordinator.start(decision.instance, model, decision.victims)

@@ -150,12 +150,19 @@ class ProxyEndpoint:
         try:
             try:
                 response = await self._open(scope, ex, payload, body, attempts, progress)
-            finally:
+            except BaseException:
                 await _stop(pinging)
+                raise
+            if not (writer.started and response.ok):
+                await _stop(pinging)
+                pinging = None
+            # Else keep-alives go on until the engine's first byte: it may have sent its
+            # headers and still be reading a long prompt.
             assert attempts.lease is not None
             try:
-                await self._answer(response, writer, ex, attempts.lease)
+                await self._answer(response, writer, ex, attempts.lease, pinging)
             finally:
+                await _stop(pinging)
                 response.close()
         finally:
             attempts.release()
@@ -199,7 +206,12 @@ class ProxyEndpoint:
             return response
 
     async def _answer(
-        self, response: UpstreamResponse, writer: ResponseWriter, ex: Exchange, lease: Lease
+        self,
+        response: UpstreamResponse,
+        writer: ResponseWriter,
+        ex: Exchange,
+        lease: Lease,
+        pinging: asyncio.Task[None] | None,
     ) -> None:
         """Pass the upstream's answer on: its status and headers if none went out yet, else
         (after keep-alives committed a 200) its body, or its failure in-band."""
@@ -207,14 +219,12 @@ class ProxyEndpoint:
             headers = self._response_headers(response, ex)
             mode: BodyMode = "events" if response.is_event_stream else "body"
             await writer.start(response.status, headers, mode)
-        elif not 200 <= response.status < 300:
+        elif not response.ok:
             detail = await response.excerpt()
             error = UpstreamError(f"{ex.route} answered {response.status}: {detail}")
             await self._tell(ex, writer, error)
             return
-        else:
-            writer.upstream_body(writer.mode == "pings")
-        await self._relay_body(response, writer, ex, lease)
+        await self._relay_body(response, writer, ex, lease, pinging)
 
     async def _send(
         self, scope: Scope, ex: Exchange, payload: dict[str, Any], body: bytes, lease: Lease
@@ -244,13 +254,23 @@ class ProxyEndpoint:
         return headers
 
     async def _relay_body(
-        self, response: UpstreamResponse, writer: ResponseWriter, ex: Exchange, lease: Lease
+        self,
+        response: UpstreamResponse,
+        writer: ResponseWriter,
+        ex: Exchange,
+        lease: Lease,
+        pinging: asyncio.Task[None] | None,
     ) -> None:
-        """Copy the upstream's body. An upstream that breaks off or stalls past
-        ``stream_idle_timeout`` after the status went out (SPEC §4.7) is told as the writer's
-        mode allows; either way the request counts as failed."""
+        """Copy the upstream's body; keep-alives still ``pinging`` stop at its first byte. An
+        upstream that breaks off or stalls past ``stream_idle_timeout`` after the status went
+        out (SPEC §4.7) is told as the writer's mode allows; either way the request counts as
+        failed."""
         try:
             async for chunk in response.chunks():
+                if pinging is not None:
+                    await _stop(pinging)
+                    pinging = None
+                    writer.upstream_body(writer.mode == "pings")
                 await writer.write(chunk)
         except (UpstreamError, UpstreamTimeout) as exc:
             kind = "stall" if isinstance(exc, UpstreamTimeout) else "broken"

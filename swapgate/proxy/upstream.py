@@ -30,6 +30,10 @@ class UpstreamResponse:
         self.headers: RawHeaders = list(response.raw_headers)
         self.is_event_stream = (response.content_type or "").startswith("text/event-stream")
 
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives; a broken or stalled upstream raises ``UpstreamError``."""
         try:

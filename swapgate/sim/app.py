@@ -22,7 +22,15 @@ import swapgate.sim.completions as completions
 from swapgate.sim.backend import Backend, LoadFailed, SimConfig
 
 T = TypeVar("T")
-FAULTS = ("fail_load_rate", "crash_mid_stream_rate", "hang_rate", "load_time", "ttft", "token_rate")
+FAULTS = (
+    "fail_load_rate",
+    "crash_mid_stream_rate",
+    "hang_rate",
+    "load_time",
+    "ttft",
+    "prefill",
+    "token_rate",
+)
 
 
 class ClientGone(Exception):
@@ -145,6 +153,7 @@ class SimServer:
         crash_at = len(words) // 2 if self.backend.roll(self.config.crash_mid_stream_rate) else None
         counters["active"] += 1
         try:
+            await asyncio.sleep(self.config.prefill)
             async for chunk in completions.sse_chunks(
                 kind, model, words, self.config.token_rate, crash_at
             ):

@@ -21,6 +21,7 @@ class SimConfig:
     capacity: int = 1
     load_time: float = 5.0
     ttft: float = 0.05
+    prefill: float = 0.0  # a stream's headers go out at once, its first token this much later
     token_rate: float = 50.0
     max_tokens: int = 16
     fail_load_rate: float = 0.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -78,6 +79,29 @@ def test_a_stream_waiting_for_a_swap_gets_early_headers_then_comments(fleet) -> 
     payloads = [line.removeprefix("data: ") for line in response.data_lines()]
     assert payloads[-1] == "[DONE]"
     assert all(_is_json(p) for p in payloads[:-1])
+
+
+def test_keepalives_go_on_until_the_engines_first_byte_not_just_its_headers() -> None:
+    # A real engine sends a stream's headers at once and its first token after reading the
+    # prompt, which after a swap (cold caches, a long prompt) can take longer than a proxy waits.
+    with simulator(load_time=0.5, prefill=1.5) as sim:
+        config = {
+            "routing": {"min_residency": 0},
+            "keepalive": {"early_headers_after": "100ms", "interval": "200ms"},
+            "instances": [instance("gpu-a", sim)],
+        }
+        with gateway(config) as gw:
+            response = wire.post(gw.url, CHAT, _body("a", stream=True))
+    assert response.first_event_after is not None
+    assert response.first_event_after > 0.5 + 1.5
+    pinging = [t for t in response.chunk_times if t < response.first_event_after]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(pinging)]
+    assert max(gaps) < 0.6, f"a pause of {max(gaps):.2f}s in the keep-alives"
+    lines = [line for line in response.lines() if line]
+    first_data = next(i for i, line in enumerate(lines) if line.startswith("data:"))
+    assert lines[first_data - 1].startswith(": swapgate waiting for a on gpu-a")
+    assert all(line.startswith("data:") for line in lines[first_data:]), "pings stop at data"
+    assert lines[-1] == "data: [DONE]"
 
 
 def test_a_non_streaming_request_gets_newlines_then_the_json_body(fleet) -> None:
