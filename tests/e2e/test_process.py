@@ -103,20 +103,27 @@ def test_no_process_outlives_the_gateway_sigterm_or_sigkill() -> None:
                 client.get(f"http://127.0.0.1:{proc['port']}/v1/models", timeout=2)
 
 
+def stream_and_kill(gw: Gateway, model: str, after: int, max_tokens: int) -> tuple[int, list[str]]:
+    """Stream a long answer from ``model`` (warm) and SIGKILL its process after ``after``
+    events; return the process's pid and every event's data."""
+    pid: int = processes(gw)[model]["pid"]
+    body = {"model": model, "messages": [{"role": "user", "content": "Tell a long story."}],
+            "stream": True, "max_tokens": max_tokens}  # fmt: skip
+    events = []
+    with httpx.stream("POST", f"{gw.url}/v1/chat/completions", json=body, timeout=60) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                events.append(line.removeprefix("data: "))
+                if len(events) == after:
+                    os.kill(pid, signal.SIGKILL)
+    return pid, events
+
+
 def test_a_process_killed_mid_stream_ends_the_stream_in_band_and_starts_again() -> None:
     config = process_config(a=sim_command("a", startup=0))
     with gateway(config, ENV) as gw:
         assert chat(gw, "a").status_code == 200
-        pid = processes(gw)["a"]["pid"]
-        body = {"model": "a", "messages": [{"role": "user", "content": "hi"}], "stream": True,
-                "max_tokens": 2000}  # fmt: skip
-        events = []
-        with httpx.stream("POST", f"{gw.url}/v1/chat/completions", json=body, timeout=30) as r:
-            for line in r.iter_lines():
-                if line.startswith("data: "):
-                    events.append(line.removeprefix("data: "))
-                    if len(events) == 3:
-                        os.kill(pid, signal.SIGKILL)
+        pid, events = stream_and_kill(gw, "a", after=3, max_tokens=2000)
         metrics = httpx.get(f"{gw.url}/metrics").text
         wait_for(lambda: "pid" not in processes(gw)["a"])
         again = chat(gw, "a")
