@@ -1,4 +1,4 @@
-"""``swapgate status | preload | unload | jobs``: the admin API from a terminal (SPEC §9)."""
+"""``swapgate status | preload | unload | jobs | logs``: the admin API from a terminal (SPEC §9)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,12 @@ def add_commands(commands: Any) -> None:
     jobs = commands.add_parser("jobs", help="scheduled preloads with their next runs")
     _connection(jobs)
     jobs.set_defaults(run=_jobs)
+
+    logs = commands.add_parser("logs", help="the last output of a model's process (kind: process)")
+    _connection(logs)
+    logs.add_argument("model")
+    logs.add_argument("--instance", help="only on this instance")
+    logs.set_defaults(run=_logs)
 
 
 def _connection(parser: argparse.ArgumentParser) -> None:
@@ -209,3 +215,30 @@ def render_jobs(body: dict[str, Any]) -> str:
             job["last_run"] or "-", outcome,
         ))  # fmt: skip
     return table(rows)
+
+
+def _logs(args: argparse.Namespace) -> int:
+    return _run(args, lambda client, _: print(
+        render_logs(client.call("GET", "/admin/state"), args.model, args.instance)
+    ))  # fmt: skip
+
+
+def render_logs(state: dict[str, Any], model: str, instance: str | None = None) -> str:
+    """The last lines each process of ``model`` wrote, one block per instance."""
+    found = [
+        (inst["name"], inst["processes"][model])
+        for inst in state["instances"]
+        if model in inst.get("processes", {}) and instance in (None, inst["name"])
+    ]
+    if not found:
+        where = f"instance {instance}" if instance else "any instance"
+        raise AdminError(
+            f"{model} has no process on {where}: swapgate keeps the output of the processes "
+            "it starts (instances of kind: process); see `swapgate status` for where it runs"
+        )
+    blocks = []
+    for name, proc in found:
+        running = f"pid {proc['pid']}, port {proc['port']}" if "pid" in proc else "not running"
+        lines = proc["output"] or ["(no output yet)"]
+        blocks.append("\n".join([f"== {name}/{model} ({running}) ==", *lines]))
+    return "\n\n".join(blocks)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from swapgate import __version__
 from swapgate.admin_cli import add_commands as add_admin_commands
-from swapgate.config import ConfigError, Settings, load_config, parse_duration
+from swapgate.config import ConfigError, Settings, load_config, parse_duration, parse_size
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -76,6 +76,9 @@ def _sim_arguments(sim: argparse.ArgumentParser) -> None:
     sim.add_argument("--fail-load-rate", type=float, default=0.0)
     sim.add_argument("--crash-mid-stream-rate", type=float, default=0.0)
     sim.add_argument("--hang-rate", type=float, default=0.0)
+    sim.add_argument(
+        "--grow-rss", type=_size, default=0, help="bytes kept per request (e.g. 20MiB): a leak"
+    )
     sim.add_argument("--api-key", help="require this bearer key on /v1 requests")
     sim.add_argument("--seed", type=int, help="seed for the fault dice")
 
@@ -86,6 +89,15 @@ def _duration(text: str) -> float:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     assert isinstance(value, float)
+    return value
+
+
+def _size(text: str) -> int:
+    try:
+        value = parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    assert isinstance(value, int)
     return value
 
 

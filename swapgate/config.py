@@ -19,8 +19,10 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
+    ByteSize,
     ConfigDict,
     Field,
+    TypeAdapter,
     ValidationError,
     model_validator,
 )
@@ -78,6 +80,25 @@ PositiveDuration = Annotated[
     float, BeforeValidator(parse_duration), Field(gt=0, allow_inf_nan=False)
 ]
 Url = Annotated[str, AfterValidator(_check_url)]
+
+
+_SIZES = TypeAdapter(ByteSize)  # pydantic's parser: binary (GiB) and decimal (GB) units
+
+
+def parse_size(value: object) -> object:
+    """Accept ``20GiB``, ``1.5GB``, ``512 MiB`` or a plain number of bytes."""
+    hint = "use e.g. 512MiB, 20GiB or a number of bytes"
+    if isinstance(value, bool):
+        raise ValueError(f"not a size: {hint}")
+    if isinstance(value, str | int):
+        try:
+            return int(_SIZES.validate_python(value))
+        except ValidationError:
+            raise ValueError(f"not a size: {value!r}; {hint}") from None
+    return value
+
+
+Bytes = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
 Name = Annotated[str, Field(pattern=_NAME)]
 FallbackPolicy = Annotated[Literal["off", "error", "slow", "swap"], BeforeValidator(_yaml_off)]
 InstanceKind = Literal["llama-swap", "ollama", "openai", "swap-on-request", "process"]
@@ -147,6 +168,8 @@ class ProcessCommand(_Section):
     env: dict[str, str] = {}
     ready: str = Field("/v1/models", pattern=r"^/")
     stop_timeout: PositiveDuration = 10.0
+    # Drained and restarted once idle when its process group's resident size passes this.
+    recycle_rss: Bytes | None = None
 
 
 def _command(value: object) -> object:

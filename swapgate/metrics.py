@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -82,6 +82,14 @@ class Metrics:
         )
         self.process_exits = Counter(
             "swapgate_process_exits", "Model processes that exited by themselves",
+            ["instance", "model"], registry=r,
+        )  # fmt: skip
+        self.process_rss = Gauge(
+            "swapgate_process_rss_bytes", "Resident size of a model's process group",
+            ["instance", "model"], registry=r,
+        )  # fmt: skip
+        self.process_recycles = Counter(
+            "swapgate_process_recycles", "Model processes restarted above their recycle_rss",
             ["instance", "model"], registry=r,
         )  # fmt: skip
 

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from swapgate.auth import AdminAuth, ClientAuth
 from swapgate.catalog import Catalog
 from swapgate.config import ConfigError, Settings, load_config, secret
 from swapgate.drivers import Driver, ProcessDriver, make_driver
+from swapgate.drivers.ledger import Ledger, default_directory
 from swapgate.metrics import Metrics
 from swapgate.poller import Poller
 from swapgate.preload import Preloader
@@ -63,6 +64,7 @@ class Runtime:
         self.metrics = Metrics()
         self.metrics.watch(self.registry)
         self._control = httpx.AsyncClient()
+        self._ledger = Ledger(default_directory())  # what process instances started
         self.drivers = self._drivers(settings)
         self.coordinator = SwapCoordinator(
             self.registry,
@@ -95,17 +97,35 @@ class Runtime:
                 continue
             driver = drivers[inst.name] = make_driver(inst, self._control)
             if isinstance(driver, ProcessDriver):
-                driver.on_exit = self._exited_callback(inst.name)
+                self._wire(driver, inst.name)
         return drivers
 
-    def _exited_callback(self, instance: str) -> Callable[[str, int], None]:
-        def exited(model: str, code: int) -> None:
-            model = self.configured.catalog.client_name(instance, model)
-            self.metrics.process_exits.labels(instance, model).inc()
-            if self.registry.has(instance):
-                self.registry.evicted(instance, model)  # cold: the next request starts it
+    def _wire(self, driver: ProcessDriver, instance: str) -> None:
+        """What a process instance's events do: metrics, warm state, recycling."""
 
-        return exited
+        def client(model: str) -> str:
+            return self.configured.catalog.client_name(instance, model)
+
+        def exited(model: str, code: int) -> None:
+            self.metrics.process_exits.labels(instance, client(model)).inc()
+            if self.registry.has(instance):
+                self.registry.evicted(instance, client(model))  # cold: the next request starts it
+
+        def measured(model: str, rss: int | None) -> None:
+            gauge = self.metrics.process_rss
+            if rss is None:
+                with contextlib.suppress(KeyError):
+                    gauge.remove(instance, client(model))
+            else:
+                gauge.labels(instance, client(model)).set(rss)
+
+        def oversize(model: str, rss: int) -> None:
+            if self.registry.has(instance) and self.coordinator.recycle(instance, client(model)):
+                log.info("%s/%s is at %d MiB, above its recycle_rss: draining to restart it",
+                         instance, model, rss >> 20)  # fmt: skip
+
+        driver.on_exit, driver.on_rss, driver.on_oversize = exited, measured, oversize
+        driver.ledger = self._ledger
 
     async def _close_drivers(self, keep: dict[str, Driver]) -> None:
         for name, driver in list(self.drivers.items()):
@@ -134,6 +154,7 @@ class Runtime:
         return configured
 
     async def start(self) -> None:
+        await asyncio.to_thread(self._ledger.sweep)  # what a killed swapgate left behind
         await self.upstream.start()
         await self.configured.poller.poll_all()
         self._poll_task = asyncio.create_task(self.configured.poller.run(), name="poller")
@@ -170,7 +191,10 @@ class Runtime:
     def processes(self, instance: str) -> dict[str, dict[str, object]] | None:
         """A process instance's processes and their last output; None for other kinds."""
         driver = self.drivers.get(instance)
-        return driver.describe() if isinstance(driver, ProcessDriver) else None
+        if not isinstance(driver, ProcessDriver):
+            return None
+        client = self.configured.catalog.client_name
+        return {client(instance, model): info for model, info in driver.describe().items()}
 
     def spawn(self, work: Coroutine[Any, Any, object]) -> None:
         """Keep a fire-and-forget task alive until it ends (``?wait=false`` preloads)."""

@@ -78,6 +78,19 @@ class SwapCoordinator:
         task.add_done_callback(lambda _: self._running.pop(instance, None))
         return True
 
+    def recycle(self, instance: str, model: str) -> bool:
+        """Restart ``model`` on ``instance`` (a process grown too large): from now on its new
+        requests wait for the restart or go where it is warm; the ones it serves finish first,
+        then it stops and starts again, bounded by ``swap_timeout`` like a swap. Not counted
+        as a swap. False if a swap runs there already (the next poll asks again)."""
+        if instance in self._running:
+            return False
+        self._registry.begin_swap(instance, model, self.times.eta(instance, model))
+        task = asyncio.create_task(self._recycle(instance, model), name=f"recycle {instance}")
+        self._running[instance] = task
+        task.add_done_callback(lambda _: self._running.pop(instance, None))
+        return True
+
     def eta(self, instance: str, model: str) -> float:
         """Seconds a swap of ``model`` onto ``instance`` is expected to take."""
         return self.times.eta(instance, model)
@@ -128,13 +141,35 @@ class SwapCoordinator:
             result = "ok"
         return self._finish(instance, model, result, time.monotonic() - started)
 
-    def _finish(self, instance: str, model: str, result: str, elapsed: float) -> bool:
-        ok = result == "ok"
+    async def _recycle(self, instance: str, model: str) -> bool:
+        driver, upstream = self._drivers[instance], self._catalog.upstream_name(instance, model)
+        try:
+            while self._registry.snapshot().instance(instance).models[model].inflight:
+                await self._registry.wait_for_change(1.0)
+            log.info("recycle: restarting %s on %s", model, instance)
+            async with asyncio.timeout(self._swap_timeout):
+                await driver.unload(upstream)
+                await driver.load(upstream)
+        except (DriverError, TimeoutError) as exc:
+            log.warning("recycle failed: %s on %s: %s", model, instance, exc or "swap_timeout")
+            return self._end(instance, model, ok=False)
+        except asyncio.CancelledError:
+            self._registry.end_swap(instance, model, ok=False)
+            raise
+        self._metrics.process_recycles.labels(instance, model).inc()
+        return self._end(instance, model, ok=True)
+
+    def _end(self, instance: str, model: str, ok: bool) -> bool:
+        """The registry and the backoff learn how a swap (or restart) ended."""
         if ok:
             self._backoff.succeeded(instance)
             self._registry.end_swap(instance, model, ok=True)
         else:
             self._registry.end_swap(instance, model, False, self._backoff.failed(instance))
+        return ok
+
+    def _finish(self, instance: str, model: str, result: str, elapsed: float) -> bool:
+        ok = self._end(instance, model, result == "ok")
         self._metrics.swap_duration.labels(instance, model, result).observe(elapsed)
         self._metrics.swaps.labels(instance, model, result).inc()
         if ok:

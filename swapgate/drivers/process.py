@@ -6,9 +6,11 @@ SIGTERM, SIGKILL after ``stop_timeout``, and waits for it. The coordinator bound
 ``routing.swap_timeout``: a load cut short stops what it started.
 
 No process outlives swapgate: each gets PR_SET_PDEATHSIG (the kernel stops it if swapgate dies,
-SIGKILL included), and ``aclose`` stops them all at shutdown. A process that exits on its own is
-reported through ``on_exit``, which makes the model cold (the runtime wires it); its last output
-lines stay readable.
+SIGKILL included), its group is recorded in the ``Ledger`` for whatever it started in turn, and
+``aclose`` stops them all at shutdown. A process that exits on its own is reported through
+``on_exit``, which makes the model cold (the runtime wires it); its last output lines stay
+readable. Each poll measures every process group's resident size (``on_rss``) and reports one
+above its command's ``recycle_rss`` (``on_oversize``), which the runtime recycles.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
+import psutil
 
 from swapgate.config import InstanceConfig, ProcessCommand
 from swapgate.drivers.base import Driver
+from swapgate.drivers.ledger import Ledger
 from swapgate.errors import DriverError
 from swapgate.processes import die_with_parent
 from swapgate.state import InstanceReport, WarmState
@@ -66,6 +70,11 @@ class ProcessDriver(Driver):
         self._exited: dict[str, deque[str]] = {}  # the last output of processes that ended
         # Told when a process exits on its own (not stopped by swapgate): model, exit code.
         self.on_exit: Callable[[str, int], None] = lambda model, code: None
+        # Told each poll: a ready process's group resident size in bytes; None once it ended.
+        self.on_rss: Callable[[str, int | None], None] = lambda model, rss: None
+        # Told each poll while a process's group is above its command's recycle_rss.
+        self.on_oversize: Callable[[str, int], None] = lambda model, rss: None
+        self.ledger = Ledger(None)
 
     # -- the driver interface ----------------------------------------------------------------
 
@@ -75,6 +84,7 @@ class ProcessDriver(Driver):
             for model, proc in self._running.items()
             if not proc.stopping
         }
+        await self._measure()
         return InstanceReport(running=running, available=None)
 
     async def load(self, model: str) -> None:
@@ -129,6 +139,19 @@ class ProcessDriver(Driver):
 
     # -- processes ---------------------------------------------------------------------------
 
+    async def _measure(self) -> None:
+        ready = {m: p for m, p in self._running.items() if p.ready and not p.stopping}
+        sizes = await asyncio.to_thread(
+            lambda: {m: group_rss(p.process.pid) for m, p in ready.items()}
+        )
+        for model, rss in sizes.items():
+            if self._running.get(model) is not ready[model]:
+                continue  # stopped while it was measured
+            self.on_rss(model, rss)
+            limit = self._commands[model].recycle_rss if model in self._commands else None
+            if limit is not None and rss > limit:
+                self.on_oversize(model, rss)
+
     def _command(self, model: str) -> ProcessCommand:
         try:
             return self._commands[model]
@@ -155,6 +178,7 @@ class ProcessDriver(Driver):
             raise DriverError(f"cannot start {model!r} on {self.instance}: {exc}") from exc
         proc = Running(model, port, process)
         self._running[model] = proc
+        self.ledger.record(process.pid, self.instance, model)
         log.info("%s/%s starting on port %d (pid %d): %s", self.instance, model, port,
                  process.pid, line)  # fmt: skip
         proc.watchers.append(asyncio.create_task(self._read_output(proc)))
@@ -217,6 +241,8 @@ class ProcessDriver(Driver):
         if self._running.get(proc.model) is proc:
             del self._running[proc.model]
             self._exited[proc.model] = proc.output
+            self.ledger.forget(proc.process.pid)
+            self.on_rss(proc.model, None)
 
     def _free_port(self) -> int:
         taken = {proc.port for proc in self._running.values()}
@@ -233,6 +259,20 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
         return True
+
+
+def group_rss(pid: int) -> int:
+    """The resident size of ``pid`` and everything it started (0 once it is gone)."""
+    try:
+        leader = psutil.Process(pid)
+        members = [leader, *leader.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for member in members:
+        with contextlib.suppress(psutil.Error):
+            total += member.memory_info().rss
+    return total
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

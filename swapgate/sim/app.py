@@ -119,6 +119,8 @@ class SimServer:
             return _error(404, "model_not_found", f"model {model!r} not found")
         counters = self.backend.counters
         counters["requests"] += 1
+        if self.config.grow_rss:
+            self.backend.leaked.append(b"\x01" * self.config.grow_rss)  # written: resident
         try:
             return await _unless_disconnected(request, self._answer(kind, model, body))
         except ClientGone:

@@ -29,6 +29,7 @@ class SimConfig:
     hang_rate: float = 0.0
     api_key: str | None = None
     seed: int | None = None
+    grow_rss: int = 0  # bytes it keeps resident per request: a leak, to test recycling
 
 
 class LoadFailed(Exception):
@@ -45,6 +46,7 @@ class Backend:
         self.counters: Counter[str] = Counter()
         self.loads: Counter[str] = Counter()
         self.last_body = b""
+        self.leaked: list[bytes] = []
         self._loading: dict[str, asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()
         if config.flavor == "openai":  # fixed-model servers load everything at start

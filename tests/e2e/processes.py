@@ -5,7 +5,9 @@ Started with swapgate/processes.py, so each one stops by itself if the test run 
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,8 +23,14 @@ import yaml
 
 from swapgate.processes import free_port, start, stop, wait_until_serving
 
+# Where gateways started here record the processes they start (swapgate/drivers/ledger.py):
+# one directory per test run, not the user's own.
+STATE_DIR = tempfile.mkdtemp(prefix="swapgate-state-")
+atexit.register(shutil.rmtree, STATE_DIR, True)
+
 
 def spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    env = {"SWAPGATE_STATE_DIR": STATE_DIR, **(env or {})}
     return start([sys.executable, "-m", "swapgate", *args], env)
 
 
@@ -90,6 +98,17 @@ class Gateway:
 
     def metrics(self) -> str:
         return httpx.get(f"{self.url}/metrics", timeout=5).text
+
+    def cli(self, *args: str, token: str | None) -> subprocess.CompletedProcess[str]:
+        """``swapgate ARGS`` pointed at this gateway (SWAPGATE_URL), with ``token`` if any."""
+        env = {**os.environ, "SWAPGATE_URL": self.url}
+        env.pop("SWAPGATE_ADMIN_TOKEN", None)
+        if token:
+            env["SWAPGATE_ADMIN_TOKEN"] = token
+        return subprocess.run(
+            [sys.executable, "-m", "swapgate", *args], env=env, capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
 
 
 def instance(name: str, sim: Sim, kind: str = "llama-swap", **extra: Any) -> dict[str, Any]:

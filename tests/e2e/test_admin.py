@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -37,14 +35,7 @@ def _chat(gw: Gateway, model: str) -> httpx.Response:
 
 
 def _cli(gw: Gateway, *args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "SWAPGATE_URL": gw.url}
-    env.pop("SWAPGATE_ADMIN_TOKEN", None)
-    if token:
-        env["SWAPGATE_ADMIN_TOKEN"] = token
-    return subprocess.run(
-        [sys.executable, "-m", "swapgate", *args], env=env, capture_output=True, text=True,
-        timeout=60,
-    )  # fmt: skip
+    return gw.cli(*args, token=token)
 
 
 @pytest.fixture(scope="module")

@@ -9,12 +9,15 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import re
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 from tests.e2e.processes import Gateway, free_port, gateway, wait_for
@@ -24,13 +27,13 @@ TOKEN = "admin-secret"
 ENV = {"TEST_ADMIN_TOKEN": TOKEN}
 
 
-def sim_command(model: str, startup: float = 0.3) -> str:
+def sim_command(model: str, startup: float = 0.3, flags: str = "") -> str:
     """``swapgate sim`` serving ``model``, listening ``startup`` seconds after it starts (what a
     model's load looks like to swapgate)."""
     sim = (
         f"{sys.executable} -m swapgate sim --flavor openai --port ${{PORT}} --models {model}"
-        " --token-rate 200"
-    )
+        f" --token-rate 200 {flags}"
+    ).strip()
     return f"/bin/sh -c 'sleep {startup}; exec {sim}'" if startup else sim
 
 
@@ -119,6 +122,28 @@ def stream_and_kill(gw: Gateway, model: str, after: int, max_tokens: int) -> tup
     return pid, events
 
 
+def test_what_a_killed_gateways_process_left_in_its_group_is_stopped_when_the_next_one_starts(
+    tmp_path: Path,
+) -> None:
+    # A server that starts a helper of its own (a vLLM worker, say): PR_SET_PDEATHSIG stops the
+    # server when the gateway is SIGKILLed, but not the helper; the record the gateway left does.
+    command = f"/bin/sh -c 'sleep 300 & exec {sim_command('a', startup=0)}'"
+    env = {**ENV, "SWAPGATE_STATE_DIR": str(tmp_path)}
+    with gateway(process_config(a=command), env) as gw:
+        assert chat(gw, "a").status_code == 200
+        server = processes(gw)["a"]["pid"]
+        (helper,) = [p for p in psutil.Process(server).children() if p.name() == "sleep"]
+        assert list(tmp_path.iterdir()), "the process is on record while it runs"
+        gw.process.kill()
+        gw.process.wait(timeout=15)
+        wait_for(lambda: not alive(server))
+    assert alive(helper.pid), "the helper outlived its server"
+    assert os.getpgid(helper.pid) == server, "in the group swapgate started"
+    with gateway(process_config(a=command), env):
+        wait_for(lambda: not alive(helper.pid))
+    assert not list(tmp_path.iterdir()), "and its record is gone"
+
+
 def test_a_process_killed_mid_stream_ends_the_stream_in_band_and_starts_again() -> None:
     config = process_config(a=sim_command("a", startup=0))
     with gateway(config, ENV) as gw:
@@ -143,7 +168,54 @@ def test_a_command_that_exits_while_starting_fails_the_swap_with_its_last_words(
         failed = chat(gw, "a", stream=False)
         took = time.monotonic() - started
         output = processes(gw)["a"]["output"]
+        logs = gw.cli("logs", "a", token=TOKEN)
+        unknown = gw.cli("logs", "a", "--instance", "elsewhere", token=TOKEN)
     assert failed.status_code == 503, failed.text
     assert failed.json()["error"]["code"] == "swap_failed"
     assert took < 5
     assert "cannot open /models/a.gguf" in output
+    assert logs.returncode == 0, logs.stderr
+    assert logs.stdout.splitlines() == ["== node/a (not running) ==", "cannot open /models/a.gguf"]
+    assert unknown.returncode == 1
+    assert "a has no process on instance elsewhere" in unknown.stderr
+
+
+def test_a_process_above_recycle_rss_is_drained_and_restarted_when_idle_no_request_fails() -> None:
+    # The simulator keeps 30 MiB per request (a leak); it starts at about 50 MiB. On SIGTERM it
+    # would finish its streams itself (uvicorn does); an engine that does not is SIGKILLed after
+    # stop_timeout, so a restart that did not wait for the streams would cut them.
+    leaky = {"cmd": sim_command("a", flags="--grow-rss 30MiB"), "recycle_rss": "150MiB",
+             "stop_timeout": "50ms"}  # fmt: skip
+    config = process_config()
+    config["instances"][0]["commands"] = {"a": leaky}
+    # Streams of 1.5 s: four are running when the limit is crossed.
+    body = {"model": "a", "messages": [{"role": "user", "content": "hi"}], "stream": True,
+            "max_tokens": 300}  # fmt: skip
+
+    def stream(_: int) -> list[str]:
+        with httpx.stream("POST", f"{gw.url}/v1/chat/completions", json=body, timeout=60) as r:
+            assert r.status_code == 200
+            return [line for line in r.iter_lines() if line.startswith("data: ")]
+
+    with gateway(config, ENV) as gw:
+        assert chat(gw, "a").status_code == 200
+        first_pid = processes(gw)["a"]["pid"]
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(stream, range(8)))
+        series = ("swapgate_process_recycles_total", "swapgate_process_rss_bytes")
+        labelled = [f'{name}{{instance="node",model="a"}}' for name in series]
+        wait_for(lambda: all(name in gw.metrics() for name in labelled))  # measured once more
+        metrics = gw.metrics()
+        last_pid = processes(gw)["a"]["pid"]
+    assert all(events[-1] == "data: [DONE]" for events in answers), "every stream ran to its end"
+    assert not any('"error"' in event for events in answers for event in events)
+    recycles = re.search(r'swapgate_process_recycles_total\{instance="node",model="a"\} (\S+)',
+                         metrics)  # fmt: skip
+    assert recycles is not None
+    assert float(recycles[1]) >= 1
+    assert last_pid != first_pid
+    assert not alive(first_pid)
+    rss = re.search(r'swapgate_process_rss_bytes\{instance="node",model="a"\} (\S+)', metrics)
+    assert rss is not None
+    assert float(rss[1]) > 40 * 2**20  # a real measurement of the group
+    assert 'swapgate_process_exits_total{instance="node",model="a"}' not in metrics

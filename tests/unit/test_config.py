@@ -1,10 +1,11 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from swapgate.config import ConfigError, load_config, parse_config, parse_duration
+from swapgate.config import ConfigError, load_config, parse_config, parse_duration, parse_size
 
 MINIMAL = {"instances": [{"name": "gpu-a", "url": "http://127.0.0.1:8000/"}]}
 
@@ -29,6 +30,51 @@ def test_durations(text: object, seconds: float) -> None:
 def test_bad_durations_say_what_is_accepted(text: object) -> None:
     with pytest.raises(ValueError, match="duration"):
         parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("20GiB", 20 * 2**30), ("512 MiB", 512 * 2**20), ("1.5GB", 1_500_000_000), (4096, 4096)],
+)
+def test_sizes(text: object, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["lots", "20 GiBs", True, "-1GiB"])
+def test_bad_sizes_say_what_is_accepted(text: object) -> None:
+    with pytest.raises(ValueError, match=r"not a size.*512MiB"):
+        parse_size(text)
+
+
+def test_a_process_instance_takes_its_models_from_its_commands() -> None:
+    settings = parse_config({"instances": [{
+        "name": "node", "kind": "process", "start_port": 6000,
+        "commands": {"a": "llama-server --port ${PORT}",
+                     "b": {"cmd": "vllm serve b --port ${PORT}", "recycle_rss": "20GiB",
+                           "ready": "/health", "stop_timeout": "30s"}},
+    }]})  # fmt: skip
+    (node,) = settings.instances
+    assert node.models == ["a", "b"]
+    assert node.url == "http://127.0.0.1"
+    assert node.commands["a"].cmd == "llama-server --port ${PORT}"
+    assert node.commands["a"].ready == "/v1/models"
+    assert (node.commands["b"].recycle_rss, node.commands["b"].stop_timeout) == (20 * 2**30, 30)
+
+
+@pytest.mark.parametrize(
+    ("instance", "message"),
+    [
+        ({"kind": "process"}, "kind: process needs commands"),
+        ({"kind": "process", "commands": {"a": {"cmd": "x", "recycle_rss": "big"}}},
+         "instances[0].commands.a.recycle_rss: not a size"),
+        ({"kind": "process", "commands": {"a": {"cmd": "x", "ready": "health"}}},
+         "instances[0].commands.a.ready"),
+        ({"url": "http://127.0.0.1:1", "commands": {"a": "x"}}, "for kind: process only"),
+    ],
+)  # fmt: skip
+def test_process_instances_say_what_is_wrong(instance: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_config({"instances": [{"name": "node", **instance}]})
 
 
 def test_defaults_fill_every_key_but_instances() -> None:
