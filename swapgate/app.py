@@ -26,11 +26,12 @@ from swapgate.errors import (
     ShuttingDown,
     SwapgateError,
 )
+from swapgate.proxy.endpoints import ENDPOINTS
 from swapgate.routes.admin import admin_routes
 from swapgate.routes.public import public_routes
 from swapgate.runtime import Runtime
 
-PROXIED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+PROXIED_PATHS = tuple(ENDPOINTS)
 PROXIED = frozenset(PROXIED_PATHS)
 log = logging.getLogger("swapgate.server")
 

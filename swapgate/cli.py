@@ -81,6 +81,11 @@ def _sim_arguments(sim: argparse.ArgumentParser) -> None:
     )
     sim.add_argument("--api-key", help="require this bearer key on /v1 requests")
     sim.add_argument("--seed", type=int, help="seed for the fault dice")
+    sim.add_argument(
+        "--protocols",
+        default="openai",
+        help="comma-separated APIs it speaks: openai, anthropic (/v1/messages)",
+    )
 
 
 def _duration(text: str) -> float:
@@ -135,9 +140,15 @@ def _sim(args: argparse.Namespace) -> int:
     from swapgate.sim import SimConfig, run_sim
 
     options = {k: v for k, v in vars(args).items() if k in SimConfig.__dataclass_fields__}
-    options["models"] = tuple(m.strip() for m in args.models.split(",") if m.strip())
+    for name in ("models", "protocols"):
+        options[name] = tuple(m.strip() for m in getattr(args, name).split(",") if m.strip())
+    try:
+        config = SimConfig(**options)
+    except ValueError as exc:
+        print(f"swapgate sim: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s sim %(message)s")
-    run_sim(SimConfig(**options))
+    run_sim(config)
     return 0
 
 

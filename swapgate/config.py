@@ -102,6 +102,11 @@ Bytes = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
 Name = Annotated[str, Field(pattern=_NAME)]
 FallbackPolicy = Annotated[Literal["off", "error", "slow", "swap"], BeforeValidator(_yaml_off)]
 InstanceKind = Literal["llama-swap", "ollama", "openai", "swap-on-request", "process"]
+# The APIs an upstream speaks besides OpenAI's: a Messages request for one that does not speak
+# ``anthropic`` is translated to chat completions (SPEC §19).
+Protocols = Annotated[
+    list[Literal["openai", "anthropic"]], Field(default_factory=lambda: ["openai"], min_length=1)
+]
 
 
 class _Section(BaseModel):
@@ -184,6 +189,7 @@ class InstanceConfig(_Section):
     capacity: int = Field(1, ge=1)
     api_key_env: str | None = None
     weight: float = Field(1.0, gt=0, allow_inf_nan=False)
+    protocols: Protocols
     # kind: process only
     start_port: int = Field(5800, ge=1024, le=65535)
     commands: dict[str, Annotated[ProcessCommand, BeforeValidator(_command)]] = {}
@@ -234,6 +240,7 @@ class RelayConfig(_Section):
     url: Url
     api_key_env: str | None = None
     timeout: PositiveDuration = 120.0
+    protocols: Protocols
 
 
 class PreloadConfig(_Section):

@@ -15,6 +15,7 @@ class Upstream:
     is_relay: bool = False
     read_timeout: float | None = None
     key_env: str | None = None  # where api_key came from, for messages that must not show it
+    protocols: frozenset[str] = frozenset({"openai"})
 
     def url_for(self, path: str) -> str:
         return self.url + (path.removeprefix("/v1") if self.is_relay else path)

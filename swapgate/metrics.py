@@ -34,6 +34,13 @@ class Metrics:
         self.requests = Counter(
             "swapgate_requests", "Requests answered", ["model", "route", "status"], registry=r
         )
+        # Apart from swapgate_requests_total, whose labels SPEC §10 fixes: by endpoint (SPEC §19)
+        self.endpoint_requests = Counter(
+            "swapgate_endpoint_requests",
+            "Requests answered, by endpoint (chat, responses, messages, ...)",
+            ["endpoint", "status"],
+            registry=r,
+        )
         self.request_duration = Histogram(
             "swapgate_request_duration_seconds",
             "Time from a request's arrival to its last byte",
@@ -104,6 +111,9 @@ class Metrics:
         self._child(self.request_duration, model, route).observe(elapsed)
         if waited:
             self._child(self.wait, model).observe(waited)
+
+    def endpoint_done(self, endpoint: str, status: int) -> None:
+        self._child(self.endpoint_requests, endpoint, str(status)).inc()
 
     def first_byte(self, model: str, route: str, seconds: float) -> None:
         self._child(self.ttfb, model, route).observe(seconds)

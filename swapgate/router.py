@@ -80,12 +80,22 @@ class Router:
         self._addresses = addresses or {}
         self._policy = policy_for(settings, coordinator)
         self._upstreams = {
-            inst.name: Upstream(inst.url, secret(inst.api_key_env), key_env=inst.api_key_env)
+            inst.name: Upstream(
+                inst.url,
+                secret(inst.api_key_env),
+                key_env=inst.api_key_env,
+                protocols=frozenset(inst.protocols),
+            )
             for inst in settings.instances
         }
         self._relays = {
             name: Upstream(
-                relay.url, secret(relay.api_key_env), True, relay.timeout, relay.api_key_env
+                relay.url,
+                secret(relay.api_key_env),
+                True,
+                relay.timeout,
+                relay.api_key_env,
+                frozenset(relay.protocols),
             )
             for name, relay in settings.relays.items()
         }

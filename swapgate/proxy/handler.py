@@ -12,10 +12,10 @@ import contextlib
 import logging
 import time
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from swapgate.auth import ClientAuth
 from swapgate.catalog import Catalog
@@ -33,6 +33,7 @@ from swapgate.errors import (
 from swapgate.failover import Attempts
 from swapgate.lease import Lease, Progress
 from swapgate.metrics import UNKNOWN, Metrics
+from swapgate.proxy.endpoints import ENDPOINTS, Endpoint
 from swapgate.proxy.keepalive import OPT_OUT_HEADER, KeepalivePlan, Pinger, plan_keepalive
 from swapgate.proxy.messages import (
     DROP_RESPONSE,
@@ -44,6 +45,8 @@ from swapgate.proxy.messages import (
     with_model,
 )
 from swapgate.proxy.request_id import request_id
+from swapgate.proxy.translated import CHAT_PATH, Translated
+from swapgate.proxy.upload import PLAIN_FORMATS, Upload
 from swapgate.proxy.upstream import UpstreamClient, UpstreamResponse
 from swapgate.registry import Registry
 from swapgate.router import Router
@@ -58,13 +61,15 @@ class Exchange:
     """One request's progress, for its response headers, its log line and its metrics."""
 
     method: str
-    path: str
+    endpoint: Endpoint
     request_id: str
     started: float = field(default_factory=time.perf_counter)
     model: str = UNKNOWN
     route: str = "none"
     waited: float = 0.0
     failed: SwapgateError | None = None  # an error told in-band, after a committed 200
+    # A Messages request as chat completions, for an upstream that does not speak Messages
+    translation: Translated | None = None
 
 
 class ProxyEndpoint:
@@ -86,25 +91,27 @@ class ProxyEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers: list[tuple[bytes, bytes]] = scope["headers"]
-        ex = Exchange(scope["method"], scope["path"], request_id(headers))
-        writer = ResponseWriter(send, [(b"x-request-id", ex.request_id.encode())])
+        endpoint = ENDPOINTS[scope["path"]]
+        ex = Exchange(scope["method"], endpoint, request_id(headers))
+        writer = ResponseWriter(send, [(b"x-request-id", ex.request_id.encode())], endpoint.dialect)
         try:
             self._auth.check(headers)
-            body = await read_body(receive, self._max_body)
-            payload, requested, stream = parse_request(body)
+            request, requested, stream = await self._read(receive, headers, endpoint)
             ex.model = self._catalog.known(requested, self._registry.known_models())
             if requested != ex.model:
-                body = with_model(payload, ex.model)
-            plan = self._plan(scope, ex.model, stream)
-            work = self._forward(scope, ex, payload, body, writer, plan)
-            await _until_disconnect(receive, work)
+                request.rename(ex.model)
+            if endpoint.protocol == "anthropic":
+                request.translation = Translated(endpoint, request.payload, ex.model)
+            plan = self._plan(scope, ex, request, stream)
+            work = self._forward(scope, ex, request, writer, plan)
+            await _until_disconnect(request.after_body(receive), work)
         except SwapgateError as exc:
             await self._tell(ex, writer, exc)
         except ConnectionAbortedError:
             # nginx's "client closed request"; 408 if the connection layer timed the client out
             writer.status = 408 if TIMED_OUT in (scope.get("extensions") or {}) else 499
         except Exception as exc:  # a bug of ours: still an OpenAI-shaped answer (SPEC §11)
-            log.error("internal error on %s (request %s): %r", ex.path, ex.request_id, exc)
+            log.error("internal error on %s (request %s): %r", ex.endpoint.path, ex.request_id, exc)
             log.debug("internal error on %s", ex.request_id, exc_info=True)
             internal = InternalError(
                 f"swapgate failed on this request ({ex.request_id}); it is logged, retry later"
@@ -121,21 +128,36 @@ class ProxyEndpoint:
         finally:
             self._record(ex, ex.failed.status if ex.failed else writer.status)
 
-    def _plan(self, scope: Scope, model: str, stream: bool) -> KeepalivePlan | None:
+    async def _read(
+        self, receive: Receive, headers: list[tuple[bytes, bytes]], endpoint: Endpoint
+    ) -> tuple[Request, str, bool]:
+        """The request, its ``model`` and whether it asks for a stream."""
+        if endpoint.multipart:
+            upload = await Upload.begin(receive, headers, self._max_body)
+            stream = upload.fields.get("stream", "").lower() == "true"
+            return Request({}, b"", upload), upload.fields["model"], stream
+        body = await read_body(receive, self._max_body)
+        payload, requested, stream = parse_request(body)
+        return Request(payload, body), requested, stream
+
+    def _plan(
+        self, scope: Scope, ex: Exchange, request: Request, stream: bool
+    ) -> KeepalivePlan | None:
         opted_out = any(
             name == OPT_OUT_HEADER and value.strip().lower() == b"off"
             for name, value in scope["headers"]
         )
-        chat = scope["path"].endswith("/chat/completions")
-        config = self._keepalive(model)
-        return plan_keepalive(config, stream=stream, chat=chat, opted_out=opted_out)
+        endpoint = ex.endpoint
+        if request.upload and request.upload.fields.get("response_format") in PLAIN_FORMATS:
+            endpoint = replace(endpoint, json_answer=False)  # text, SRT or WebVTT: no whitespace
+        config = self._keepalive(ex.model)
+        return plan_keepalive(config, stream=stream, endpoint=endpoint, opted_out=opted_out)
 
     async def _forward(
         self,
         scope: Scope,
         ex: Exchange,
-        payload: dict[str, Any],
-        body: bytes,
+        request: Request,
         writer: ResponseWriter,
         plan: KeepalivePlan | None,
     ) -> None:
@@ -149,7 +171,7 @@ class ProxyEndpoint:
         attempts = Attempts(self._router, ex.model)
         try:
             try:
-                response = await self._open(scope, ex, payload, body, attempts, progress)
+                response = await self._open(scope, ex, request, attempts, progress)
             except BaseException:
                 await _stop(pinging)
                 raise
@@ -171,8 +193,7 @@ class ProxyEndpoint:
         self,
         scope: Scope,
         ex: Exchange,
-        payload: dict[str, Any],
-        body: bytes,
+        request: Request,
         attempts: Attempts,
         progress: Progress,
     ) -> UpstreamResponse:
@@ -182,11 +203,15 @@ class ProxyEndpoint:
         while True:
             ex.route, ex.waited = lease.route, ex.waited + lease.waited
             try:
-                response = await self._send(scope, ex, payload, body, lease)
+                response = await self._send(scope, ex, request, lease)
             except UpstreamError as exc:
+                if request.upload is not None and request.upload.gone:
+                    raise ConnectionAbortedError("the client went away during its upload") from exc
                 self._metrics.upstream_errors.labels(lease.name, _error_kind(exc)).inc()
                 if isinstance(exc, UpstreamUnreachable) and lease.kind == "instance":
                     self._registry.mark_down(lease.name)  # the next poll brings it back
+                if request.upload is not None and request.upload.started:
+                    raise  # its bytes went to this upstream: there is no second copy
                 failed, next_lease = lease.route, attempts.next()
                 if next_lease is None:
                     raise
@@ -194,7 +219,7 @@ class ProxyEndpoint:
                             next_lease.route)  # fmt: skip
                 lease = next_lease
                 continue
-            if response.status in RETRYABLE_STATUS:
+            if response.status in RETRYABLE_STATUS and request.replayable:
                 failed_name = lease.name
                 next_lease = attempts.next()
                 if next_lease is not None:
@@ -217,8 +242,13 @@ class ProxyEndpoint:
         (after keep-alives committed a 200) its body, or its failure in-band."""
         if not writer.started:
             headers = self._response_headers(response, ex)
-            mode: BodyMode = "events" if response.is_event_stream else "body"
+            events = response.is_event_stream
+            if ex.translation is not None:
+                headers = ex.translation.answer_headers(response.status, events, headers)
+            mode: BodyMode = "events" if events else "body"
             await writer.start(response.status, headers, mode)
+        elif ex.translation is not None:
+            ex.translation.answer_headers(response.status, response.is_event_stream, [])
         elif not response.ok:
             detail = await response.excerpt()
             error = UpstreamError(f"{ex.route} answered {response.status}: {detail}")
@@ -227,15 +257,28 @@ class ProxyEndpoint:
         await self._relay_body(response, writer, ex, lease, pinging)
 
     async def _send(
-        self, scope: Scope, ex: Exchange, payload: dict[str, Any], body: bytes, lease: Lease
+        self, scope: Scope, ex: Exchange, request: Request, lease: Lease
     ) -> UpstreamResponse:
-        url = lease.upstream.url_for(scope["path"]) + _query(scope)
-        if lease.upstream_model != ex.model:
-            body = with_model(payload, lease.upstream_model)
-        headers = upstream_headers(scope["headers"], ex.request_id, lease.upstream.api_key)
-        response = await self._client.open(
-            scope["method"], url, headers, body, lease.upstream.read_timeout
-        )
+        path, body = scope["path"], request.body
+        speaks = ex.endpoint.protocol in lease.upstream.protocols
+        ex.translation = None if speaks else request.translation
+        if ex.translation is not None:
+            path, body = CHAT_PATH, ex.translation.request(lease.upstream_model)
+        elif lease.upstream_model != ex.model:
+            body = request.renamed(lease.upstream_model)
+        url = lease.upstream.url_for(path) + _query(scope)
+        key = lease.upstream.api_key
+        upload = request.upload
+        if upload is None:
+            headers = upstream_headers(scope["headers"], ex.request_id, key)
+            response = await self._client.open(
+                scope["method"], url, headers, body, lease.upstream.read_timeout
+            )
+        else:
+            headers = upstream_headers(scope["headers"], ex.request_id, key, upload.headers())
+            response = await self._client.open(
+                scope["method"], url, headers, upload.stream(), lease.upstream.read_timeout
+            )
         if response.status in AUTH_STATUS:
             response.close()
             refused = UpstreamRefusedKey(_refused_key(lease, response.status))
@@ -265,13 +308,19 @@ class ProxyEndpoint:
         upstream that breaks off or stalls past ``stream_idle_timeout`` after the status went
         out (SPEC §4.7) is told as the writer's mode allows; either way the request counts as
         failed."""
+        translation = ex.translation
         try:
             async for chunk in response.chunks():
                 if pinging is not None:
                     await _stop(pinging)
                     pinging = None
                     writer.upstream_body(writer.mode == "pings")
+                if translation is not None:
+                    chunk = translation.feed(chunk)
+                    if not chunk:
+                        continue
                 await writer.write(chunk)
+            last = translation.close() if translation is not None else b""
         except (UpstreamError, UpstreamTimeout) as exc:
             kind = "stall" if isinstance(exc, UpstreamTimeout) else "broken"
             self._metrics.upstream_errors.labels(lease.name, kind).inc()
@@ -279,7 +328,7 @@ class ProxyEndpoint:
             await self._tell(ex, writer, exc)
             return
         response.release()
-        await writer.end()
+        await writer.end(last)
 
     async def _tell(self, ex: Exchange, writer: ResponseWriter, exc: SwapgateError) -> None:
         """The one way to report a failure: the writer knows what the client got so far."""
@@ -294,12 +343,57 @@ class ProxyEndpoint:
     def _record(self, ex: Exchange, status: int) -> None:
         elapsed = time.perf_counter() - ex.started
         self._metrics.request_done(ex.model, ex.route, status, elapsed, ex.waited)
+        self._metrics.endpoint_done(ex.endpoint.label, status)
         if self._access_log:
             log.info(
                 '"%s %s" %d model=%s route=%s wait_ms=%d ms=%.1f id=%s',
-                ex.method, ex.path, status, ex.model, ex.route,
+                ex.method, ex.endpoint.path, status, ex.model, ex.route,
                 round(ex.waited * 1000), elapsed * 1000, ex.request_id,
             )  # fmt: skip
+
+
+@dataclass(slots=True)
+class Request:
+    """What the client sent, as parsed: a JSON object and its bytes, or an upload to stream;
+    and its translation for upstreams that need one (a Messages request)."""
+
+    payload: dict[str, Any]
+    body: bytes
+    upload: Upload | None = None
+    translation: Translated | None = None
+
+    def rename(self, model: str) -> None:
+        """The model is called ``model`` from here on (an alias resolved)."""
+        if self.upload is not None:
+            self.upload.rename_model(model)
+        else:
+            self.body = with_model(self.payload, model)
+            self.payload = {**self.payload, "model": model}
+
+    def renamed(self, model: str) -> bytes:
+        """The body for an upstream that calls the model ``model``; an upload is renamed as
+        it stands, since it goes upstream once."""
+        if self.upload is not None:
+            self.upload.rename_model(model)
+            return b""
+        return with_model(self.payload, model)
+
+    @property
+    def replayable(self) -> bool:
+        return self.upload is None or not self.upload.started
+
+    def after_body(self, receive: Receive) -> Receive:
+        """``receive`` for the disconnect watcher: an upload's body is the proxy's to read
+        first, so its watcher starts listening once all of it came."""
+        upload = self.upload
+        if upload is None or upload.read.is_set():
+            return receive
+
+        async def after() -> Message:
+            await upload.read.wait()
+            return await receive()
+
+        return after
 
 
 async def _until_disconnect(receive: Receive, work: Coroutine[Any, Any, None]) -> None:

@@ -2,9 +2,10 @@
 
 When the upstream's headers have not arrived ``early_headers_after`` into a request, the
 ``Pinger`` commits ``200`` with its own headers and then writes one keep-alive every ``interval``:
-an SSE comment, a chat chunk with ``reasoning_content``, or a newline before a JSON body. From
-then on a failure can only be told in-band: one ``data: {"error": ...}`` event, or an error
-object as the JSON body. The upstream's bytes, when they come, follow unchanged.
+an SSE comment (Anthropic's ``ping`` event on its endpoints), a chat chunk with
+``reasoning_content``, or a newline before a JSON body. From then on a failure can only be told
+in-band, in the endpoint's dialect: one error event, or an error object as the JSON body. The
+upstream's bytes, when they come, follow unchanged.
 """
 
 from __future__ import annotations
@@ -19,14 +20,16 @@ from typing import Literal
 from swapgate.config import KeepaliveConfig
 from swapgate.lease import Progress
 from swapgate.metrics import Metrics
+from swapgate.proxy.endpoints import Endpoint
 from swapgate.proxy.messages import BodyMode, ResponseWriter
 from swapgate.registry import Registry
 
-Kind = Literal["comment", "reasoning", "whitespace"]
+Kind = Literal["comment", "ping", "reasoning", "whitespace"]
 OPT_OUT_HEADER = b"x-swapgate-keepalive"
 _VERBS = {"loading": "loading", "queued": "queued for", "waiting": "waiting for"}
 _CONTENT_TYPES = {
     "comment": b"text/event-stream",
+    "ping": b"text/event-stream",
     "reasoning": b"text/event-stream",
     "whitespace": b"application/json",
 }
@@ -44,18 +47,20 @@ class KeepalivePlan:
 
 
 def plan_keepalive(
-    config: KeepaliveConfig, *, stream: bool, chat: bool, opted_out: bool
+    config: KeepaliveConfig, *, stream: bool, endpoint: Endpoint, opted_out: bool
 ) -> KeepalivePlan | None:
-    """The keep-alive a request gets, or None when it waits silently."""
+    """The keep-alive a request gets, or None when it waits silently: an answer that is not
+    JSON (audio, plain text) cannot take leading whitespace."""
     if opted_out:
         return None
     kind: Kind
     if stream:
         if config.streaming == "off":
             return None
-        kind = "reasoning" if config.streaming == "reasoning" and chat else "comment"
+        reasoning = config.streaming == "reasoning" and endpoint.chat
+        kind = "reasoning" if reasoning else endpoint.dialect.ping_kind
     else:
-        if config.non_streaming == "off":
+        if config.non_streaming == "off" or not endpoint.json_answer:
             return None
         kind = "whitespace"
     return KeepalivePlan(kind, config.early_headers_after, config.interval)
@@ -94,9 +99,9 @@ class Pinger:
     def ping(self) -> bytes:
         if self.plan.kind == "whitespace":
             return b"\n"
-        if self.plan.kind == "comment":
-            return f": swapgate {self._status()}\n\n".encode()
-        return self._reasoning_chunk()
+        if self.plan.kind == "reasoning":
+            return self._reasoning_chunk()
+        return self._writer.dialect.ping(self._status())
 
     def _headers(self) -> list[tuple[bytes, bytes]]:
         waited = round((time.monotonic() - self._started) * 1000)

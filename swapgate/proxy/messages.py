@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from starlette.types import Receive, Send
 
 from swapgate.errors import BadRequest, RequestTooLarge, SwapgateError
+from swapgate.proxy.endpoints import OPENAI, Dialect
 
 # Never forwarded (docs/compatibility.md, "Headers", says which engine each one matters to):
 # hop-by-hop headers; every credential a client library sends (SPEC §4.1); what swapgate sets
@@ -79,21 +81,28 @@ def with_model(payload: dict[str, Any], model: str) -> bytes:
     return json.dumps({**payload, "model": model}, separators=(",", ":")).encode()
 
 
+JSON_BODY = (("content-type", "application/json"),)
+
+
 def upstream_headers(
-    scope_headers: list[tuple[bytes, bytes]], request_id: str, api_key: str | None
+    scope_headers: list[tuple[bytes, bytes]],
+    request_id: str,
+    api_key: str | None,
+    body: Sequence[tuple[str, str]] = JSON_BODY,
 ) -> list[tuple[str, str]]:
     """What goes upstream: the client's headers less ``DROP_REQUEST``, and swapgate's own.
 
-    The body was parsed as a JSON object, so it goes as ``application/json`` whatever the client
-    said: without it aiohttp would send ``application/octet-stream``, which vLLM and SGLang
-    answer with 400, llama-swap with 404 and llama-cpp-python with 422.
+    A body parsed as a JSON object goes as ``application/json`` whatever the client said:
+    without it aiohttp would send ``application/octet-stream``, which vLLM and SGLang answer
+    with 400, llama-swap with 404 and llama-cpp-python with 422. An upload says its own
+    (``body``: its boundary and length).
     """
     headers = [
         (name.decode("latin-1"), value.decode("latin-1"))
         for name, value in scope_headers
         if name not in DROP_REQUEST
     ]
-    headers.append(("content-type", "application/json"))
+    headers.extend(body)
     headers.append(("x-request-id", request_id))
     if api_key:
         headers.append(("authorization", f"Bearer {api_key}"))
@@ -110,9 +119,12 @@ class ResponseWriter:
     """Sends one ASGI response, remembers how far it got, and tells a failure the one way
     that is still possible (SPEC §4.7, §4.8, §11)."""
 
-    def __init__(self, send: Send, headers: list[tuple[bytes, bytes]]) -> None:
+    def __init__(
+        self, send: Send, headers: list[tuple[bytes, bytes]], dialect: Dialect = OPENAI
+    ) -> None:
         self._send = send
         self.headers = headers  # swapgate's own, added to whatever status goes out
+        self.dialect = dialect
         self.status = 0
         self.mode: BodyMode | None = None
 
@@ -141,23 +153,19 @@ class ResponseWriter:
 
     async def error(self, exc: SwapgateError) -> None:
         await self.start(exc.status, exc.headers())
-        await self.end(exc.body())
+        await self.end(self.dialect.error_body(exc))
 
     async def fail(self, exc: SwapgateError) -> None:
-        """Tell ``exc``: as the status if none went out; after SSE, as one error event; after
-        whitespace, as the JSON error object. A body of the upstream's half sent is left
-        unended, which makes the ASGI server cut the connection: never a short body that
-        looks whole."""
+        """Tell ``exc`` in the client's dialect: as the status if none went out; after SSE, as
+        one error event; after whitespace, as the error object. A body of the upstream's half
+        sent is left unended, which makes the ASGI server cut the connection: never a short
+        body that looks whole."""
         if not self.started:
             await self.error(exc)
             return
         if self.mode == "body":
             return
-        body = exc.body() if self.mode == "whitespace" else sse_error(exc)
+        dialect = self.dialect
+        body = dialect.error_body(exc) if self.mode == "whitespace" else dialect.error_event(exc)
         with contextlib.suppress(Exception):  # the client may be gone too
             await self.end(body)
-
-
-def sse_error(exc: SwapgateError) -> bytes:
-    """The one in-band event that ends a stream that can no longer change its status."""
-    return b"data: " + exc.body() + b"\n\n"

@@ -8,7 +8,7 @@ re-encoded: the bytes the upstream sends are the bytes the client gets.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from functools import partial
 
 import aiohttp
@@ -16,6 +16,7 @@ import aiohttp
 from swapgate.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
 
 Headers = Sequence[tuple[str, str]]
+Body = bytes | AsyncIterable[bytes]  # an upload streams through
 RawHeaders = list[tuple[bytes, bytes]]
 CONNECT_TIMEOUT = 10.0
 # Idle pooled connections are dropped sooner than servers drop them (uvicorn, under vLLM, after
@@ -92,7 +93,7 @@ class UpstreamClient:
         method: str,
         url: str,
         headers: Headers,
-        body: bytes,
+        body: Body,
         read_timeout: float | None = None,
     ) -> UpstreamResponse:
         """Send the request and return once the upstream's status and headers arrived;
@@ -113,11 +114,11 @@ class UpstreamClient:
         return UpstreamResponse(response)
 
     async def _send(
-        self, method: str, url: str, headers: Headers, body: bytes, timeout: aiohttp.ClientTimeout
+        self, method: str, url: str, headers: Headers, body: Body, timeout: aiohttp.ClientTimeout
     ) -> aiohttp.ClientResponse:
         """Send once; once more if a pooled connection the server closed as the request went out
         brought no answer (completions have no side effects; the pool dropped that connection).
-        """
+        An upload streams once: it is not sent again."""
         assert self._session is not None, "UpstreamClient.start() was not awaited"
         send = partial(
             self._session.request,
@@ -126,6 +127,6 @@ class UpstreamClient:
         try:
             return await send()
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            if isinstance(exc, aiohttp.ClientConnectorError):
-                raise  # nothing listens: no second try
+            if isinstance(exc, aiohttp.ClientConnectorError) or not isinstance(body, bytes):
+                raise  # nothing listens, or the body is gone: no second try
             return await send()

@@ -1,6 +1,8 @@
 """The simulator's HTTP face: the llama-swap, Ollama or OpenAI flavour, plus ``/sim/*``.
 
-Like the real servers, a request for a cold model gets no header until the load is done.
+Like the real servers, a request for a cold model gets no header until the load is done. The
+APIs it speaks (`apis.PATHS`: OpenAI's, and Anthropic's with ``protocols``) share one path
+through `SimServer._generate`: key, body, model, load, then an answer of its kind.
 ``GET /sim/stats`` counts loads, unloads, completed and cancelled generations for tests and
 rehearsals; ``POST /sim/faults`` changes the fault rates and load time of a running simulator.
 """
@@ -8,16 +10,19 @@ rehearsals; ``POST /sim/faults`` changes the fault rates and load time of a runn
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from starlette.applications import Starlette
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+import swapgate.sim.apis as apis
 import swapgate.sim.completions as completions
 from swapgate.sim.backend import Backend, LoadFailed, SimConfig
 
@@ -31,6 +36,8 @@ FAULTS = (
     "prefill",
     "token_rate",
 )
+FORM_FIELD_LIMIT = 64 * 1024  # an upload's other fields; the file itself spools to disk
+BODY_WANTED = {"transcription": "send multipart/form-data with a 'model' and a 'file'"}
 
 
 class ClientGone(Exception):
@@ -52,10 +59,10 @@ class SimServer:
             Route("/sim/faults", self.faults, methods=["POST"]),
             Route("/sim/last-response", self.last_response),
             Route("/v1/models", self.list_models),
-            Route("/v1/chat/completions", self.chat, methods=["POST"]),
-            Route("/v1/completions", self.complete, methods=["POST"]),
-            Route("/v1/embeddings", self.embed, methods=["POST"]),
         ]
+        for protocol in self.config.protocols:
+            for path, kind in apis.PATHS[protocol].items():
+                routes.append(Route(path, self._endpoint(kind), methods=["POST"]))
         flavour = {
             "llama-swap": [
                 Route("/health", self.ok),
@@ -97,37 +104,34 @@ class SimServer:
         data = [{"id": m, "object": "model", "owned_by": "sim"} for m in self.config.models]
         return JSONResponse({"object": "list", "data": data})
 
-    async def chat(self, request: Request) -> Response:
-        return await self._generate(request, "chat")
+    def _endpoint(self, kind: str) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            return await self._generate(request, kind)
 
-    async def complete(self, request: Request) -> Response:
-        return await self._generate(request, "text")
-
-    async def embed(self, request: Request) -> Response:
-        return await self._generate(request, "embedding")
+        return endpoint
 
     async def _generate(self, request: Request, kind: str) -> Response:
-        refused = self._refuse(request)
+        refused = self._refuse(request, kind)
         if refused is not None:
             return refused
-        try:
-            body = await request.json()
+        async with _request_body(request, kind) as body:
+            if body is None or "model" not in body:
+                wanted = BODY_WANTED.get(kind, "send a JSON object with a 'model'")
+                return _error_for(kind, 400, "invalid_request_error", wanted)
             model = body["model"]
-        except (ValueError, KeyError, TypeError):
-            return _error(400, "invalid_request_error", "send a JSON object with a 'model'")
-        if model not in self.config.models:
-            return _error(404, "model_not_found", f"model {model!r} not found")
-        counters = self.backend.counters
-        counters["requests"] += 1
-        if self.config.grow_rss:
-            self.backend.leaked.append(b"\x01" * self.config.grow_rss)  # written: resident
-        try:
-            return await _unless_disconnected(request, self._answer(kind, model, body))
-        except ClientGone:
-            counters["cancelled"] += 1
-            return Response(status_code=499)
-        except LoadFailed as exc:
-            return _error(502, "load_failed", str(exc))
+            if model not in self.config.models:
+                return _error_for(kind, 404, "model_not_found", f"model {model!r} not found")
+            counters = self.backend.counters
+            counters["requests"] += 1
+            if self.config.grow_rss:
+                self.backend.leaked.append(b"\x01" * self.config.grow_rss)  # written: resident
+            try:
+                return await _unless_disconnected(request, self._answer(kind, model, body))
+            except ClientGone:
+                counters["cancelled"] += 1
+                return Response(status_code=499)
+            except LoadFailed as exc:
+                return _error_for(kind, 502, "load_failed", str(exc))
 
     async def _answer(self, kind: str, model: str, body: dict[str, Any]) -> Response:
         await self.backend.ensure_loaded(model)
@@ -135,30 +139,33 @@ class SimServer:
             self.backend.counters["hung"] += 1
             await asyncio.Event().wait()
         await asyncio.sleep(self.config.ttft)
-        if kind == "embedding":
-            return self._json_answer(completions.embeddings(model, body))
-        words = completions.tokens(model, completions.max_tokens(body, self.config.max_tokens))
+        instant = apis.INSTANT.get(kind)
+        if instant is not None:
+            return self._whole(await instant(model, body))
+        api = apis.TOKEN_APIS[kind]
+        said = api.reply(model, body, completions.max_tokens(body, self.config.max_tokens))
         if body.get("stream") is True:
             return StreamingResponse(
-                self._stream(kind, model, words), media_type="text/event-stream"
+                self._stream(api, model, body, said), media_type="text/event-stream"
             )
-        await asyncio.sleep(len(words) / self.config.token_rate)
-        return self._json_answer(completions.completion(kind, model, "".join(words), len(words)))
+        await asyncio.sleep(len(said.pieces) / self.config.token_rate)
+        return self._whole(apis.as_json(api.whole(model, body, said)))
 
-    def _json_answer(self, answer: dict[str, Any]) -> Response:
+    def _whole(self, answer: apis.Whole) -> Response:
         self.backend.counters["completed"] += 1
-        self.backend.last_body = json.dumps(answer).encode()
-        return Response(self.backend.last_body, media_type="application/json")
+        self.backend.last_body = answer.content
+        return Response(answer.content, media_type=answer.media_type)
 
-    async def _stream(self, kind: str, model: str, words: list[str]) -> AsyncIterator[bytes]:
+    async def _stream(
+        self, api: apis.TokenApi, model: str, body: dict[str, Any], said: completions.Reply
+    ) -> AsyncIterator[bytes]:
         counters = self.backend.counters
-        crash_at = len(words) // 2 if self.backend.roll(self.config.crash_mid_stream_rate) else None
+        crash = self.backend.roll(self.config.crash_mid_stream_rate)
+        pace = completions.Pace(self.config.token_rate, len(said.pieces) // 2 if crash else None)
         counters["active"] += 1
         try:
             await asyncio.sleep(self.config.prefill)
-            async for chunk in completions.sse_chunks(
-                kind, model, words, self.config.token_rate, crash_at
-            ):
+            async for chunk in api.stream(model, body, said, pace):
                 yield chunk
         except asyncio.CancelledError:
             counters["cancelled"] += 1
@@ -171,11 +178,13 @@ class SimServer:
         finally:
             counters["active"] -= 1
 
-    def _refuse(self, request: Request) -> Response | None:
+    def _refuse(self, request: Request, kind: str) -> Response | None:
         key = self.config.api_key
-        if key and request.headers.get("authorization") != f"Bearer {key}":
-            return _error(401, "invalid_api_key", "the simulator wants its own --api-key")
-        return None
+        if not key or request.headers.get("authorization") == f"Bearer {key}":
+            return None
+        if kind in apis.ANTHROPIC and request.headers.get("x-api-key") == key:
+            return None
+        return _error_for(kind, 401, "invalid_api_key", "the simulator wants its own --api-key")
 
     # -- llama-swap ----------------------------------------------------------------------------
 
@@ -256,6 +265,33 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
 async def _disconnect(request: Request) -> None:
     while (await request.receive())["type"] != "http.disconnect":
         pass
+
+
+@asynccontextmanager
+async def _request_body(request: Request, kind: str) -> AsyncIterator[dict[str, Any] | None]:
+    """The request's JSON object, or for an upload its form (files closed after); None if bad."""
+    if kind != "transcription":
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        yield body if isinstance(body, dict) else None
+        return
+    try:
+        form = await request.form(max_files=1, max_fields=16, max_part_size=FORM_FIELD_LIMIT)
+    except HTTPException:  # a form beyond those limits, or not a form at all
+        yield None
+        return
+    try:
+        yield dict(form) if isinstance(form.get("file"), UploadFile) else None
+    finally:
+        await form.close()
+
+
+def _error_for(kind: str, status: int, code: str, message: str) -> JSONResponse:
+    if kind in apis.ANTHROPIC:
+        return JSONResponse(apis.anthropic_error(status, message), status_code=status)
+    return _error(status, code, message)
 
 
 def _error(status: int, code: str, message: str) -> JSONResponse:

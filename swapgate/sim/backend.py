@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger("swapgate.sim")
+PROTOCOLS = ("openai", "anthropic")  # the APIs a simulator can speak, each its set of paths
 
 
 @dataclass
@@ -30,6 +31,13 @@ class SimConfig:
     api_key: str | None = None
     seed: int | None = None
     grow_rss: int = 0  # bytes it keeps resident per request: a leak, to test recycling
+    protocols: tuple[str, ...] = ("openai",)
+
+    def __post_init__(self) -> None:
+        unknown = ", ".join(repr(p) for p in self.protocols if p not in PROTOCOLS)
+        if unknown or not self.protocols:
+            problem = f"unknown protocol {unknown}" if unknown else "no protocol"
+            raise ValueError(f"{problem}; known: {', '.join(PROTOCOLS)}")
 
 
 class LoadFailed(Exception):

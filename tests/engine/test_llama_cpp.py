@@ -10,7 +10,9 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -181,3 +183,40 @@ def _flat(embedding: object) -> list[float]:
     if embedding and isinstance(embedding[0], list):
         return [x for row in embedding for x in row]
     return [float(x) for x in embedding]
+
+
+def test_anthropic_messages_reach_the_engine_as_chat_and_come_back_as_messages(fleet) -> None:
+    """llama-cpp-python speaks no Messages: the anthropic SDK's requests go to it translated."""
+    gw, _ = fleet
+    ask: Any = [{"role": "user", "content": "Say hello to Paris."}]
+    with anthropic.Anthropic(base_url=gw.url, api_key="x", max_retries=0, timeout=60) as client:
+        raw = client.messages.with_raw_response.create(
+            model="gemma-a", max_tokens=8, system="You are brief.", messages=ask,
+            extra_headers=QUIET,  # the final headers, not keep-alives committed before them
+        )  # fmt: skip
+        with client.messages.stream(model="gemma-b", max_tokens=8, messages=ask) as stream:
+            texts = list(stream.text_stream)
+            streamed = stream.get_final_message()
+        counted = client.messages.count_tokens(
+            model="gemma-a", system="You are brief.", messages=ask
+        )
+    message = raw.parse()
+    assert raw.headers["x-swapgate-translated"] == "chat-completions"
+    assert message.content[0].type == "text"
+    assert message.content[0].text.strip()
+    assert message.model == "gemma-a"
+    assert message.stop_reason in ("end_turn", "max_tokens")
+    assert 0 < message.usage.output_tokens <= 8
+    assert message.usage.input_tokens > 5  # the engine's own count of the templated prompt
+    assert "".join(texts).strip()
+    assert streamed.stop_reason in ("end_turn", "max_tokens")
+    # count_tokens is a one-token chat of the same prompt: the engine counts it the same
+    assert counted.input_tokens == message.usage.input_tokens
+
+
+def test_an_endpoint_the_engine_lacks_answers_with_its_own_404(fleet) -> None:
+    gw, _ = fleet
+    body = {"model": "gemma-a", "input": "hello"}
+    answer = httpx.post(f"{gw.url}/v1/responses", json=body, headers=QUIET, timeout=60)
+    assert answer.status_code == 404  # llama-cpp-python serves no Responses API
+    assert answer.headers["x-swapgate-route"].startswith("instance/llama-")

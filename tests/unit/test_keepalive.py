@@ -11,6 +11,7 @@ from swapgate.config import KeepaliveConfig, parse_config
 from swapgate.errors import SwapFailed
 from swapgate.lease import Progress
 from swapgate.metrics import Metrics
+from swapgate.proxy.endpoints import ANTHROPIC, ENDPOINTS, RESPONSES, Dialect, Endpoint
 from swapgate.proxy.keepalive import KeepalivePlan, Pinger, plan_keepalive
 from swapgate.proxy.messages import BodyMode, ResponseWriter
 from swapgate.registry import Registry
@@ -18,23 +19,34 @@ from swapgate.registry import Registry
 DEFAULT = KeepaliveConfig()
 
 
+CHAT, TEXT = ENDPOINTS["/v1/chat/completions"], ENDPOINTS["/v1/completions"]
+MESSAGES, SPEECH = ENDPOINTS["/v1/messages"], ENDPOINTS["/v1/audio/speech"]
+REASONING = KeepaliveConfig(streaming="reasoning")
+
+
 @pytest.mark.parametrize(
-    ("config", "stream", "chat", "opted_out", "kind"),
+    ("config", "stream", "endpoint", "opted_out", "kind"),
     [
-        (DEFAULT, True, True, False, "comment"),
-        (DEFAULT, False, True, False, "whitespace"),
-        (DEFAULT, True, True, True, None),
-        (KeepaliveConfig(streaming="reasoning"), True, True, False, "reasoning"),
-        (KeepaliveConfig(streaming="reasoning"), True, False, False, "comment"),
-        (KeepaliveConfig(streaming="off"), True, True, False, None),
-        (KeepaliveConfig(streaming="off"), False, True, False, "whitespace"),
-        (KeepaliveConfig(non_streaming="off"), False, True, False, None),
+        (DEFAULT, True, CHAT, False, "comment"),
+        (DEFAULT, False, CHAT, False, "whitespace"),
+        (DEFAULT, True, CHAT, True, None),
+        (REASONING, True, CHAT, False, "reasoning"),
+        (REASONING, True, TEXT, False, "comment"),
+        (KeepaliveConfig(streaming="off"), True, CHAT, False, None),
+        (KeepaliveConfig(streaming="off"), False, CHAT, False, "whitespace"),
+        (KeepaliveConfig(non_streaming="off"), False, CHAT, False, None),
+        (DEFAULT, True, ENDPOINTS["/v1/responses"], False, "comment"),
+        (DEFAULT, True, MESSAGES, False, "ping"),  # Anthropic's own keep-alive event
+        (REASONING, True, MESSAGES, False, "ping"),
+        (DEFAULT, False, MESSAGES, False, "whitespace"),
+        (DEFAULT, False, SPEECH, False, None),  # audio bytes cannot start with a newline
+        (DEFAULT, True, SPEECH, False, "comment"),
     ],
 )
 def test_plan(
-    config: KeepaliveConfig, stream: bool, chat: bool, opted_out: bool, kind: str | None
+    config: KeepaliveConfig, stream: bool, endpoint: Endpoint, opted_out: bool, kind: str | None
 ) -> None:
-    plan = plan_keepalive(config, stream=stream, chat=chat, opted_out=opted_out)
+    plan = plan_keepalive(config, stream=stream, endpoint=endpoint, opted_out=opted_out)
     assert (plan.kind if plan else None) == kind
 
 
@@ -50,7 +62,7 @@ def test_per_model_overrides_merge_with_the_global_section() -> None:
     assert settings.keepalive_for("other") == KeepaliveConfig(interval=2.0)
 
 
-def _pinger(kind: str, state: str = "loading") -> Pinger:
+def _pinger(kind: str, state: str = "loading", dialect: Dialect | None = None) -> Pinger:
     settings = parse_config({"instances": [{"name": "gpu-a", "url": "http://x"}]})
     registry = Registry(settings.instances, Catalog(settings))
     registry.begin_swap("gpu-a", "m", eta=27.4)
@@ -59,15 +71,20 @@ def _pinger(kind: str, state: str = "loading") -> Pinger:
         raise AssertionError("not sent in these tests")
 
     plan = KeepalivePlan(kind, 1.0, 5.0)  # type: ignore[arg-type]
-    return Pinger(
-        plan, ResponseWriter(send, []), "m", Progress("gpu-a", state), registry, Metrics()
-    )
+    writer = ResponseWriter(send, [], dialect) if dialect else ResponseWriter(send, [])
+    return Pinger(plan, writer, "m", Progress("gpu-a", state), registry, Metrics())
 
 
 def test_comment_pings_say_model_instance_eta_and_elapsed() -> None:
     assert _pinger("comment").ping() == b": swapgate loading m on gpu-a, eta 28s, elapsed 0s\n\n"
     queued = _pinger("comment", "queued").ping()
     assert queued.startswith(b": swapgate queued for m on gpu-a, eta ")
+
+
+def test_anthropic_pings_are_its_ping_event_after_the_same_comment() -> None:
+    lines = _pinger("ping", dialect=ANTHROPIC).ping().split(b"\n")
+    assert lines[0] == b": swapgate loading m on gpu-a, eta 28s, elapsed 0s"
+    assert lines[1:] == [b"event: ping", b'data: {"type": "ping"}', b"", b""]
 
 
 def test_reasoning_pings_are_chat_chunks() -> None:
@@ -91,14 +108,29 @@ def test_whitespace_pings_and_errors() -> None:
     assert event.endswith(b"\n\n")
 
 
-async def _failed_after_pings(mode: BodyMode) -> bytes:
+def test_errors_after_the_200_take_the_endpoints_dialect() -> None:
+    event = asyncio.run(_failed_after_pings("pings", RESPONSES))
+    assert event.startswith(b"event: error\ndata: ")
+    data = json.loads(event.split(b"data: ", 1)[1])
+    assert (data["type"], data["code"], data["message"]) == ("error", "swap_failed", "boom")
+    assert data["error"]["code"] == "swap_failed"  # what the openai SDK raises APIError on
+    event = asyncio.run(_failed_after_pings("pings", ANTHROPIC))
+    assert event.startswith(b"event: error\ndata: ")
+    data = json.loads(event.split(b"data: ", 1)[1])
+    assert data == {"type": "error", "error": {"type": "overloaded_error", "message": "boom"}}
+    body = json.loads(asyncio.run(_failed_after_pings("whitespace", ANTHROPIC)))
+    assert body["type"] == "error"
+    assert body["error"]["type"] == "overloaded_error"
+
+
+async def _failed_after_pings(mode: BodyMode, dialect: Dialect | None = None) -> bytes:
     """What a writer that committed with keep-alives of ``mode`` ends with on a failure."""
     sent: list[dict[str, Any]] = []
 
     async def send(message: Any) -> None:
         sent.append(message)
 
-    writer = ResponseWriter(send, [])
+    writer = ResponseWriter(send, [], dialect) if dialect else ResponseWriter(send, [])
     await writer.start(200, [], mode)
     await writer.fail(SwapFailed("boom"))
     assert sent[-1]["more_body"] is False

@@ -1,0 +1,162 @@
+"""Chat completion chunks, streamed, as Anthropic Messages events (swapgate/proxy/anthropic.py
+translates the rest of a Messages request and its answer)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from swapgate.proxy.anthropic import (
+    _compact,
+    _dict,
+    _error_message,
+    _list,
+    _message,
+    _stop_reason,
+    _str,
+    _usage,
+    error_body,
+)
+
+
+class StreamTranslator:
+    """Chat completion SSE bytes (arbitrary chunk boundaries) -> Anthropic Messages SSE bytes.
+
+    Blocks are numbered in the order they open; at most one is open. A finish_reason closes
+    it; ``[DONE]`` (or the end of the body) sends message_delta and message_stop, once. An
+    upstream error, or data that is not JSON, becomes one ``error`` event that ends the stream.
+    """
+
+    def __init__(self, model: str) -> None:
+        self._model = model
+        self._buffer = b""
+        self._data: list[str] = []  # the data lines of the event being read
+        self._started = False
+        self._done = False
+        self._blocks = 0
+        self._open: str | None = None  # "text" or "tool_use"
+        self._tool: tuple[Any, str] = (None, "")  # the open call's index and id
+        self._called_tools = False
+        self._finish: Any = None
+        self._usage = {"input_tokens": 0, "output_tokens": 0}
+        self._deltas = 0  # the output's chunks: its token count where the engine gives none
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The Anthropic events ``chunk`` completes (b"" if none yet)."""
+        if self._done:
+            return b""
+        self._buffer += chunk
+        *lines, self._buffer = self._buffer.split(b"\n")
+        return b"".join(self._line(line) for line in lines)
+
+    def close(self) -> bytes:
+        """The upstream's body ended: its last unterminated event, then what is still owed."""
+        out = self._line(self._buffer) + self._line(b"")
+        self._buffer = b""
+        return out + (b"" if self._done else self._end())
+
+    def _line(self, raw: bytes) -> bytes:
+        if self._done:
+            return b""
+        line = raw.removesuffix(b"\r").decode("utf-8", errors="replace")
+        if line.startswith("data:"):
+            self._data.append(line[5:].removeprefix(" "))
+        elif not line and self._data:
+            data, self._data = "\n".join(self._data), []
+            return self._event(data)
+        return b""  # comments, other fields, blank lines between events
+
+    def _event(self, data: str) -> bytes:
+        if data.strip() == "[DONE]":
+            return self._end()
+        try:
+            chunk = json.loads(data)
+        except (ValueError, RecursionError):
+            return self._fail("the backend's stream sent data that is not JSON")
+        if not isinstance(chunk, dict):
+            return self._fail("the backend's stream sent data that is not a JSON object")
+        if chunk.get("error") is not None:
+            return self._fail(_error_message(chunk) or "the backend's stream failed")
+        out = self._start(chunk.get("id"))
+        if isinstance(chunk.get("usage"), dict):  # the last chunk's, often with no choices
+            self._usage = _usage(chunk["usage"])
+        choices = _list(chunk.get("choices"))  # one choice: a request from /v1/messages has no n
+        return out + (self._choice(_dict(choices[0])) if choices else b"")
+
+    def _choice(self, choice: dict[str, Any]) -> bytes:
+        delta = _dict(choice.get("delta"))
+        out = b""
+        if isinstance(delta.get("content"), str) and delta["content"]:
+            if self._open != "text":
+                out += self._open_block({"type": "text", "text": ""})
+            out += self._delta({"type": "text_delta", "text": delta["content"]})
+        for call in map(_dict, _list(delta.get("tool_calls"))):
+            out += self._tool_call(call)
+        if choice.get("finish_reason") is not None:
+            self._finish = choice["finish_reason"]
+            out += self._close_block()
+        return out
+
+    def _tool_call(self, call: dict[str, Any]) -> bytes:
+        index, call_id = call.get("index"), _str(call.get("id"))
+        function = _dict(call.get("function"))
+        out = b""
+        new_id = call_id and call_id != self._tool[1]  # engines repeat the id, or send it once
+        if self._open != "tool_use" or index != self._tool[0] or new_id:
+            self._tool = (index, call_id or "toolu_" + uuid.uuid4().hex)
+            self._called_tools = True
+            name = _str(function.get("name"))
+            out += self._open_block(
+                {"type": "tool_use", "id": self._tool[1], "name": name, "input": {}}
+            )
+        if isinstance(function.get("arguments"), str) and function["arguments"]:
+            out += self._delta({"type": "input_json_delta", "partial_json": function["arguments"]})
+        return out
+
+    def _start(self, chunk_id: Any) -> bytes:
+        if self._started:
+            return b""
+        self._started = True
+        message = _message(chunk_id, self._model, [], None, {})
+        return _sse({"type": "message_start", "message": message})
+
+    def _open_block(self, block: dict[str, Any]) -> bytes:
+        out = self._close_block()
+        self._open = block["type"]
+        self._blocks += 1
+        return out + _sse(
+            {"type": "content_block_start", "index": self._blocks - 1, "content_block": block}
+        )
+
+    def _delta(self, delta: dict[str, Any]) -> bytes:
+        self._deltas += 1
+        return _sse({"type": "content_block_delta", "index": self._blocks - 1, "delta": delta})
+
+    def _close_block(self) -> bytes:
+        if self._open is None:
+            return b""
+        self._open = None
+        return _sse({"type": "content_block_stop", "index": self._blocks - 1})
+
+    def _end(self) -> bytes:
+        out = self._start(None) + self._close_block()
+        self._done = True
+        delta = {
+            "stop_reason": _stop_reason(self._finish, self._called_tools),
+            "stop_sequence": None,
+        }
+        usage = dict(self._usage)
+        if not usage["output_tokens"]:  # no usage chunk (llama-cpp-python ignores stream_options)
+            usage["output_tokens"] = self._deltas
+        out += _sse({"type": "message_delta", "delta": delta, "usage": usage})
+        return out + _sse({"type": "message_stop"})
+
+    def _fail(self, message: str) -> bytes:
+        self._done = True
+        return b"event: error\ndata: " + error_body(500, message) + b"\n\n"
+
+
+def _sse(event: dict[str, Any]) -> bytes:
+    kind: str = event["type"]
+    return b"event: " + kind.encode() + b"\ndata: " + _compact(event) + b"\n\n"

@@ -1,0 +1,100 @@
+"""The proxied endpoints (SPEC §4, §19) and the dialect each one speaks to its clients.
+
+Every endpoint is placed by its body's ``model`` and goes through the same request path; what
+differs is how an error or a keep-alive looks to the client (its ``Dialect``), whether leading
+whitespace is safe before its answer, how its body is read, and which protocol an upstream
+must speak to take the request as it is (else it is translated: swapgate/proxy/translated.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from swapgate.errors import SwapgateError
+from swapgate.proxy import anthropic
+
+Protocol = Literal["openai", "anthropic"]
+
+
+class Dialect:
+    """OpenAI's: errors are ``{"error": {...}}``, in-band one ``data:`` event (SPEC §5)."""
+
+    ping_kind: ClassVar[Literal["comment", "ping"]] = "comment"
+
+    def error_body(self, exc: SwapgateError) -> bytes:
+        return exc.body()
+
+    def error_event(self, exc: SwapgateError) -> bytes:
+        return b"data: " + exc.body() + b"\n\n"
+
+    def ping(self, status: str) -> bytes:
+        return f": swapgate {status}\n\n".encode()
+
+
+class ResponsesDialect(Dialect):
+    """The Responses API streams typed events: an error after the 200 is an ``error`` event.
+
+    Its data carries the event's own fields (``type``, ``code``, ``message``) for clients that
+    read the event, and the OpenAI error object, on which the openai SDK's stream raises
+    ``APIError`` (it raises on any event whose data has an ``error``)."""
+
+    def error_event(self, exc: SwapgateError) -> bytes:
+        error = json.loads(exc.body())["error"]
+        event = {
+            "type": "error",
+            "code": exc.code,
+            "message": exc.message,
+            "param": exc.param,
+            "sequence_number": 0,
+            "error": error,
+        }
+        return b"event: error\ndata: " + json.dumps(event).encode() + b"\n\n"
+
+
+class AnthropicDialect(Dialect):
+    """Anthropic's: ``{"type": "error", "error": {"type", "message"}}``; its own keep-alive
+    event, ``ping``, which its SDK skips (the comment before it says what swapgate waits for)."""
+
+    ping_kind: ClassVar[Literal["comment", "ping"]] = "ping"
+
+    def error_body(self, exc: SwapgateError) -> bytes:
+        return anthropic.error_body(exc.status, exc.message)
+
+    def error_event(self, exc: SwapgateError) -> bytes:
+        return b"event: error\ndata: " + self.error_body(exc) + b"\n\n"
+
+    def ping(self, status: str) -> bytes:
+        return f': swapgate {status}\nevent: ping\ndata: {{"type": "ping"}}\n\n'.encode()
+
+
+OPENAI, RESPONSES, ANTHROPIC = Dialect(), ResponsesDialect(), AnthropicDialect()
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    path: str
+    label: str  # in metrics and the access log: bounded, one per endpoint
+    dialect: Dialect = OPENAI
+    protocol: Protocol = "openai"  # what an upstream must speak to take the request unchanged
+    chat: bool = False  # keep-alives may be reasoning chunks
+    json_answer: bool = True  # a non-streaming answer is JSON: leading whitespace is safe
+    multipart: bool = False  # an upload: streamed through, ``model`` read from its form
+
+
+ENDPOINTS = {
+    e.path: e
+    for e in (
+        Endpoint("/v1/chat/completions", "chat", chat=True),
+        Endpoint("/v1/completions", "completions"),
+        Endpoint("/v1/embeddings", "embeddings"),
+        Endpoint("/v1/responses", "responses", RESPONSES),
+        Endpoint("/v1/messages", "messages", ANTHROPIC, "anthropic"),
+        Endpoint("/v1/messages/count_tokens", "count_tokens", ANTHROPIC, "anthropic"),
+        Endpoint("/v1/rerank", "rerank"),
+        Endpoint("/v1/images/generations", "images"),
+        Endpoint("/v1/audio/speech", "speech", json_answer=False),  # audio bytes
+        Endpoint("/v1/audio/transcriptions", "transcriptions", multipart=True),
+    )
+}

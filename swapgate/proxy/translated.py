@@ -1,0 +1,81 @@
+"""An Anthropic Messages request served by an upstream that speaks only chat completions.
+
+The request goes to ``/v1/chat/completions`` as chat (``count_tokens`` as a one-token chat
+whose usage counts the prompt), and the answer comes back as Messages: a stream event by
+event as its chunks arrive, a JSON body (or an upstream's error) once it is whole. What is
+carried and what is dropped is swapgate/proxy/anthropic.py's, listed in docs/compatibility.md.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from swapgate.errors import UpstreamError
+from swapgate.proxy import anthropic
+from swapgate.proxy.anthropic_stream import StreamTranslator
+from swapgate.proxy.endpoints import Endpoint
+
+CHAT_PATH = "/v1/chat/completions"
+HEADER = (b"x-swapgate-translated", b"chat-completions")
+# A chat completion's JSON answer is read whole to translate it; one larger than this is not
+# a chat answer.
+MAX_ANSWER_BYTES = 32 * 1024 * 1024
+
+
+class Translated:
+    def __init__(self, endpoint: Endpoint, payload: dict[str, Any], model: str) -> None:
+        """Translate the request now, so a body that cannot be carried is a 400 before any
+        swap starts for it."""
+        self._counting = endpoint.label == "count_tokens"
+        self._chat = (
+            anthropic.count_request(payload) if self._counting else anthropic.to_chat(payload)
+        )
+        self._model = model  # the name the client asked for, which its answer carries
+        self._stream: StreamTranslator | None = None
+        self._status = 0
+        self._whole: list[bytes] = []
+        self._size = 0
+
+    def request(self, upstream_model: str) -> bytes:
+        return json.dumps({**self._chat, "model": upstream_model}, separators=(",", ":")).encode()
+
+    def answer_headers(
+        self, status: int, event_stream: bool, headers: list[tuple[bytes, bytes]]
+    ) -> list[tuple[bytes, bytes]]:
+        """Begin the answer: the upstream's ``headers`` less what the translation changes."""
+        self._status = status
+        streaming = event_stream and 200 <= status < 300
+        if streaming:
+            self._stream = StreamTranslator(self._model)
+        kept = [(k, v) for k, v in headers if k.lower() not in (b"content-type", b"content-length")]
+        kind = b"text/event-stream" if streaming else b"application/json"
+        return [*kept, (b"content-type", kind), HEADER]
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self._stream is not None:
+            return self._stream.feed(chunk)
+        self._size += len(chunk)
+        if self._size > MAX_ANSWER_BYTES:
+            raise UpstreamError(f"the upstream's answer exceeds {MAX_ANSWER_BYTES} bytes")
+        self._whole.append(chunk)
+        return b""
+
+    def close(self) -> bytes:
+        if self._stream is not None:
+            return self._stream.close()
+        body = b"".join(self._whole)
+        if not 200 <= self._status < 300:
+            return anthropic.error_from_chat(self._status, body)
+        try:
+            answer = json.loads(body)
+        except ValueError:
+            raise UpstreamError("the upstream's chat answer is not JSON") from None
+        if not isinstance(answer, dict):
+            raise UpstreamError("the upstream's chat answer is not a JSON object")
+        translated = (
+            anthropic.count_answer(answer)
+            if self._counting
+            else anthropic.from_chat(answer, self._model)
+        )
+        return json.dumps(translated, separators=(",", ":")).encode()
