@@ -15,7 +15,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from swapgate.auth import ClientAuth
 from swapgate.catalog import Catalog
@@ -39,14 +39,12 @@ from swapgate.proxy.messages import (
     DROP_RESPONSE,
     BodyMode,
     ResponseWriter,
-    parse_request,
-    read_body,
     upstream_headers,
-    with_model,
 )
+from swapgate.proxy.request import Request, read_request
 from swapgate.proxy.request_id import request_id
 from swapgate.proxy.translated import CHAT_PATH, Translated
-from swapgate.proxy.upload import PLAIN_FORMATS, Upload
+from swapgate.proxy.upload import PLAIN_FORMATS
 from swapgate.proxy.upstream import UpstreamClient, UpstreamResponse
 from swapgate.registry import Registry
 from swapgate.router import Router
@@ -96,7 +94,8 @@ class ProxyEndpoint:
         writer = ResponseWriter(send, [(b"x-request-id", ex.request_id.encode())], endpoint.dialect)
         try:
             self._auth.check(headers)
-            request, requested, stream = await self._read(receive, headers, endpoint)
+            request = await read_request(receive, headers, endpoint, self._max_body)
+            requested, stream = request.model, request.stream
             ex.model = self._catalog.known(requested, self._registry.known_models())
             if requested != ex.model:
                 request.rename(ex.model)
@@ -127,18 +126,6 @@ class ProxyEndpoint:
             raise
         finally:
             self._record(ex, ex.failed.status if ex.failed else writer.status)
-
-    async def _read(
-        self, receive: Receive, headers: list[tuple[bytes, bytes]], endpoint: Endpoint
-    ) -> tuple[Request, str, bool]:
-        """The request, its ``model`` and whether it asks for a stream."""
-        if endpoint.multipart:
-            upload = await Upload.begin(receive, headers, self._max_body)
-            stream = upload.fields.get("stream", "").lower() == "true"
-            return Request({}, b"", upload), upload.fields["model"], stream
-        body = await read_body(receive, self._max_body)
-        payload, requested, stream = parse_request(body)
-        return Request(payload, body), requested, stream
 
     def _plan(
         self, scope: Scope, ex: Exchange, request: Request, stream: bool
@@ -350,50 +337,6 @@ class ProxyEndpoint:
                 ex.method, ex.endpoint.path, status, ex.model, ex.route,
                 round(ex.waited * 1000), elapsed * 1000, ex.request_id,
             )  # fmt: skip
-
-
-@dataclass(slots=True)
-class Request:
-    """What the client sent, as parsed: a JSON object and its bytes, or an upload to stream;
-    and its translation for upstreams that need one (a Messages request)."""
-
-    payload: dict[str, Any]
-    body: bytes
-    upload: Upload | None = None
-    translation: Translated | None = None
-
-    def rename(self, model: str) -> None:
-        """The model is called ``model`` from here on (an alias resolved)."""
-        if self.upload is not None:
-            self.upload.rename_model(model)
-        else:
-            self.body = with_model(self.payload, model)
-            self.payload = {**self.payload, "model": model}
-
-    def renamed(self, model: str) -> bytes:
-        """The body for an upstream that calls the model ``model``; an upload is renamed as
-        it stands, since it goes upstream once."""
-        if self.upload is not None:
-            self.upload.rename_model(model)
-            return b""
-        return with_model(self.payload, model)
-
-    @property
-    def replayable(self) -> bool:
-        return self.upload is None or not self.upload.started
-
-    def after_body(self, receive: Receive) -> Receive:
-        """``receive`` for the disconnect watcher: an upload's body is the proxy's to read
-        first, so its watcher starts listening once all of it came."""
-        upload = self.upload
-        if upload is None or upload.read.is_set():
-            return receive
-
-        async def after() -> Message:
-            await upload.read.wait()
-            return await receive()
-
-        return after
 
 
 async def _until_disconnect(receive: Receive, work: Coroutine[Any, Any, None]) -> None:

@@ -210,3 +210,21 @@ def test_six_field_crons_put_seconds_first() -> None:
     weekday = cron_trigger("45 7 * * 1-5", "Europe/Berlin")
     fire = weekday.get_next_fire_time(None, start)
     assert fire.isoformat() == "2026-12-03T07:45:00+01:00"
+
+
+def test_protocols_default_to_openai_and_name_what_is_known() -> None:
+    settings = parse_config(
+        {
+            "instances": [
+                {"name": "vllm", "url": "http://x"},
+                {"name": "llama", "url": "http://y", "protocols": ["openai", "anthropic"]},
+            ],
+            "relays": {"cloud": {"url": "https://api.example/v1", "protocols": ["anthropic"]}},
+        }
+    )
+    assert [i.protocols for i in settings.instances] == [["openai"], ["openai", "anthropic"]]
+    assert settings.relays["cloud"].protocols == ["anthropic"]
+    with pytest.raises(ConfigError, match=re.escape("instances[0].protocols[0]: Input should be")):
+        parse_config({"instances": [{"name": "x", "url": "http://x", "protocols": ["grpc"]}]})
+    with pytest.raises(ConfigError, match=re.escape("instances[0].protocols: List should have")):
+        parse_config({"instances": [{"name": "x", "url": "http://x", "protocols": []}]})
