@@ -257,7 +257,8 @@ class ProxyEndpoint:
         key = lease.upstream.api_key
         upload = request.upload
         if upload is None:
-            headers = upstream_headers(scope["headers"], ex.request_id, key)
+            messages = speaks and ex.endpoint.protocol == "anthropic"
+            headers = upstream_headers(scope["headers"], ex.request_id, key, anthropic=messages)
             response = await self._client.open(
                 scope["method"], url, headers, body, lease.upstream.read_timeout
             )

@@ -89,13 +89,16 @@ def upstream_headers(
     request_id: str,
     api_key: str | None,
     body: Sequence[tuple[str, str]] = JSON_BODY,
+    *,
+    anthropic: bool = False,
 ) -> list[tuple[str, str]]:
     """What goes upstream: the client's headers less ``DROP_REQUEST``, and swapgate's own.
 
     A body parsed as a JSON object goes as ``application/json`` whatever the client said:
     without it aiohttp would send ``application/octet-stream``, which vLLM and SGLang answer
     with 400, llama-swap with 404 and llama-cpp-python with 422. An upload says its own
-    (``body``: its boundary and length).
+    (``body``: its boundary and length). A Messages request to an upstream that speaks them
+    (``anthropic``) carries the key as ``x-api-key`` too: Anthropic's API reads only that.
     """
     headers = [
         (name.decode("latin-1"), value.decode("latin-1"))
@@ -106,6 +109,8 @@ def upstream_headers(
     headers.append(("x-request-id", request_id))
     if api_key:
         headers.append(("authorization", f"Bearer {api_key}"))
+        if anthropic:
+            headers.append(("x-api-key", api_key))
     return headers
 
 

@@ -49,3 +49,12 @@ def test_headers_an_engine_would_reject_or_misuse_are_dropped(name: str) -> None
 
 def test_what_swapgate_answers_itself_is_not_taken_from_the_upstream() -> None:
     assert {b"x-request-id", b"x-accel-buffering", b"transfer-encoding"} <= DROP_RESPONSE
+
+
+def test_an_upstream_that_speaks_messages_gets_the_key_as_x_api_key_too() -> None:
+    raw = [(b"x-api-key", b"sk-client"), (b"anthropic-version", b"2023-06-01")]
+    sent = upstream_headers(raw, REQUEST_ID, "sk-instance", anthropic=True)
+    assert [v for k, v in sent if k == "x-api-key"] == ["sk-instance"]
+    assert [v for k, v in sent if k == "authorization"] == ["Bearer sk-instance"]
+    assert ("anthropic-version", "2023-06-01") in sent
+    assert "x-api-key" not in dict(upstream_headers(raw, REQUEST_ID, "sk-instance"))
