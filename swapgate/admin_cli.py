@@ -116,7 +116,28 @@ def render_status(state: dict[str, Any]) -> str:
                 str(view.get("inflight", 0)), str(summary.get("queue", 0)),
                 f"{eta:.0f}s" if eta is not None else "-",
             ))  # fmt: skip
-    return table(rows)
+    cluster = state.get("cluster")
+    return table(rows) + (f"\n\n{render_cluster(cluster)}" if cluster else "")
+
+
+def render_cluster(cluster: dict[str, Any]) -> str:
+    """The replicas sharing state (SPEC §18): heartbeats, swap locks, the scheduler."""
+    now = time.time()
+    rows = [("REPLICA", "LAST HEARTBEAT", "HOLDS")]
+    locks = cluster.get("swap_locks", {})
+    for replica in cluster.get("replicas", []):
+        rid = replica["id"]
+        holds = [
+            f"swap lock {i} ({lock['model']})"
+            for i, lock in locks.items()
+            if lock["replica"] == rid
+        ]
+        holds += ["scheduler"] if cluster.get("scheduler") == rid else []
+        mark = " (this one)" if rid == cluster.get("replica") else ""
+        ago = max(0.0, now - float(replica["last_heartbeat"]))
+        rows.append((rid + mark, f"{ago:.1f}s ago", ", ".join(holds) or "-"))
+    redis = "up" if cluster.get("redis_up") else "DOWN (each replica on its own view)"
+    return f"redis: {redis}\n" + table(rows)
 
 
 def _condition(inst: dict[str, Any]) -> str:

@@ -252,6 +252,13 @@ class PreloadConfig(_Section):
     pin_for: Duration = 0.0
 
 
+class ClusterConfig(_Section):
+    """Replicas sharing state through Redis (SPEC §18): on once the variable holds a URL."""
+
+    redis_url_env: str = "SWAPGATE_REDIS_URL"
+    replica_id: str = ""  # default: hostname-pid
+
+
 class MetricsConfig(_Section):
     enabled: bool = True
     path: Annotated[str, Field(pattern=r"^/")] = "/metrics"
@@ -272,6 +279,7 @@ class Settings(BaseSettings):
     relays: dict[str, RelayConfig] = {}
     preloads: list[PreloadConfig] = []
     metrics: MetricsConfig = MetricsConfig()
+    cluster: ClusterConfig = ClusterConfig()
 
     @classmethod
     def settings_customise_sources(

@@ -100,6 +100,7 @@ class Metrics:
             ["instance", "model"], registry=r,
         )  # fmt: skip
 
+        self._cluster_up: Gauge | None = None
         # Labelled children, looked up once per label set: .labels() takes a lock and hashes.
         self._children: dict[tuple[str, ...], Any] = {}
 
@@ -111,6 +112,15 @@ class Metrics:
         self._child(self.request_duration, model, route).observe(elapsed)
         if waited:
             self._child(self.wait, model).observe(waited)
+
+    def cluster_up(self) -> Gauge:
+        """``swapgate_cluster_up``: exported only by a replica configured to share state."""
+        if self._cluster_up is None:
+            self._cluster_up = Gauge(
+                "swapgate_cluster_up", "1 while this replica shares state through Redis",
+                registry=self.registry,
+            )  # fmt: skip
+        return self._cluster_up
 
     def endpoint_done(self, endpoint: str, status: int) -> None:
         self._child(self.endpoint_requests, endpoint, str(status)).inc()

@@ -20,6 +20,8 @@ from swapgate.demand import Arrivals
 from swapgate.snapshot import InstanceView, ModelView, Snapshot
 from swapgate.state import InstanceReport, WarmState
 
+REPLICA_TTL = 3.0  # a replica unheard this long has nothing in flight any more (SPEC §18)
+
 
 @dataclass(slots=True)
 class _Slot:
@@ -36,9 +38,9 @@ class _Slot:
             self.state, self.since = state, now
             self.closing_until = 0.0
 
-    def view(self, now: float) -> ModelView:
+    def view(self, now: float, elsewhere: int = 0) -> ModelView:
         return ModelView(
-            self.state, self.since, self.last_used, self.inflight, self.pinned_until,
+            self.state, self.since, self.last_used, self.inflight + elsewhere, self.pinned_until,
             self.waiting, self.closing_until > now,
         )  # fmt: skip
 
@@ -61,16 +63,18 @@ class _Instance:
     def slot(self, model: str) -> _Slot:
         return self.slots.setdefault(model, _Slot())
 
-    def view(self, now: float) -> InstanceView:
+    def view(self, now: float, elsewhere: dict[str, int] | None = None) -> InstanceView:
+        """``elsewhere``: what other replicas have in flight here, per model."""
+        others = elsewhere or {}
         return InstanceView(
             name=self.config.name,
             up=self.up,
             drained=self.drained,
             capacity=self.config.capacity,
             weight=self.config.weight,
-            inflight=self.inflight,
+            inflight=self.inflight + sum(others.values()),
             serves=self.serves,
-            models={name: slot.view(now) for name, slot in self.slots.items()},
+            models={name: slot.view(now, others.get(name, 0)) for name, slot in self.slots.items()},
             swapping=self.swapping,
             swap_done_by=self.swap_done_by,
             backoff_until=self.backoff_until,
@@ -96,14 +100,21 @@ class Registry:
         self._changed = asyncio.Event()
         self._waiters = 0
         self._known: frozenset[str] | None = None
+        # Other replicas' in-flight requests (SPEC §18): replica -> (heard at, instance ->
+        # model -> count), and their sum per instance, which snapshots add to this replica's.
+        self._remote: dict[str, tuple[float, dict[str, dict[str, int]]]] = {}
+        self._elsewhere: dict[str, dict[str, int]] = {}
+        # Told of pins and drains an operator set here, for other replicas (swapgate/shared.py)
+        self.on_shared: Callable[[str, str, str, float | bool], None] | None = None
 
     # -- reading -------------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
         now = self._clock()
+        elsewhere = self._elsewhere
         return Snapshot(
             now,
-            tuple(i.view(now) for i in self._instances.values()),
+            tuple(i.view(now, elsewhere.get(n)) for n, i in self._instances.items()),
             dict(self._arrivals),
             {model: since[0] for model, since in self._queued.items()},
         )
@@ -234,6 +245,41 @@ class Registry:
         inst.generation += 1
         inst.slot(model).set_state(WarmState.COLD, self._clock())
 
+    def warmed(self, name: str, model: str) -> None:
+        """``model`` is warm on ``name``: another replica's swap made it so."""
+        inst = self._instances[name]
+        now = self._clock()
+        inst.generation += 1
+        slot = inst.slot(model)
+        slot.set_state(WarmState.WARM, now)
+        slot.last_used = max(slot.last_used, now)
+        self._notify()
+
+    def swapping(self, name: str) -> str | None:
+        return self._instances[name].swapping
+
+    def in_flight(self) -> dict[str, dict[str, int]]:
+        """This replica's own in-flight requests, per instance and model (for the others)."""
+        return {
+            name: {model: slot.inflight for model, slot in inst.slots.items() if slot.inflight}
+            for name, inst in self._instances.items()
+            if inst.inflight
+        }
+
+    def elsewhere(self, replica: str, counts: dict[str, dict[str, int]], now: float) -> None:
+        """``replica`` has ``counts`` in flight; replicas unheard for ``REPLICA_TTL`` drop."""
+        self._remote[replica] = (now, counts)
+        total: dict[str, dict[str, int]] = {}
+        for heard, seen in list(self._remote.values()):
+            if now - heard > REPLICA_TTL:
+                continue
+            for name, models in seen.items():
+                into = total.setdefault(name, {})
+                for model, count in models.items():
+                    into[model] = into.get(model, 0) + int(count)
+        self._remote = {r: v for r, v in self._remote.items() if now - v[0] <= REPLICA_TTL}
+        self._elsewhere = total
+
     def end_swap(self, name: str, model: str, ok: bool, backoff: float = 0.0) -> None:
         """The swap on ``name`` ended; a failed one keeps it out of placement ``backoff`` s."""
         inst = self._instances[name]
@@ -299,17 +345,23 @@ class Registry:
 
     # -- operators -----------------------------------------------------------------------------
 
-    def pin(self, name: str, model: str, until: float) -> None:
+    def pin(self, name: str, model: str, until: float, *, share: bool = True) -> None:
         """Keep ``model`` out of request-driven eviction on ``name`` until ``until`` (monotonic)."""
         slot = self._instances[name].slot(model)
         slot.pinned_until = max(slot.pinned_until, until)
+        if share and self.on_shared is not None:
+            self.on_shared("pin", name, model, slot.pinned_until)
 
-    def unpin(self, name: str, model: str) -> None:
+    def unpin(self, name: str, model: str, *, share: bool = True) -> None:
         self._instances[name].slot(model).pinned_until = 0.0
+        if share and self.on_shared is not None:
+            self.on_shared("pin", name, model, 0.0)
 
-    def set_drained(self, name: str, drained: bool) -> None:
+    def set_drained(self, name: str, drained: bool, *, share: bool = True) -> None:
         self._instances[name].drained = drained
         self._notify()
+        if share and self.on_shared is not None:
+            self.on_shared("drain", name, "", drained)
 
     def has(self, name: str) -> bool:
         return name in self._instances

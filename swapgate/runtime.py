@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import socket
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,7 @@ import httpx
 
 from swapgate.auth import AdminAuth, ClientAuth
 from swapgate.catalog import Catalog
+from swapgate.cluster import Cluster
 from swapgate.config import ConfigError, Settings, load_config, secret
 from swapgate.drivers import Driver, ProcessDriver, make_driver
 from swapgate.drivers.ledger import Ledger, default_directory
@@ -36,6 +39,7 @@ from swapgate.proxy.upstream import UpstreamClient
 from swapgate.registry import Registry
 from swapgate.router import Router, policy_for
 from swapgate.scheduler import PreloadScheduler
+from swapgate.shared import SharedSwaps
 from swapgate.swaps import SwapCoordinator, SwapTimes
 
 log = logging.getLogger("swapgate")
@@ -66,14 +70,7 @@ class Runtime:
         self._control = httpx.AsyncClient()
         self._ledger = Ledger(default_directory())  # what process instances started
         self.drivers = self._drivers(settings)
-        self.coordinator = SwapCoordinator(
-            self.registry,
-            self.drivers,
-            catalog,
-            SwapTimes(settings.routing.expected_swap),
-            self.metrics,
-            settings.routing.swap_timeout,
-        )
+        self.coordinator = self._coordinator(settings, catalog)
         self.upstream = UpstreamClient(settings.routing.stream_idle_timeout)
         self.endpoint = ProxyEndpoint(
             registry=self.registry, client=self.upstream, metrics=self.metrics
@@ -83,6 +80,21 @@ class Runtime:
         self._poll_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[object]] = set()
         self.configured = self._configure(settings, catalog)
+
+    def _coordinator(self, settings: Settings, catalog: Catalog) -> SwapCoordinator:
+        """Alone, or among replicas when ``cluster.redis_url_env`` holds a Redis URL."""
+        times = SwapTimes(settings.routing.expected_swap)
+        parts = (self.registry, self.drivers, catalog, times, self.metrics)
+        url = secret(settings.cluster.redis_url_env)
+        if url is None:
+            return SwapCoordinator(*parts, settings.routing.swap_timeout)
+        replica = settings.cluster.replica_id or f"{socket.gethostname()}-{os.getpid()}"
+        cluster = Cluster(url, replica, self.metrics)
+        return SharedSwaps(*parts, settings.routing.swap_timeout, cluster)
+
+    @property
+    def cluster(self) -> Cluster | None:
+        return self.coordinator.cluster if isinstance(self.coordinator, SharedSwaps) else None
 
     def _drivers(self, settings: Settings) -> dict[str, Driver]:
         """A driver per instance. A process instance that stays keeps its driver, and so the
@@ -156,10 +168,15 @@ class Runtime:
     async def start(self) -> None:
         await asyncio.to_thread(self._ledger.sweep)  # what a killed swapgate left behind
         await self.upstream.start()
+        if isinstance(self.coordinator, SharedSwaps):
+            await self.coordinator.connect()
         await self.configured.poller.poll_all()
         self._poll_task = asyncio.create_task(self.configured.poller.run(), name="poller")
         # The scheduler outlives reloads: it takes the preloader of the moment at each run.
-        self.scheduler = PreloadScheduler(lambda: self.configured.preloader, self.metrics)
+        cluster = self.cluster
+        self.scheduler = PreloadScheduler(
+            lambda: self.configured.preloader, self.metrics, cluster.leads if cluster else None
+        )
         self.scheduler.start(self.configured.settings.preloads)
         self._watch_sighup()
         self.started = True

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -28,10 +28,17 @@ class JobRecord:
 
 
 class PreloadScheduler:
-    def __init__(self, preloader: Callable[[], Preloader], metrics: Metrics) -> None:
+    def __init__(
+        self,
+        preloader: Callable[[], Preloader],
+        metrics: Metrics,
+        leads: Callable[[], Awaitable[bool]] | None = None,
+    ) -> None:
         # A getter: the scheduler lives across reloads, the preloader (its policy, its
         # swap_timeout) is the current config's.
         self._preloader = preloader
+        # Among replicas, whether this one runs the schedule now (swapgate/cluster.py)
+        self._leads = leads
         self._metrics = metrics
         self._scheduler = AsyncIOScheduler()
         self._jobs: dict[str, JobRecord] = {}
@@ -49,7 +56,7 @@ class PreloadScheduler:
             record.config = job
             self._jobs[job.name] = record
             self._scheduler.add_job(
-                self.run,
+                self._scheduled,
                 cron_trigger(job.cron, job.timezone),
                 args=[job.name],
                 id=job.name,
@@ -64,6 +71,13 @@ class PreloadScheduler:
 
     def has(self, name: str) -> bool:
         return name in self._jobs
+
+    async def _scheduled(self, name: str) -> None:
+        """A trigger: the run happens here unless another replica holds the schedule."""
+        if self._leads is not None and not await self._leads():
+            log.debug("preload job %s: another replica runs the schedule", name)
+            return
+        await self.run(name)
 
     async def run(self, name: str) -> PreloadResult:
         record = self._jobs[name]

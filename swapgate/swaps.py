@@ -48,6 +48,11 @@ class SwapTimes:
         recent = self._recent.get((instance, model))
         return statistics.median(recent) if recent else self.expected
 
+    def last(self, instance: str, model: str) -> float:
+        """The last measured swap of (instance, model); 0 if none."""
+        recent = self._recent.get((instance, model))
+        return recent[-1] if recent else 0.0
+
 
 class SwapCoordinator:
     def __init__(
@@ -106,7 +111,7 @@ class SwapCoordinator:
     async def unload(self, instance: str, model: str) -> None:
         """Evict ``model`` from ``instance`` for an operator; raises ``DriverError``."""
         await self._drivers[instance].unload(self._catalog.upstream_name(instance, model))
-        self._registry.evicted(instance, model)
+        self._evicted(instance, model)
         self._registry.unpin(instance, model)
 
     def reconfigure(
@@ -122,6 +127,14 @@ class SwapCoordinator:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _swap(self, instance: str, model: str, victims: tuple[str, ...]) -> bool:
+        if not await self._claim(instance, model):
+            return False  # another replica swaps there (swapgate/shared.py)
+        try:
+            return await self._run(instance, model, victims)
+        finally:
+            await self._released(instance, model)
+
+    async def _run(self, instance: str, model: str, victims: tuple[str, ...]) -> bool:
         driver = self._drivers[instance]
         started = time.monotonic()
         log.info("swap start: %s on %s (evicting %s)", model, instance, list(victims) or "none")
@@ -129,7 +142,7 @@ class SwapCoordinator:
             async with asyncio.timeout(self._swap_timeout):
                 for victim in victims:
                     await driver.unload(self._catalog.upstream_name(instance, victim))
-                    self._registry.evicted(instance, victim)
+                    self._evicted(instance, victim)
                 await driver.load(self._catalog.upstream_name(instance, model))
         except (DriverError, TimeoutError) as exc:
             result = "timeout" if isinstance(exc, TimeoutError) else "failed"
@@ -140,6 +153,18 @@ class SwapCoordinator:
         else:
             result = "ok"
         return self._finish(instance, model, result, time.monotonic() - started)
+
+    # What a replica among others does around a swap (SharedSwaps): alone, nothing.
+
+    async def _claim(self, instance: str, model: str) -> bool:
+        """Whether this swap may run; False once it was handed to another replica's."""
+        return True
+
+    async def _released(self, instance: str, model: str) -> None:
+        """The swap ended (``_finish`` told the registry how)."""
+
+    def _evicted(self, instance: str, model: str) -> None:
+        self._registry.evicted(instance, model)
 
     async def _recycle(self, instance: str, model: str) -> bool:
         driver, upstream = self._drivers[instance], self._catalog.upstream_name(instance, model)

@@ -58,6 +58,12 @@ class Jobs(Protocol):
     def describe(self) -> list[dict[str, Any]]: ...
 
 
+class Replicas(Protocol):
+    """The replicas sharing state, as one of them sees them (swapgate/cluster.py)."""
+
+    async def describe(self) -> dict[str, Any]: ...
+
+
 class Operated(Protocol):
     """What the admin API operates on (the Runtime, in production), read at each request:
     a reload replaces ``configured``."""
@@ -73,6 +79,8 @@ class Operated(Protocol):
     def spawn(self, work: Coroutine[Any, Any, object]) -> None: ...
     async def reload(self) -> Settings: ...
     def processes(self, instance: str) -> dict[str, dict[str, object]] | None: ...
+    @property
+    def cluster(self) -> Replicas | None: ...
 
 
 def admin_routes(runtime: Operated) -> APIRouter:
@@ -83,7 +91,10 @@ def admin_routes(runtime: Operated) -> APIRouter:
 
     @router.get("/state")
     async def state() -> dict[str, Any]:
-        return describe_state(runtime)
+        described = describe_state(runtime)
+        cluster = runtime.cluster
+        described["cluster"] = await cluster.describe() if cluster else None
+        return described
 
     @router.post("/preload")
     async def preload(body: PreloadRequest, wait: bool = True) -> JSONResponse:

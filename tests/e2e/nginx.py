@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -31,19 +31,29 @@ SERVER = """
 MAIN = NGINX_MAIN
 
 
+POOL = """
+  upstream {name} {{
+{servers}
+  }}
+"""
+
+
 @contextmanager
-def nginx(upstreams: dict[str, str], read_timeout: str = "2s") -> Iterator[dict[str, str]]:
-    """Start nginx with one server per upstream (``name -> http://host:port``); yield the
-    front URL of each."""
+def nginx(
+    upstreams: Mapping[str, str | list[str]], read_timeout: str = "2s"
+) -> Iterator[dict[str, str]]:
+    """Start nginx with one server per upstream (``name -> http://host:port``, or a list of
+    them that nginx balances round-robin); yield the front URL of each."""
     if not Path(NGINX).exists():
         raise RuntimeError("nginx is not installed: apt-get install nginx-light (.ci/run does)")
     ports = {name: free_port() for name in upstreams}
-    servers = "".join(
-        SERVER.format(
-            port=ports[name], upstream=url.removeprefix("http://"), read_timeout=read_timeout
-        )
-        for name, url in upstreams.items()
-    )
+    servers = ""
+    for name, target in upstreams.items():
+        upstream = target.removeprefix("http://") if isinstance(target, str) else name
+        if isinstance(target, list):
+            members = "".join(f"    server {url.removeprefix('http://')};\n" for url in target)
+            servers += POOL.format(name=name, servers=members.rstrip())
+        servers += SERVER.format(port=ports[name], upstream=upstream, read_timeout=read_timeout)
     with tempfile.TemporaryDirectory() as root:
         config = Path(root) / "nginx.conf"
         config.write_text(MAIN.format(root=root, servers=servers))

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from swapgate.config import (
+    ClusterConfig,
     ConfigError,
     InstanceConfig,
     KeepaliveConfig,
@@ -189,6 +190,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "routing": RoutingConfig,
     "keepalive": KeepaliveConfig,
     "metrics": MetricsConfig,
+    "cluster": ClusterConfig,
 }
 LISTS: dict[str, type[BaseModel]] = {"instances": InstanceConfig, "preloads": PreloadConfig}
 NAMED: dict[str, type[BaseModel]] = {"models": ModelConfig, "relays": RelayConfig}
