@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest system-packages engine bench bench-swaps clean
+.PHONY: run test lint typecheck pytest system-packages engine bench bench-swaps bench-cluster clean
 PEERS ?=
 # `make run ENGINE=llama.cpp`: the demo with two real llama-cpp-python servers.
 ENGINE ?=
@@ -55,6 +55,10 @@ bench: $(STAMP) system-packages
 # Replays seeded traces: swap counts against the optimum, LRU and round-robin (~10 minutes).
 bench-swaps: $(STAMP)
 	$(BIN)/python -m bench.swaps
+
+# The warm path of a replica on Redis against one alone (needs redis-server; ~1 minute).
+bench-cluster: $(STAMP) system-packages
+	$(BIN)/python -m bench.cluster
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

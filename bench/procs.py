@@ -101,25 +101,25 @@ def simulator(token_rate: float) -> Iterator[Proc]:
 
 
 @contextmanager
-def swapgate(upstream: str) -> Iterator[Proc]:
+def swapgate(upstream: str, env: dict[str, str] | None = None) -> Iterator[Proc]:
     """swapgate in front of one fixed-model upstream: every request on the warm path."""
     config = {
         "routing": {"poll_interval": "5s"},
         "instances": [{"name": "up", "kind": "openai", "url": upstream, "models": ["m"]}],
     }
-    with swapgate_with(config) as proc:
+    with swapgate_with(config, env) as proc:
         yield proc
 
 
 @contextmanager
-def swapgate_with(config: dict[str, Any]) -> Iterator[Proc]:
+def swapgate_with(config: dict[str, Any], env: dict[str, str] | None = None) -> Iterator[Proc]:
     port = free_port()
     config = {**config, "server": {"port": port, "access_log": False, "log_level": "warning"}}
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
         yaml.safe_dump(config, handle)
     command = [sys.executable, "-m", "swapgate", "serve", "--config", handle.name]
     try:
-        with running("swapgate", command, f"http://127.0.0.1:{port}") as proc:
+        with running("swapgate", command, f"http://127.0.0.1:{port}", env) as proc:
             yield proc
     finally:
         os.unlink(handle.name)

@@ -17,7 +17,7 @@ import pytest
 
 from tests.e2e.nginx import nginx
 from tests.e2e.processes import Gateway, Sim, gateway, instance, simulator, wait_for
-from tests.e2e.redis import RedisServer, redis_server
+from bench.redis import RedisServer, redis_server
 
 pytestmark = pytest.mark.e2e
 TOKEN = "cluster-admin"

@@ -1,4 +1,5 @@
-"""A real redis-server on loopback, which a test can kill and start again on the same port."""
+"""A real redis-server on loopback (benchmarks and tests), which can be killed and started again on
+its port."""
 
 from __future__ import annotations
 
