@@ -94,7 +94,8 @@ class Runtime:
 
     @property
     def cluster(self) -> Cluster | None:
-        return self.coordinator.cluster if isinstance(self.coordinator, SharedSwaps) else None
+        shared = self.coordinator.cluster if isinstance(self.coordinator, SharedSwaps) else None
+        return shared if isinstance(shared, Cluster) else None
 
     def _drivers(self, settings: Settings) -> dict[str, Driver]:
         """A driver per instance. A process instance that stays keeps its driver, and so the

@@ -23,11 +23,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 from swapgate.catalog import Catalog
-from swapgate.cluster import Cluster
+from swapgate.cluster import Holder
 from swapgate.drivers import Driver
 from swapgate.metrics import Metrics
 from swapgate.registry import Registry
@@ -35,6 +35,23 @@ from swapgate.swaps import SwapCoordinator, SwapTimes
 
 log = logging.getLogger("swapgate.cluster")
 RECHECK = 1.0  # how often the holders of swaps seen from here are checked for life
+
+
+class Replicas(Protocol):
+    """What a replica asks of the shared state (swapgate/cluster.py's ``Cluster``)."""
+
+    on_event: Callable[[dict[str, Any]], None]
+    on_reconnect: Callable[[], Awaitable[None]] | None
+    inflight: Callable[[], dict[str, dict[str, int]]]
+
+    async def start(self) -> None: ...
+    async def aclose(self) -> None: ...
+    async def claim(self, instance: str, model: str) -> Holder | None: ...
+    async def release(self, instance: str) -> None: ...
+    async def holder(self, instance: str) -> Holder | bool | None: ...
+    async def publish(self, event: dict[str, Any]) -> None: ...
+    async def share(self, key: str, field: str, value: str | None) -> None: ...
+    async def shared(self, key: str) -> dict[str, str]: ...
 
 
 class SharedSwaps(SwapCoordinator):
@@ -46,7 +63,7 @@ class SharedSwaps(SwapCoordinator):
         times: SwapTimes,
         metrics: Metrics,
         swap_timeout: float,
-        cluster: Cluster,
+        cluster: Replicas,
     ) -> None:
         super().__init__(registry, drivers, catalog, times, metrics, swap_timeout)
         self.cluster = cluster

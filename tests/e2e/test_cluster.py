@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
+from bench.redis import RedisServer, redis_server
 from tests.e2e.nginx import nginx
 from tests.e2e.processes import Gateway, Sim, gateway, instance, simulator, wait_for
-from bench.redis import RedisServer, redis_server
 
 pytestmark = pytest.mark.e2e
 TOKEN = "cluster-admin"

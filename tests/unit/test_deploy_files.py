@@ -110,9 +110,14 @@ def test_compose_mounts_files_that_exist_and_wires_its_ports() -> None:
     timeout = float(nginx.split("proxy_read_timeout ")[1].split("s;")[0])
     assert gateway.keepalive.interval < timeout, "keep-alives must beat nginx's read timeout"
     scrape = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
-    assert scrape["scrape_configs"][0]["static_configs"][0]["targets"] == [
-        f"swapgate:{gateway.server.port}"
-    ]
+    (replicas,) = scrape["scrape_configs"][0]["dns_sd_configs"]
+    assert (replicas["names"], replicas["port"]) == (["swapgate"], gateway.server.port)
+    swapgate = services["swapgate"]
+    assert swapgate["deploy"]["replicas"] == 2
+    redis_url = swapgate["environment"][gateway.cluster.redis_url_env]
+    assert redis_url.startswith("redis://redis:")
+    assert services["redis"]["expose"] == [redis_url.split(":")[2].split("/")[0]]
+    assert swapgate["depends_on"]["redis"] == {"condition": "service_healthy"}
 
 
 def test_grafana_provisioning_points_at_the_dashboard_and_prometheus() -> None:
@@ -127,17 +132,17 @@ def test_grafana_provisioning_points_at_the_dashboard_and_prometheus() -> None:
     assert source["datasources"][0]["url"] == "http://prometheus:9090"
 
 
-def _k8s(kind: str) -> dict[str, Any]:
+def _k8s(kind: str, name: str = "swapgate") -> dict[str, Any]:
     for path in (DEPLOY / "k8s").glob("*.yaml"):
         for doc in yaml.safe_load_all(path.read_text()):
-            if doc["kind"] == kind:
+            if doc["kind"] == kind and doc["metadata"]["name"] == name:
                 found: dict[str, Any] = doc
                 return found
-    raise AssertionError(f"no {kind} in deploy/k8s")
+    raise AssertionError(f"no {kind} {name} in deploy/k8s")
 
 
 def test_kubernetes_manifests_fit_together() -> None:
-    config_map = _k8s("ConfigMap")
+    config_map = _k8s("ConfigMap", "swapgate-config")
     settings = parse_config(yaml.safe_load(config_map["data"]["config.yaml"]))
     deployment = _k8s("Deployment")
     spec = deployment["spec"]["template"]["spec"]
@@ -149,14 +154,20 @@ def test_kubernetes_manifests_fit_together() -> None:
     assert container["resources"]["requests"]
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert spec["securityContext"]["runAsNonRoot"] is True
-    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["replicas"] == 2
+    env = {e["name"]: e for e in container["env"]}
+    redis_url = env[settings.cluster.redis_url_env]["value"]
+    redis_host, redis_port = redis_url.removeprefix("redis://").split("/")[0].split(":")
+    redis_service = _k8s("Service", redis_host)
+    assert redis_service["metadata"]["name"] == redis_host
+    assert redis_service["spec"]["ports"][0]["port"] == int(redis_port)
     annotations = deployment["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/port"] == str(port)
     assert annotations["prometheus.io/path"] == settings.metrics.path
     mount = container["volumeMounts"][0]
     assert mount["mountPath"] == "/etc/swapgate"
     assert container["args"][-1] == "/etc/swapgate/config.yaml"
-    secret = _k8s("Secret")["stringData"]
+    secret = _k8s("Secret", "swapgate-secrets")["stringData"]
     needed = {settings.server.admin_token_env, settings.server.api_keys_env}
     needed |= {i.api_key_env for i in settings.instances if i.api_key_env}
     assert needed <= set(secret)
@@ -168,7 +179,7 @@ def test_the_configmap_passes_check_config(tmp_path: Path) -> None:
     from swapgate.cli import main
 
     path = tmp_path / "config.yaml"
-    path.write_text(_k8s("ConfigMap")["data"]["config.yaml"])
+    path.write_text(_k8s("ConfigMap", "swapgate-config")["data"]["config.yaml"])
     assert main(["check-config", str(path)]) == 0
 
 

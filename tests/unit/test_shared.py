@@ -1,0 +1,210 @@
+"""A replica among others, in-process: its claims, the others' events, pins and heartbeats.
+
+The Redis side is a fake here; tests/e2e/test_cluster.py runs the real one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from swapgate import shared
+from swapgate.admin_cli import render_cluster
+from swapgate.catalog import Catalog
+from swapgate.cluster import Holder
+from swapgate.config import parse_config
+from swapgate.metrics import Metrics
+from swapgate.registry import REPLICA_TTL, Registry
+from swapgate.scheduler import PreloadScheduler
+from swapgate.shared import SharedSwaps
+from swapgate.swaps import SwapTimes
+from tests.unit.fakes import FakeDriver
+
+
+class FakeReplicas:
+    """Records what the replica tells the others; ``taken`` says who holds which instance."""
+
+    def __init__(self) -> None:
+        self.on_event: Callable[[dict[str, Any]], None] = lambda _: None
+        self.on_reconnect: Callable[[], Awaitable[None]] | None = None
+        self.inflight: Callable[[], dict[str, dict[str, int]]] = dict
+        self.taken: dict[str, Holder] = {}
+        self.published: list[dict[str, Any]] = []
+        self.stored: dict[str, dict[str, str]] = {"pins": {}, "drains": {}}
+        self.released: list[str] = []
+
+    async def start(self) -> None: ...
+    async def aclose(self) -> None: ...
+
+    async def claim(self, instance: str, model: str) -> Holder | None:
+        return self.taken.get(instance) or self.taken.get(model)
+
+    async def release(self, instance: str) -> None:
+        self.released.append(instance)
+
+    async def holder(self, instance: str) -> Holder | bool | None:
+        return self.taken.get(instance)
+
+    async def publish(self, event: dict[str, Any]) -> None:
+        self.published.append(event)
+
+    async def share(self, key: str, field: str, value: str | None) -> None:
+        if value is None:
+            self.stored[key].pop(field, None)
+        else:
+            self.stored[key][field] = value
+
+    async def shared(self, key: str) -> dict[str, str]:
+        return dict(self.stored[key])
+
+
+def replica(delay: float = 0.02) -> tuple[SharedSwaps, Registry, FakeReplicas, FakeDriver]:
+    settings = parse_config({"instances": [{"name": "gpu-1", "url": "http://a"},
+                                           {"name": "gpu-2", "url": "http://b"}]})  # fmt: skip
+    catalog = Catalog(settings)
+    registry = Registry(settings.instances, catalog)
+    driver = FakeDriver(delay)
+    fake = FakeReplicas()
+    swaps = SharedSwaps(registry, {"gpu-1": driver, "gpu-2": driver}, catalog,
+                        SwapTimes(30.0), Metrics(), 5.0, fake)  # fmt: skip
+    return swaps, registry, fake, driver
+
+
+def state(registry: Registry, instance: str, model: str) -> str:
+    view = registry.snapshot().instance(instance).models.get(model)
+    return str(view.state) if view else "cold"
+
+
+async def test_a_claimed_swap_runs_here_and_tells_the_others_how_it_ended() -> None:
+    swaps, _registry, fake, driver = replica()
+    assert swaps.start("gpu-1", "x")
+    assert await swaps.wait("gpu-1")
+    assert driver.calls == [("load", "x")]
+    kinds = [e["t"] for e in fake.published]
+    assert kinds == ["swap", "done"]
+    done = fake.published[-1]
+    assert (done["i"], done["m"], done["ok"]) == ("gpu-1", "x", True)
+    assert done["s"] > 0
+    assert fake.released == ["gpu-1"]
+
+
+async def test_a_swap_another_replica_holds_is_joined_not_repeated() -> None:
+    swaps, registry, fake, driver = replica()
+    fake.taken["gpu-1"] = Holder("r2", "gpu-1", "x")
+    swaps.start("gpu-1", "x")
+    await asyncio.sleep(0.05)
+    assert driver.calls == [], "no second load"
+    assert registry.swapping("gpu-1") == "x", "its waiters here wait for r2's swap"
+    swaps.apply({"t": "done", "i": "gpu-1", "m": "x", "ok": True, "s": 12.0, "r": "r2"})
+    assert state(registry, "gpu-1", "x") == "warm"
+    assert registry.swapping("gpu-1") is None
+    assert swaps.eta("gpu-1", "x") == 12.0, "r2's measured time feeds the ETA here"
+
+
+async def test_a_model_loading_elsewhere_moves_the_waiters_to_that_instance() -> None:
+    swaps, registry, fake, driver = replica()
+    fake.taken["x"] = Holder("r2", "gpu-2", "x")  # r2 loads x on the other instance
+    swaps.start("gpu-1", "x")
+    await asyncio.sleep(0.05)
+    assert driver.calls == []
+    assert registry.swapping("gpu-1") is None
+    assert registry.swapping("gpu-2") == "x"
+
+
+async def test_a_swap_whose_holder_died_is_given_up_so_waiters_place_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(shared, "RECHECK", 0.02)
+    swaps, registry, fake, _ = replica()
+    await swaps.connect()
+    swaps.apply({"t": "swap", "i": "gpu-1", "m": "x", "eta": 20.0, "r": "r2"})
+    fake.taken["gpu-1"] = Holder("r2", "gpu-1", "x")
+    await asyncio.sleep(0.06)
+    assert registry.swapping("gpu-1") == "x", "held: still loading"
+    del fake.taken["gpu-1"]  # r2 died; its lock expired
+    await asyncio.sleep(0.06)
+    assert registry.swapping("gpu-1") is None
+    assert state(registry, "gpu-1", "x") == "cold"
+    await swaps.aclose()
+
+
+async def test_evictions_and_drains_from_others_apply_and_are_not_echoed() -> None:
+    swaps, registry, fake, _ = replica()
+    registry.warmed("gpu-1", "x")
+    swaps.apply({"t": "evict", "i": "gpu-1", "m": "x", "r": "r2"})
+    swaps.apply({"t": "drain", "i": "gpu-2", "on": True, "r": "r2"})
+    swaps.apply({"t": "swap", "i": "gpu-9", "m": "x", "r": "r2"})  # not in this config
+    await asyncio.sleep(0)
+    assert state(registry, "gpu-1", "x") == "cold"
+    assert registry.snapshot().instance("gpu-2").drained
+    assert fake.published == []
+
+
+async def test_pins_set_here_are_shared_and_read_back_after_redis_returns() -> None:
+    _swaps, registry, fake, _ = replica()
+    registry.pin("gpu-1", "x", time.monotonic() + 60)
+    registry.set_drained("gpu-2", True)
+    await asyncio.sleep(0)
+    assert [e["t"] for e in fake.published] == ["pin", "drain"]
+    until = float(fake.stored["pins"]["gpu-1\tx"])
+    assert time.time() + 55 < until < time.time() + 65, "kept as wall time"
+    other, theirs, fake_two, _ = replica()
+    fake_two.stored = fake.stored  # the same Redis
+    await other.resync()
+    view = theirs.snapshot().instance("gpu-1").models["x"]
+    assert view.pinned_until > time.monotonic() + 55
+    assert theirs.snapshot().instance("gpu-2").drained
+    assert fake_two.published == [], "read back, not told again"
+
+
+def test_in_flight_requests_elsewhere_count_until_their_replica_goes_quiet() -> None:
+    _swaps, registry, _, _ = replica()
+    registry.warmed("gpu-1", "x")
+    now = time.monotonic()
+    registry.elsewhere("r2", {"gpu-1": {"x": 3}}, now)
+    registry.elsewhere("r3", {"gpu-1": {"x": 1}}, now)
+    view = registry.snapshot().instance("gpu-1")
+    assert (view.inflight, view.models["x"].inflight) == (4, 4)
+    registry.elsewhere("r3", {}, now + REPLICA_TTL + 1)  # r2 has been quiet since
+    assert registry.snapshot().instance("gpu-1").inflight == 0
+    registry.begin_request("gpu-1", "x")
+    assert registry.in_flight() == {"gpu-1": {"x": 1}}
+
+
+async def test_scheduled_runs_happen_only_on_the_replica_that_leads() -> None:
+    runs: list[str] = []
+    leading = [False]
+
+    async def leads() -> bool:
+        return leading[0]
+
+    scheduler = PreloadScheduler(lambda: None, Metrics(), leads)  # type: ignore[arg-type,return-value]
+
+    async def run(name: str) -> Any:
+        runs.append(name)
+
+    scheduler.run = run  # type: ignore[method-assign]
+    await scheduler._scheduled("warm")
+    leading[0] = True
+    await scheduler._scheduled("warm")
+    assert runs == ["warm"]
+
+
+def test_status_names_each_replica_and_what_it_holds() -> None:
+    now = time.time()
+    text = render_cluster({
+        "replica": "r1", "redis_up": True, "scheduler": "r1",
+        "replicas": [{"id": "r1", "last_heartbeat": now}, {"id": "r2", "last_heartbeat": now - 2}],
+        "swap_locks": {"gpu-2": {"replica": "r2", "model": "llama"}},
+    })  # fmt: skip
+    lines = text.splitlines()
+    assert lines[0] == "redis: up"
+    assert lines[2].startswith("r1 (this one)")
+    assert lines[2].endswith("scheduler")
+    assert lines[3].startswith("r2")
+    assert "2.0s ago" in lines[3]
+    assert lines[3].endswith("swap lock gpu-2 (llama)")
