@@ -10,7 +10,15 @@ from collections.abc import Sequence
 
 from swapgate import __version__
 from swapgate.admin_cli import add_commands as add_admin_commands
-from swapgate.config import ConfigError, Settings, load_config, parse_duration, parse_size
+from swapgate.cluster import url_problem
+from swapgate.config import (
+    ConfigError,
+    Settings,
+    load_config,
+    parse_duration,
+    parse_size,
+    secret,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -131,6 +139,11 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = _load(args.config)
     if settings is None:
+        return 1
+    env_name = settings.cluster.redis_url_env
+    problem = url_problem(env_name, secret(env_name))
+    if problem is not None:
+        print(f"swapgate: {problem}", file=sys.stderr)
         return 1
     serve(settings, config_path=args.config, host=args.host, port=args.port)
     return 0

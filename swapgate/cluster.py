@@ -299,5 +299,16 @@ class Cluster:
         return f"{PREFIX}replica:{replica}"
 
 
+def url_problem(env_name: str, url: str | None) -> str | None:
+    """What is wrong with the Redis URL in ``env_name``, or None (also when it is unset)."""
+    if url is None:
+        return None
+    try:
+        redis.connection.parse_url(url)
+    except ValueError as exc:
+        return f"${env_name} is not a Redis URL ({exc}); set it like redis://host:6379/0"
+    return None
+
+
 def _ms(seconds: float) -> int:
     return int(seconds * 1000)
