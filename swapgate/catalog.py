@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from swapgate.config import Settings
 from swapgate.errors import ModelNotFound
+from swapgate.sizes import sizes
 
 
 class Catalog:
@@ -22,6 +23,9 @@ class Catalog:
         self._client = {
             (instance, upstream): model for (instance, model), upstream in self._upstream.items()
         }
+        # Each sized model's estimated memory (SPEC §16); a file that cannot be read was
+        # reported when the config loaded.
+        self.sizes = {model: size.total for model, size in sizes(settings.models)[0].items()}
 
     @property
     def aliases(self) -> dict[str, str]:

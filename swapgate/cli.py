@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -45,6 +46,13 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("path")
     check.set_defaults(run=_check_config)
+
+    plan = commands.add_parser(
+        "plan", help="what each model takes in memory, and what fits where (SPEC §16)"
+    )
+    plan.add_argument("path", help="the config file")
+    plan.add_argument("--json", action="store_true", help="machine-readable output")
+    plan.set_defaults(run=_plan)
 
     sim = commands.add_parser("sim", help="run a simulated inference server")
     _sim_arguments(sim)
@@ -132,6 +140,18 @@ def _check_config(args: argparse.Namespace) -> int:
     names = ", ".join(i.name for i in settings.instances)
     print(f"{args.path}: OK ({len(settings.instances)} instances: {names})")
     return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    """Exit 0 when every model fits somewhere, 1 when one does not (or the config is invalid)."""
+    from swapgate.plan import as_json, make_plan, render
+
+    settings = _load(args.path)
+    if settings is None:
+        return 1
+    plan = make_plan(settings)
+    print(json.dumps(as_json(plan), indent=2) if args.json else render(plan))
+    return 1 if plan.warnings else 0
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -19,16 +19,17 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
-    ByteSize,
     ConfigDict,
     Field,
-    TypeAdapter,
     ValidationError,
     model_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from swapgate.cron import cron_trigger
+from swapgate.sizes import Bytes, SizeConfig, parse_size, sizes
+
+__all__ = ["ConfigError", "Settings", "load_config", "parse_config", "parse_duration", "parse_size"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -82,23 +83,6 @@ PositiveDuration = Annotated[
 Url = Annotated[str, AfterValidator(_check_url)]
 
 
-_SIZES = TypeAdapter(ByteSize)  # pydantic's parser: binary (GiB) and decimal (GB) units
-
-
-def parse_size(value: object) -> object:
-    """Accept ``20GiB``, ``1.5GB``, ``512 MiB`` or a plain number of bytes."""
-    hint = "use e.g. 512MiB, 20GiB or a number of bytes"
-    if isinstance(value, bool):
-        raise ValueError(f"not a size: {hint}")
-    if isinstance(value, str | int):
-        try:
-            return int(_SIZES.validate_python(value))
-        except ValidationError:
-            raise ValueError(f"not a size: {value!r}; {hint}") from None
-    return value
-
-
-Bytes = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
 Name = Annotated[str, Field(pattern=_NAME)]
 FallbackPolicy = Annotated[Literal["off", "error", "slow", "swap"], BeforeValidator(_yaml_off)]
 InstanceKind = Literal["llama-swap", "ollama", "openai", "swap-on-request", "process"]
@@ -189,6 +173,7 @@ class InstanceConfig(_Section):
     capacity: int = Field(1, ge=1)
     api_key_env: str | None = None
     weight: float = Field(1.0, gt=0, allow_inf_nan=False)
+    memory: Bytes | None = None  # what its models may take at once (SPEC §16), with capacity
     protocols: Protocols
     # kind: process only
     start_port: int = Field(5800, ge=1024, le=65535)
@@ -219,7 +204,9 @@ class InstanceConfig(_Section):
         return self
 
 
-class ModelConfig(_Section):
+class ModelConfig(SizeConfig):
+    """A model's routing keys; its memory keys are ``SizeConfig``'s (SPEC §16)."""
+
     aliases: list[str] = []
     upstream_names: dict[str, str] = {}
     relay: str | None = None
@@ -390,6 +377,7 @@ def _cross_check(settings: Settings) -> Iterable[str]:
         yield from _check_model(model, conf, settings, models, seen_aliases)
     for index, job in enumerate(settings.preloads):
         yield from _check_preload(index, job, settings)
+    yield from sizes(settings.models)[1]  # a gguf that cannot be read
 
 
 def _check_model(

@@ -24,14 +24,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import combinations
 from typing import Literal
 
+from swapgate.sizes import human
 from swapgate.snapshot import InstanceView, Snapshot
 from swapgate.state import WarmState
 
 Eviction = Literal["lru", "demand"]
 # Under ``demand``, a model is kept while its next request within the horizon is this likely.
 LIKELY_BACK = 0.5
+# Victims for a model by memory: every set of up to this many evictable models is weighed (2^12
+# sets at most); beyond it the cheapest are taken one by one until there is room.
+EXACT_SETS = 12
 
 
 def _unmeasured(instance: str, model: str) -> float:
@@ -86,7 +91,11 @@ Decision = Serve | Join | Swap | Queue | Unavailable
 
 
 def place(model: str, snap: Snapshot, policy: Policy) -> Decision:
-    candidates = [i for i in snap.instances if model in i.serves and i.available(snap.now)]
+    candidates = [
+        i
+        for i in snap.instances
+        if model in i.serves and i.available(snap.now) and _room_for(i, model)
+    ]
     if not candidates:
         backing_off = any(
             model in i.serves and i.up and not i.drained and snap.now < i.backoff_until
@@ -111,12 +120,12 @@ def _swap_target(
     model: str, candidates: list[InstanceView], snap: Snapshot, policy: Policy
 ) -> Swap | None:
     idle = [i for i in candidates if i.swapping is None and i.reserved_for in (None, model)]
-    free = [i for i in idle if i.resident < i.capacity]
+    free = [i for i in idle if i.resident < i.capacity and i.fits(model)]
     if free:
         return Swap(min(free, key=_load).name)
     waited = snap.now - snap.queued.get(model, snap.now)
     bar = LIKELY_BACK + (1 - LIKELY_BACK) * min(1.0, waited / policy.patience(model))
-    cheapest = _cheapest_room(idle, snap, policy, _Room(bar=bar))
+    cheapest = _cheapest_room(model, idle, snap, policy, _Room(bar=bar))
     return Swap(cheapest[0].name, cheapest[1]) if cheapest else None
 
 
@@ -149,7 +158,7 @@ def starvation_target(model: str, snap: Snapshot, policy: Policy) -> Swap | None
         and i.swapping is None
         and i.reserved_for in (None, model)
     ]
-    cheapest = _cheapest_room(idle, snap, policy, _Room(draining=True))
+    cheapest = _cheapest_room(model, idle, snap, policy, _Room(draining=True))
     return Swap(cheapest[0].name, cheapest[1]) if cheapest else None
 
 
@@ -164,11 +173,13 @@ class _Room:
 
 
 def _cheapest_room(
-    instances: list[InstanceView], snap: Snapshot, policy: Policy, room: _Room
+    model: str, instances: list[InstanceView], snap: Snapshot, policy: Policy, room: _Room
 ) -> tuple[InstanceView, tuple[str, ...]] | None:
     """The instance whose victims cost least, and those victims."""
     options = [
-        (i, victims) for i in instances if (victims := _victims(i, snap, policy, room)) is not None
+        (i, victims)
+        for i in instances
+        if (victims := _victims(model, i, snap, policy, room)) is not None
     ]
     if not options:
         return None
@@ -176,15 +187,34 @@ def _cheapest_room(
 
 
 def _victims(
-    instance: InstanceView, snap: Snapshot, policy: Policy, room: _Room
+    model: str, instance: InstanceView, snap: Snapshot, policy: Policy, room: _Room
 ) -> tuple[str, ...] | None:
-    """The cheapest evictable models that make room for one more, if there are enough."""
-    needed = instance.resident - instance.capacity + 1
+    """The cheapest set of evictable models whose eviction makes room for ``model``: one
+    place more (``capacity``) and enough bytes (``memory``); None if no set does."""
+    count = instance.resident - instance.capacity + 1
     evictable = sorted(
         (n for n in instance.models if _evictable(instance, n, snap, policy, room)),
         key=lambda name: _victim_cost(instance, name, snap, policy),
     )
-    return tuple(evictable[:needed]) if len(evictable) >= needed else None
+    if instance.memory is None:  # by count alone: the cheapest ``count`` of them
+        return tuple(evictable[:count]) if len(evictable) >= count else None
+    memory = instance.used + instance.sizes.get(model, 0) - instance.memory
+
+    def enough(victims: tuple[str, ...]) -> bool:
+        freed = sum(instance.sizes.get(v, 0) for v in victims)
+        return len(victims) >= count and freed >= memory
+
+    def cost(victims: tuple[str, ...]) -> tuple[float, float, int]:
+        costs = [_victim_cost(instance, v, snap, policy) for v in victims]
+        return (sum(c[0] for c in costs), max((c[1] for c in costs), default=0.0), len(victims))
+
+    if len(evictable) > EXACT_SETS:  # greedy, cheapest first, past what is quick to search
+        taken = next(
+            (evictable[:k] for k in range(len(evictable) + 1) if enough(tuple(evictable[:k]))), None
+        )
+        return tuple(taken) if taken is not None else None
+    sets = (c for k in range(len(evictable) + 1) for c in combinations(evictable, k) if enough(c))
+    return min(sets, key=cost, default=None)
 
 
 def _evictable(
@@ -258,6 +288,11 @@ def frees_up_at(instance: InstanceView, now: float, policy: Policy) -> float:
     return min(expiries, default=now)
 
 
+def _room_for(instance: InstanceView, model: str) -> bool:
+    """Whether ``model`` could fit ``instance`` at all, were everything else evicted."""
+    return instance.memory is None or instance.sizes.get(model, 0) <= instance.memory
+
+
 def _load(instance: InstanceView) -> float:
     return instance.load
 
@@ -266,6 +301,9 @@ def _why_unavailable(model: str, snap: Snapshot) -> str:
     serving = [i for i in snap.instances if model in i.serves]
     if not serving:
         return f"no instance serves {model!r}"
+    if not any(_room_for(i, model) for i in serving):
+        limits = ", ".join(f"{i.name} {human(i.memory or 0)}" for i in serving)
+        return f"{model!r} is larger than the memory of every instance serving it ({limits})"
     states = ", ".join(f"{i.name} {_condition(i, snap.now)}" for i in serving)
     return f"no instance can serve {model!r} right now ({states})"
 

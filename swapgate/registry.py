@@ -59,13 +59,18 @@ class _Instance:
     reserved_for: str | None = None
     reserved_until: float = 0.0
     slots: dict[str, _Slot] = field(default_factory=dict)
+    learned: dict[str, int] = field(default_factory=dict)  # sizes its backend reported
 
     def slot(self, model: str) -> _Slot:
         return self.slots.setdefault(model, _Slot())
 
-    def view(self, now: float, elsewhere: dict[str, int] | None = None) -> InstanceView:
-        """``elsewhere``: what other replicas have in flight here, per model."""
+    def view(
+        self, now: float, estimates: dict[str, int], elsewhere: dict[str, int] | None = None
+    ) -> InstanceView:
+        """``estimates``: the configured sizes; ``elsewhere``: what other replicas have in
+        flight here, per model."""
         others = elsewhere or {}
+        memory = self.config.memory
         return InstanceView(
             name=self.config.name,
             up=self.up,
@@ -79,6 +84,8 @@ class _Instance:
             swap_done_by=self.swap_done_by,
             backoff_until=self.backoff_until,
             reserved_for=self.reserved_for if self.reserved_until > now else None,
+            memory=memory,
+            sizes={**estimates, **self.learned} if memory is not None else {},
         )
 
 
@@ -111,10 +118,10 @@ class Registry:
 
     def snapshot(self) -> Snapshot:
         now = self._clock()
-        elsewhere = self._elsewhere
+        elsewhere, estimates = self._elsewhere, self._catalog.sizes
         return Snapshot(
             now,
-            tuple(i.view(now, elsewhere.get(n)) for n, i in self._instances.items()),
+            tuple(i.view(now, estimates, elsewhere.get(n)) for n, i in self._instances.items()),
             dict(self._arrivals),
             {model: since[0] for model, since in self._queued.items()},
         )
@@ -200,6 +207,10 @@ class Registry:
             inst.serves = frozenset(self._catalog.client_name(name, u) for u in report.available)
             self._known = None
         inst.up = True
+        if report.sizes:
+            inst.learned.update(
+                (self._catalog.client_name(name, u), b) for u, b in report.sizes.items()
+            )
         if inst.generation == generation and inst.swapping is None:
             self._apply_running(inst, report)
         self._notify()
@@ -254,6 +265,14 @@ class Registry:
         slot.set_state(WarmState.WARM, now)
         slot.last_used = max(slot.last_used, now)
         self._notify()
+
+    def sizes(self, name: str) -> dict[str, dict[str, int]]:
+        """Per model on ``name``: its estimated and its learned size, where known."""
+        inst = self._instances[name]
+        known = {m: {"estimate": b} for m, b in self._catalog.sizes.items() if m in inst.serves}
+        for model, learned in inst.learned.items():
+            known.setdefault(model, {})["learned"] = learned
+        return known
 
     def swapping(self, name: str) -> str | None:
         return self._instances[name].swapping

@@ -36,6 +36,8 @@ class InstanceView:
     swap_done_by: float
     backoff_until: float
     reserved_for: str | None = None  # the starvation rule makes room here for this model only
+    memory: int | None = None  # what its models may take at once (SPEC §16); None: no limit
+    sizes: Mapping[str, int] = field(default_factory=dict)  # each model's, learned or estimated
 
     def state_of(self, model: str) -> WarmState:
         view = self.models.get(model)
@@ -47,6 +49,21 @@ class InstanceView:
     @property
     def resident(self) -> int:
         return sum(1 for m in self.models.values() if m.state is not WarmState.COLD)
+
+    @property
+    def used(self) -> int:
+        """The memory its resident (warm or loading) models take, those with a known size."""
+        return sum(
+            self.sizes.get(name, 0)
+            for name, m in self.models.items()
+            if m.state is not WarmState.COLD
+        )
+
+    def fits(self, model: str, freed: int = 0) -> bool:
+        """Whether ``model`` fits beside what is resident, once ``freed`` bytes are evicted."""
+        if self.memory is None:
+            return True
+        return self.used - freed + self.sizes.get(model, 0) <= self.memory
 
     @property
     def load(self) -> float:

@@ -19,9 +19,11 @@ class InstanceReport:
 
     ``running`` is None when the backend cannot tell (swapgate then tracks warm state itself);
     ``available`` is None when the driver does not discover which models the instance serves;
-    ``all_warm`` says every model the instance serves is warm (fixed-model servers).
+    ``all_warm`` says every model the instance serves is warm (fixed-model servers);
+    ``sizes`` is the memory each resident model takes, where the backend reports it (Ollama).
     """
 
     running: Mapping[str, WarmState] | None
     available: frozenset[str] | None
     all_warm: bool = False
+    sizes: Mapping[str, int] | None = None  # what each model really takes, where it says

@@ -14,11 +14,14 @@ LOAD_KEEP_ALIVE = -1
 
 class OllamaDriver(Driver):
     async def state(self) -> InstanceReport:
-        running = _names(await self._json("/api/ps"), "/api/ps")
+        ps = await self._json("/api/ps")
+        running = _names(ps, "/api/ps")
         available = None
         if self._discover:
             available = frozenset(_names(await self._json("/api/tags"), "/api/tags"))
-        return InstanceReport(running=dict.fromkeys(running, WarmState.WARM), available=available)
+        return InstanceReport(
+            running=dict.fromkeys(running, WarmState.WARM), available=available, sizes=_vram(ps)
+        )
 
     async def load(self, model: str) -> None:
         await self._generate(model, LOAD_KEEP_ALIVE)
@@ -38,3 +41,13 @@ def _names(body: Any, path: str) -> list[str]:
         return [str(entry.get("model") or entry["name"]) for entry in body["models"]]
     except (KeyError, TypeError, AttributeError) as exc:
         raise DriverError(f"GET {path}: expected {{'models': [{{'name', 'model'}}]}}") from exc
+
+
+def _vram(body: Any) -> dict[str, int]:
+    """What each loaded model really takes on the GPU (``size_vram``), where Ollama says."""
+    sizes: dict[str, int] = {}
+    for entry in body.get("models", []) if isinstance(body, dict) else []:
+        name, vram = entry.get("model") or entry.get("name"), entry.get("size_vram")
+        if isinstance(name, str) and isinstance(vram, int) and vram > 0:
+            sizes[name] = vram
+    return sizes

@@ -42,6 +42,7 @@ class AdminState(Protocol):
     def has(self, name: str) -> bool: ...
     def names(self) -> list[str]: ...
     def set_drained(self, name: str, drained: bool) -> None: ...
+    def sizes(self, name: str) -> dict[str, dict[str, int]]: ...
 
 
 class Unloads(Protocol):
@@ -181,6 +182,9 @@ def _describe_instance(inst: InstanceView, runtime: Operated, wall: _WallClock) 
         "up": inst.up,
         "drained": inst.drained,
         "capacity": inst.capacity,
+        "memory": inst.memory,  # bytes its models may take at once; null: no limit
+        "memory_used": inst.used if inst.memory is not None else None,
+        "model_sizes": runtime.registry.sizes(inst.name),  # estimate and learned, in bytes
         "inflight": inst.inflight,
         "serves": sorted(inst.serves),
         "swapping": inst.swapping,

@@ -31,6 +31,8 @@ class I:  # noqa: E742 - one letter keeps the table readable
     swap_done_by: float = 0.0
     backoff_until: float = 0.0
     reserved_for: str | None = None
+    memory: int | None = None
+    sizes: dict[str, int] = field(default_factory=dict)
 
     def view(self) -> InstanceView:
         models = {
@@ -40,7 +42,7 @@ class I:  # noqa: E742 - one letter keeps the table readable
         return InstanceView(
             self.name, self.up, self.drained, self.capacity, self.weight, self.inflight,
             frozenset(self.serves), models, self.swapping, self.swap_done_by, self.backoff_until,
-            self.reserved_for,
+            self.reserved_for, self.memory, self.sizes,
         )  # fmt: skip
 
 
@@ -406,3 +408,46 @@ def test_first_come_first_swapped(
     why: str, instances: list[I], queued: dict[str, float], decision: object
 ) -> None:
     assert place("a", snap(*instances, queued=queued), POLICY) == decision
+
+
+# -- memory (SPEC §16): sizes in GiB for reading; a 24 GiB card of capacity 3 --------------------
+
+G = 2**30
+SIZES = {"a": 10 * G, "b": 10 * G, "c": 20 * G, "d": 4 * G, "e": 8 * G, "huge": 30 * G}
+
+
+def card(**models: tuple[WarmState, float, int, float]) -> I:
+    return I("gpu", dict(models), ("a", "b", "c", "d", "e", "huge"), capacity=3, memory=24 * G,
+             sizes=SIZES)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("instances", "model", "decision"),
+    [
+        # two small ones fit together: the second needs no victim
+        ((card(a=warm(900)),), "b", Swap("gpu")),
+        # the big one needs the room of both small ones: one swap evicts the two
+        ((card(a=warm(900), b=warm(950)),), "c", Swap("gpu", ("a", "b"))),
+        # one small one suffices for another small one: the least recently used goes
+        ((card(a=warm(900), c=warm(800)),), "b", Swap("gpu", ("c",))),
+        # the cheapest set, not the cheapest first: a alone frees 10, b+d frees 14 < 20 needed
+        ((card(a=warm(800), d=warm(900)),), "c", Swap("gpu", ("a",))),
+        # 8 GiB must go: the oldest (d, 4 GiB) alone is not enough, and one by one would take d
+        # and a; the cheapest set is a alone
+        ((card(d=warm(800), a=warm(900), e=warm(950)),), "b", Swap("gpu", ("a",))),
+        # a small one in flight cannot go, and the other alone makes too little room: queue
+        ((card(a=warm(900, inflight=1), b=warm(950)),), "c", Queue("gpu")),
+        # pinned counts the same
+        ((card(a=warm(900, pinned_until=NOW + 60), b=warm(950)),), "c", Queue("gpu")),
+        # a model larger than the instance can never go there
+        ((card(),), "huge", Unavailable(
+            "'huge' is larger than the memory of every instance serving it (gpu 24 GiB)")),
+        # with two instances, the one where it fits without evicting anything
+        ((card(c=warm(900)), replace(card(), name="gpu-2")), "a", Swap("gpu-2")),
+        # capacity holds too: three 4 GiB models leave room in bytes but not in places
+        ((replace(card(), capacity=2, models={"d": warm(900), "a": warm(950)}),), "b",
+         Swap("gpu", ("d",))),
+    ],
+)  # fmt: skip
+def test_memory_placement(instances: tuple[I, ...], model: str, decision: object) -> None:
+    assert place(model, snap(*instances), POLICY) == decision

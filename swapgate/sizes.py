@@ -1,0 +1,268 @@
+"""What a model takes in memory (SPEC §16): given, computed from its numbers, or read from its GGUF.
+
+    memory = (weights + kv_per_token × context × max_seqs) × (1 + memory_overhead)
+    kv_per_token = layers × kv_heads × head_dim × 2 (K and V) × bytes per element
+
+The KV cache is allocated per sequence, up to ``context`` tokens each, for as many sequences as
+the engine runs at once (vLLM's ``--max-num-seqs``, llama.cpp's ``-np``): a 70B whose context
+was left at 32k takes 10 GiB per sequence, 320 GiB at 32 of them. The figures are an upper
+bound: engines that window some layers' attention (Gemma 3) or page the cache allocate less.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ByteSize,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
+
+_SIZES = TypeAdapter(ByteSize)  # pydantic's parser: binary (GiB) and decimal (GB) units
+# Bytes per cached K or V element: ggml's quantized blocks hold 32 elements in 34 or 18 bytes.
+KV_BYTES = {"f16": 2.0, "bf16": 2.0, "fp8": 1.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
+KvDtype = Literal["f16", "bf16", "fp8", "q8_0", "q4_0"]
+
+
+def parse_size(value: object) -> object:
+    """Accept ``20GiB``, ``1.5GB``, ``512 MiB`` or a plain number of bytes."""
+    hint = "use e.g. 512MiB, 20GiB or a number of bytes"
+    if isinstance(value, bool):
+        raise ValueError(f"not a size: {hint}")
+    if isinstance(value, str | int):
+        try:
+            return int(_SIZES.validate_python(value))
+        except ValidationError:
+            raise ValueError(f"not a size: {value!r}; {hint}") from None
+    return value
+
+
+Bytes = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
+
+
+class SizeConfig(BaseModel):
+    """A model's memory keys: ``memory``; or ``weights`` with ``kv_per_token``, ``context``
+    and ``max_seqs``; or ``gguf`` (whose file gives weights, KV per token and context)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    memory: Bytes | None = None
+    weights: Bytes | None = None
+    kv_per_token: Bytes | None = None
+    context: Annotated[int, Field(ge=1)] | None = None  # max-model-len, -c
+    max_seqs: Annotated[int, Field(ge=1)] = 1  # max-num-seqs, -np
+    memory_overhead: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)] = 0.1
+    gguf: str | None = None
+    kv_cache_dtype: KvDtype = "f16"
+
+    @model_validator(mode="after")
+    def _one_way(self) -> SizeConfig:
+        if self.memory is not None and (self.weights or self.kv_per_token or self.gguf):
+            raise ValueError("memory is the whole size: drop weights, kv_per_token and gguf")
+        if self.gguf and self.weights:
+            raise ValueError("gguf gives the weights: drop weights (or gguf)")
+        if self.kv_per_token and not (self.context or self.gguf):
+            raise ValueError("kv_per_token needs context (max-model-len), the tokens per sequence")
+        if self.kv_per_token and not (self.weights or self.gguf):
+            raise ValueError("kv_per_token needs weights too (or memory for the whole size)")
+        return self
+
+    @property
+    def sized(self) -> bool:
+        return bool(self.memory or self.weights or self.gguf)
+
+
+@dataclass(frozen=True, slots=True)
+class Size:
+    """A model's memory, and the arithmetic behind it (``swapgate plan`` prints it)."""
+
+    weights: int
+    kv_per_token: int = 0
+    context: int = 0
+    max_seqs: int = 1
+    overhead: float = 0.0
+    given: int | None = None  # ``memory`` as configured: the whole size, no arithmetic
+
+    @property
+    def kv_per_seq(self) -> int:
+        return self.kv_per_token * self.context
+
+    @property
+    def kv(self) -> int:
+        return self.kv_per_seq * self.max_seqs
+
+    @property
+    def total(self) -> int:
+        if self.given is not None:
+            return self.given
+        return round((self.weights + self.kv) * (1 + self.overhead))
+
+    def at(self, context: int, max_seqs: int) -> int:
+        """The total with another context or number of sequences."""
+        return round((self.weights + self.kv_per_token * context * max_seqs) * (1 + self.overhead))
+
+
+@dataclass(frozen=True, slots=True)
+class GgufFacts:
+    """What a GGUF file says about a model's size."""
+
+    architecture: str
+    weights: int
+    layers: int
+    kv_heads: int
+    key_length: int
+    value_length: int
+    context: int
+
+    def kv_per_token(self, dtype: KvDtype) -> int:
+        width = self.kv_heads * (self.key_length + self.value_length)
+        return round(self.layers * width * KV_BYTES[dtype])
+
+
+@cache
+def read_gguf(path: str) -> GgufFacts:
+    """What the file's header says (its tensors are not read)."""
+    meta, weights = _gguf_header(Path(path).expanduser())
+    arch = str(meta.get("general.architecture", ""))
+
+    def number(key: str, default: int | None = None) -> int:
+        value = meta.get(f"{arch}.{key}", default)
+        if not isinstance(value, int):
+            raise ValueError(f"its metadata has no {arch}.{key}")
+        return value
+
+    heads = number("attention.head_count")
+    head_dim = number("embedding_length") // heads
+    return GgufFacts(
+        architecture=arch,
+        weights=weights,
+        layers=number("block_count"),
+        kv_heads=number("attention.head_count_kv", heads),
+        key_length=number("attention.key_length", head_dim),
+        value_length=number("attention.value_length", head_dim),
+        context=number("context_length", 0),
+    )
+
+
+# GGUF's scalar value types (gguf.GGUFValueType) as struct formats; 8 is a string, 9 an array.
+_SCALARS = {
+    0: "B",
+    1: "b",
+    2: "H",
+    3: "h",
+    4: "I",
+    5: "i",
+    6: "f",
+    7: "?",
+    10: "Q",
+    11: "q",
+    12: "d",
+}
+
+
+def _gguf_header(path: Path) -> tuple[dict[str, object], int]:
+    """The metadata's scalars and strings, and the tensors' total size in bytes.
+
+    A walk of the header rather than ``gguf.GGUFReader``, which builds every array (a
+    tokenizer's 262,144 tokens) and takes 11 s on a 250 MB file where this takes 0.1 s; the
+    quantization block sizes are the gguf package's own."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        if data[:4] != b"GGUF":
+            raise ValueError("not a GGUF file")
+        version, tensors, kvs = struct.unpack_from("<IQQ", data, 4)
+        if version < 2:
+            raise ValueError(f"GGUF version {version} is too old (2 or later)")
+        at = 24
+        meta: dict[str, object] = {}
+
+        def string(at: int) -> tuple[str, int]:
+            (length,) = struct.unpack_from("<Q", data, at)
+            return bytes(data[at + 8 : at + 8 + length]).decode("utf-8", "replace"), at + 8 + length
+
+        def value(kind: int, at: int) -> tuple[object, int]:
+            if kind == 8:
+                return string(at)
+            if kind == 9:  # an array: skipped, item by item for strings
+                item, count = struct.unpack_from("<IQ", data, at)
+                at += 12
+                if item in _SCALARS:
+                    return None, at + count * struct.calcsize(_SCALARS[item])
+                for _ in range(count):
+                    at = value(item, at)[1]
+                return None, at
+            fmt = "<" + _SCALARS[kind]
+            return struct.unpack_from(fmt, data, at)[0], at + struct.calcsize(fmt)
+
+        for _ in range(kvs):
+            key, at = string(at)
+            (kind,) = struct.unpack_from("<I", data, at)
+            meta[key], at = value(kind, at + 4)
+        weights = 0
+        for _ in range(tensors):
+            _, at = string(at)
+            (dims,) = struct.unpack_from("<I", data, at)
+            shape = struct.unpack_from(f"<{dims}Q", data, at + 4)
+            (kind,) = struct.unpack_from("<I", data, at + 4 + 8 * dims)
+            at += 4 + 8 * dims + 4 + 8  # the dims, the type, the offset
+            block, size = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
+            weights += math.prod(shape) // block * size
+        return meta, weights
+
+
+def size_of(conf: SizeConfig) -> Size | None:
+    """The model's size, or None when its config gives none; a GGUF that cannot be read
+    raises ``ValueError`` saying why."""
+    if conf.memory is not None:
+        return Size(conf.memory, given=conf.memory)
+    if conf.gguf:
+        try:
+            facts = read_gguf(conf.gguf)
+        except (OSError, ValueError, KeyError, struct.error) as exc:
+            raise ValueError(f"cannot read {conf.gguf}: {exc}") from None
+        return Size(
+            facts.weights, facts.kv_per_token(conf.kv_cache_dtype),
+            conf.context or facts.context, conf.max_seqs, conf.memory_overhead,
+        )  # fmt: skip
+    if conf.weights:
+        kv = conf.kv_per_token or 0
+        return Size(conf.weights, kv, conf.context or 0, conf.max_seqs, conf.memory_overhead)
+    return None
+
+
+def sizes(models: Mapping[str, SizeConfig]) -> tuple[dict[str, Size], list[str]]:
+    """Every sized model's size, and the problems (by YAML path) of the ones that cannot be."""
+    found: dict[str, Size] = {}
+    problems: list[str] = []
+    for name, conf in models.items():
+        try:
+            size = size_of(conf)
+        except ValueError as exc:
+            problems.append(f"models.{name}.gguf: {exc}")
+            continue
+        if size is not None:
+            found[name] = size
+    return found, problems
+
+
+def human(size: float) -> str:
+    """``320 KiB``, ``10 GiB``, ``131.4 GiB``: binary units, one decimal unless whole."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(size) >= scale:
+            value = size / scale
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+    return f"{size:.0f} B"

@@ -1,0 +1,44 @@
+"""A real GGUF (Gemma-3-270M, SPEC §14) read by ``gguf:`` (SPEC §16)."""
+
+from __future__ import annotations
+
+import pytest
+from gguf import GGUFReader
+
+from swapgate.config import parse_config
+from swapgate.engines import LlamaCppEngine
+from swapgate.sizes import read_gguf, size_of
+
+pytestmark = pytest.mark.engine
+
+
+def test_a_gguf_gives_its_true_layers_kv_size_and_weights(engine: LlamaCppEngine) -> None:
+    reader = GGUFReader(engine.gguf)
+
+    def meta(key: str) -> int:
+        return int(reader.fields[f"gemma3.{key}"].contents())
+
+    facts = read_gguf(str(engine.gguf))
+    assert facts.architecture == "gemma3"
+    assert facts.layers == meta("block_count") == 18
+    assert facts.kv_heads == meta("attention.head_count_kv")
+    assert (facts.key_length, facts.value_length) == (
+        meta("attention.key_length"), meta("attention.value_length"),
+    )  # fmt: skip
+    per_token = meta("block_count") * meta("attention.head_count_kv") * (
+        meta("attention.key_length") + meta("attention.value_length")
+    ) * 2  # f16: 2 bytes per element  # fmt: skip
+    assert facts.kv_per_token("f16") == per_token == 18 * 1 * (256 + 256) * 2
+    assert facts.kv_per_token("q8_0") == round(per_token / 2 * 34 / 32)  # ggml's 34-byte blocks
+    assert facts.context == meta("context_length")
+    file_size = engine.gguf.stat().st_size
+    assert 0.95 * file_size < facts.weights < file_size  # the tensors, less the header
+
+    settings = parse_config({
+        "instances": [{"name": "cpu", "url": "http://x", "memory": "1GiB"}],
+        "models": {"gemma": {"gguf": str(engine.gguf), "context": 4096, "max_seqs": 2}},
+    })  # fmt: skip
+    size = size_of(settings.models["gemma"])
+    assert size is not None
+    assert size.kv == per_token * 4096 * 2
+    assert size.total == round((facts.weights + size.kv) * 1.1)
