@@ -196,3 +196,23 @@ def test_fixed_model_servers_are_all_warm(all_warm: bool) -> None:
     registry.apply_report("x", InstanceReport(None, None, all_warm=all_warm), 0)
     assert state(registry, "a") is WarmState.WARM
     assert state(registry, "b") is WarmState.WARM
+
+
+def test_a_size_the_backend_reports_replaces_the_estimate_where_memory_counts() -> None:
+    settings = parse_config({
+        "instances": [{"name": "gpu", "url": "http://x", "memory": "24GiB",
+                       "models": ["qwen", "llama"]}],
+        "models": {"qwen": {"memory": "10GiB", "upstream_names": {"gpu": "qwen2.5:7b"}},
+                   "llama": {"memory": "12GiB"}},
+    })  # fmt: skip
+    registry = Registry(settings.instances, Catalog(settings))
+    before = registry.snapshot().instance("gpu")
+    assert (before.memory, before.sizes["qwen"]) == (24 * 2**30, 10 * 2**30)
+    report = InstanceReport({"qwen2.5:7b": WarmState.WARM}, None, sizes={"qwen2.5:7b": 6 * 2**30})
+    registry.apply_report("gpu", report, registry.generation("gpu"))
+    after = registry.snapshot().instance("gpu")
+    assert after.sizes == {"qwen": 6 * 2**30, "llama": 12 * 2**30}, "learned, by client name"
+    assert after.used == 6 * 2**30
+    assert registry.sizes("gpu") == {
+        "qwen": {"estimate": 10 * 2**30, "learned": 6 * 2**30}, "llama": {"estimate": 12 * 2**30},
+    }  # fmt: skip
