@@ -77,13 +77,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _sim_arguments(sim: argparse.ArgumentParser) -> None:
-    sim.add_argument("--flavor", choices=("llama-swap", "ollama", "openai"), default="llama-swap")
+    sim.add_argument(
+        "--flavor", choices=("llama-swap", "ollama", "openai", "vllm"), default="llama-swap"
+    )
     sim.add_argument("--host", default="127.0.0.1")
     sim.add_argument("--port", type=int, default=9001)
     sim.add_argument("--models", default="a,b,c", help="comma-separated model names")
     sim.add_argument("--capacity", type=int, default=1, help="models resident at once")
     sim.add_argument("--load-time", type=_duration, default=5.0)
     sim.add_argument("--ttft", type=_duration, default=0.05)
+    sim.add_argument(
+        "--wake-time", type=_duration, default=1.0, help="flavour vllm: a wake from sleep level 1"
+    )
+    sim.add_argument(
+        "--asleep", type=int, choices=(0, 1, 2), default=0, help="flavour vllm: start asleep"
+    )
     sim.add_argument(
         "--prefill", type=_duration, default=0.0, help="a stream's headers, then this, then tokens"
     )

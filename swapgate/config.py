@@ -85,7 +85,7 @@ Url = Annotated[str, AfterValidator(_check_url)]
 
 Name = Annotated[str, Field(pattern=_NAME)]
 FallbackPolicy = Annotated[Literal["off", "error", "slow", "swap"], BeforeValidator(_yaml_off)]
-InstanceKind = Literal["llama-swap", "ollama", "openai", "swap-on-request", "process"]
+InstanceKind = Literal["llama-swap", "ollama", "openai", "swap-on-request", "process", "vllm-sleep"]
 # The APIs an upstream speaks besides OpenAI's: a Messages request for one that does not speak
 # ``anthropic`` is translated to chat completions (SPEC §19).
 Protocols = Annotated[
@@ -178,16 +178,19 @@ class InstanceConfig(_Section):
     # kind: process only
     start_port: int = Field(5800, ge=1024, le=65535)
     commands: dict[str, Annotated[ProcessCommand, BeforeValidator(_command)]] = {}
+    # kind: vllm-sleep only: a vLLM server per model, all but capacity of them asleep
+    servers: dict[str, Url] = {}
+    sleep_level: Literal[1, 2] = 1
 
     @model_validator(mode="before")
     @classmethod
     def _process_defaults(cls, data: object) -> object:
         """A process instance's models are its commands', at swapgate's own loopback."""
-        if isinstance(data, dict) and data.get("kind") == "process":
-            commands = data.get("commands")
+        if isinstance(data, dict) and data.get("kind") in ("process", "vllm-sleep"):
+            own = data.get("commands" if data["kind"] == "process" else "servers")
             data = {"url": "http://127.0.0.1", **data}
-            if data.get("models") is None and isinstance(commands, dict):
-                data["models"] = list(commands)
+            if data.get("models") is None and isinstance(own, dict):
+                data["models"] = list(own)
         return data
 
     @model_validator(mode="after")
@@ -197,10 +200,17 @@ class InstanceConfig(_Section):
                 raise ValueError("kind: process needs commands: one server command per model")
             if set(self.models or ()) != set(self.commands):
                 raise ValueError("models and commands name different models; drop models")
+        elif self.kind == "vllm-sleep":
+            if not self.servers:
+                raise ValueError("kind: vllm-sleep needs servers: one vLLM server URL per model")
+            if set(self.models or ()) != set(self.servers):
+                raise ValueError("models and servers name different models; drop models")
         elif not self.url:
             raise ValueError(f"kind: {self.kind} needs the url of its server")
-        elif self.commands:
+        if self.commands and self.kind != "process":
             raise ValueError("commands are for kind: process only")
+        if self.servers and self.kind != "vllm-sleep":
+            raise ValueError("servers are for kind: vllm-sleep only")
         return self
 
 

@@ -4,7 +4,9 @@ The rules (SPEC §4.3), in order:
   1. candidates are instances that are up, not drained, not in backoff, and serve the model;
   2. a warm candidate: the one with the fewest in-flight requests per weight;
   3. a candidate already loading the model: join that swap;
-  4. a swap target among candidates not swapping already: free capacity first; else one whose
+  4. a swap target among candidates not swapping already — a copy asleep (vLLM's sleep mode)
+     before a cold one when its measured wake is sooner than the cold one's load —: free
+     capacity first; else one whose
      victims are evictable (not pinned, nothing in flight, no request waiting for it, and not
      used within ``min_residency`` (``lru``) or more likely gone than back (``demand``; the
      longer this model's requests have queued, the likelier back a victim may be, up to any
@@ -28,7 +30,7 @@ from itertools import combinations
 from typing import Literal
 
 from swapgate.sizes import human
-from swapgate.snapshot import InstanceView, Snapshot
+from swapgate.snapshot import AWAKE, InstanceView, Snapshot
 from swapgate.state import WarmState
 
 Eviction = Literal["lru", "demand"]
@@ -58,6 +60,8 @@ class Policy:
     # Under ``demand``: how long a model's requests may queue before any model that is done
     # may make room for it, however likely back (the bar rises from LIKELY_BACK to 1 meanwhile).
     patience: Callable[[str], float] = _never
+    # The measured wake of (instance, model) asleep (vLLM's sleep mode): the asleep tier's time.
+    wake: Callable[[str, str], float] = _unmeasured
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +123,32 @@ def place(model: str, snap: Snapshot, policy: Policy) -> Decision:
 def _swap_target(
     model: str, candidates: list[InstanceView], snap: Snapshot, policy: Policy
 ) -> Swap | None:
+    """Where to swap ``model`` in: by expected time to its first byte, a copy asleep (its
+    measured wake) before a cold one (its measured load) when that is sooner."""
     idle = [i for i in candidates if i.swapping is None and i.reserved_for in (None, model)]
+    asleep = [i for i in idle if i.state_of(model) is WarmState.ASLEEP]
+    cold = _target_among(model, [i for i in idle if i not in asleep], snap, policy)
+    wake = _target_among(model, asleep, snap, policy, policy.wake)
+    if wake is None:
+        return cold
+    if cold is None or policy.wake(wake.instance, model) <= policy.eta(cold.instance, model):
+        return wake
+    return cold
+
+
+def _target_among(
+    model: str,
+    idle: list[InstanceView],
+    snap: Snapshot,
+    policy: Policy,
+    eta: Callable[[str, str], float] | None = None,
+) -> Swap | None:
+    """Among ``idle``: one with room first, the soonest (``eta``) or least loaded; else the
+    one whose victims cost least."""
     free = [i for i in idle if i.resident < i.capacity and i.fits(model)]
     if free:
-        return Swap(min(free, key=_load).name)
+        soonest = (lambda i: (eta(i.name, model), i.load)) if eta else _load
+        return Swap(min(free, key=soonest).name)
     waited = snap.now - snap.queued.get(model, snap.now)
     bar = LIKELY_BACK + (1 - LIKELY_BACK) * min(1.0, waited / policy.patience(model))
     cheapest = _cheapest_room(model, idle, snap, policy, _Room(bar=bar))
@@ -144,7 +170,7 @@ def _queued_earlier(model: str, instance: str, snap: Snapshot, policy: Policy) -
 
 
 def _warm_or_loading(model: str, snap: Snapshot) -> bool:
-    return any(i.state_of(model) is not WarmState.COLD for i in snap.instances)
+    return any(i.state_of(model) in AWAKE for i in snap.instances)
 
 
 def starvation_target(model: str, snap: Snapshot, policy: Policy) -> Swap | None:

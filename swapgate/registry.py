@@ -251,10 +251,11 @@ class Registry:
         inst.slot(model).set_state(WarmState.LOADING, now)
         self._notify()
 
-    def evicted(self, name: str, model: str) -> None:
+    def evicted(self, name: str, model: str, to: WarmState = WarmState.COLD) -> None:
+        """``model`` left ``name``: cold, or asleep where the backend keeps it (vLLM)."""
         inst = self._instances[name]
         inst.generation += 1
-        inst.slot(model).set_state(WarmState.COLD, self._clock())
+        inst.slot(model).set_state(to, self._clock())
 
     def warmed(self, name: str, model: str) -> None:
         """``model`` is warm on ``name``: another replica's swap made it so."""

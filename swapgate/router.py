@@ -201,6 +201,7 @@ def policy_for(settings: Settings, coordinator: Swaps) -> Policy:
         coordinator.eta,
         routing.demand_horizon,
         patience=lambda model: starvation_point(settings, model),
+        wake=coordinator.wake_eta,
     )
 
 
@@ -253,6 +254,8 @@ class _Waiter:
             raise error(f"{decision.reason}; retry later", retry_after=retry_after)
         self._progress.instance = decision.instance
         self._progress.state = _STATES[type(decision)]
+        if self._progress.state == "loading" and router._coordinator.waking(decision.instance):
+            self._progress.state = "waking"
         starving = time.monotonic() >= self._starving_at
         if isinstance(decision, Queue) and starving and self._room_on is None:
             self._room_on = router._close_for(model, self.deadline)

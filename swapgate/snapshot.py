@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from swapgate.demand import Arrivals
 from swapgate.state import WarmState
 
+AWAKE = frozenset({WarmState.WARM, WarmState.LOADING})
+
 
 @dataclass(frozen=True, slots=True)
 class ModelView:
@@ -48,16 +50,13 @@ class InstanceView:
 
     @property
     def resident(self) -> int:
-        return sum(1 for m in self.models.values() if m.state is not WarmState.COLD)
+        """Models taking a place (``capacity``): warm or loading; asleep ones take none."""
+        return sum(1 for m in self.models.values() if m.state in AWAKE)
 
     @property
     def used(self) -> int:
         """The memory its resident (warm or loading) models take, those with a known size."""
-        return sum(
-            self.sizes.get(name, 0)
-            for name, m in self.models.items()
-            if m.state is not WarmState.COLD
-        )
+        return sum(self.sizes.get(name, 0) for name, m in self.models.items() if m.state in AWAKE)
 
     def fits(self, model: str, freed: int = 0) -> bool:
         """Whether ``model`` fits beside what is resident, once ``freed`` bytes are evicted."""

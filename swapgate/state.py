@@ -9,6 +9,7 @@ from enum import StrEnum
 
 class WarmState(StrEnum):
     COLD = "cold"
+    ASLEEP = "asleep"  # resident but not awake (vLLM's sleep mode): it wakes in seconds
     LOADING = "loading"
     WARM = "warm"
 

@@ -13,7 +13,7 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Literal, Protocol
 
 from swapgate.backoff import Backoff
 from swapgate.catalog import Catalog
@@ -21,9 +21,13 @@ from swapgate.drivers import Driver
 from swapgate.errors import DriverError
 from swapgate.metrics import Metrics
 from swapgate.registry import Registry
+from swapgate.state import WarmState
 
 log = logging.getLogger("swapgate.swaps")
 RECENT_SWAPS = 5
+# A swap either loads a cold model or wakes one asleep (vLLM's sleep mode, SPEC §15).
+Kind = Literal["load", "wake"]
+EXPECTED_WAKE = 5.0  # a wake not measured yet is expected this long (or expected_swap if less)
 
 
 class Swaps(Protocol):
@@ -31,26 +35,31 @@ class Swaps(Protocol):
 
     def start(self, instance: str, model: str, victims: tuple[str, ...] = ()) -> bool: ...
     def eta(self, instance: str, model: str) -> float: ...
+    def wake_eta(self, instance: str, model: str) -> float: ...
+    def waking(self, instance: str) -> bool: ...
 
 
 class SwapTimes:
-    """The swap ETA: median of the last five measured swaps of (instance, model)."""
+    """The swap ETA per tier: median of the last five measured loads (or wakes, of a model
+    asleep) of (instance, model)."""
 
     def __init__(self, expected: float) -> None:
         self.expected = expected
-        self._recent: dict[tuple[str, str], deque[float]] = {}
+        self._recent: dict[tuple[str, str, Kind], deque[float]] = {}
 
-    def record(self, instance: str, model: str, seconds: float) -> None:
-        key = (instance, model)
+    def record(self, instance: str, model: str, seconds: float, kind: Kind = "load") -> None:
+        key = (instance, model, kind)
         self._recent.setdefault(key, deque(maxlen=RECENT_SWAPS)).append(seconds)
 
-    def eta(self, instance: str, model: str) -> float:
-        recent = self._recent.get((instance, model))
-        return statistics.median(recent) if recent else self.expected
+    def eta(self, instance: str, model: str, kind: Kind = "load") -> float:
+        recent = self._recent.get((instance, model, kind))
+        if recent:
+            return statistics.median(recent)
+        return self.expected if kind == "load" else min(self.expected, EXPECTED_WAKE)
 
-    def last(self, instance: str, model: str) -> float:
+    def last(self, instance: str, model: str, kind: Kind = "load") -> float:
         """The last measured swap of (instance, model); 0 if none."""
-        recent = self._recent.get((instance, model))
+        recent = self._recent.get((instance, model, kind))
         return recent[-1] if recent else 0.0
 
 
@@ -71,13 +80,17 @@ class SwapCoordinator:
         self._metrics = metrics
         self._swap_timeout = swap_timeout
         self._running: dict[str, asyncio.Task[bool]] = {}
+        self._kinds: dict[str, Kind] = {}  # what each running swap does: load or wake
         self._backoff = Backoff()
 
     def start(self, instance: str, model: str, victims: tuple[str, ...] = ()) -> bool:
         """Begin swapping ``model`` onto ``instance`` unless a swap runs there already."""
         if instance in self._running:
             return False
-        self._registry.begin_swap(instance, model, self.times.eta(instance, model))
+        view = self._registry.snapshot().instance(instance)
+        kind: Kind = "wake" if view.state_of(model) is WarmState.ASLEEP else "load"
+        self._kinds[instance] = kind
+        self._registry.begin_swap(instance, model, self.times.eta(instance, model, kind))
         task = asyncio.create_task(self._swap(instance, model, victims), name=f"swap {instance}")
         self._running[instance] = task
         task.add_done_callback(lambda _: self._running.pop(instance, None))
@@ -99,6 +112,14 @@ class SwapCoordinator:
     def eta(self, instance: str, model: str) -> float:
         """Seconds a swap of ``model`` onto ``instance`` is expected to take."""
         return self.times.eta(instance, model)
+
+    def wake_eta(self, instance: str, model: str) -> float:
+        """Seconds waking ``model``, asleep on ``instance``, is expected to take."""
+        return self.times.eta(instance, model, "wake")
+
+    def waking(self, instance: str) -> bool:
+        """Whether the swap running on ``instance`` wakes a sleeping model (keep-alives say so)."""
+        return instance in self._running and self._kinds.get(instance) == "wake"
 
     async def wait(self, instance: str) -> bool:
         """Wait for the swap running on ``instance``; True when it made its model warm."""
@@ -164,7 +185,8 @@ class SwapCoordinator:
         """The swap ended (``_finish`` told the registry how)."""
 
     def _evicted(self, instance: str, model: str) -> None:
-        self._registry.evicted(instance, model)
+        driver = self._drivers.get(instance)
+        self._registry.evicted(instance, model, driver.evicts_to if driver else WarmState.COLD)
 
     async def _recycle(self, instance: str, model: str) -> bool:
         driver, upstream = self._drivers[instance], self._catalog.upstream_name(instance, model)
@@ -195,9 +217,12 @@ class SwapCoordinator:
 
     def _finish(self, instance: str, model: str, result: str, elapsed: float) -> bool:
         ok = self._end(instance, model, result == "ok")
+        kind = self._kinds.get(instance, "load")
         self._metrics.swap_duration.labels(instance, model, result).observe(elapsed)
         self._metrics.swaps.labels(instance, model, result).inc()
+        if kind == "wake":
+            self._metrics.wake_duration.labels(instance, model, result).observe(elapsed)
         if ok:
-            self.times.record(instance, model, elapsed)
-            log.info("swap done: %s on %s in %.2fs", model, instance, elapsed)
+            self.times.record(instance, model, elapsed, kind)
+            log.info("swap done (%s): %s on %s in %.2fs", kind, model, instance, elapsed)
         return ok

@@ -11,6 +11,7 @@ from swapgate.drivers.ollama import OllamaDriver
 from swapgate.drivers.openai import OpenAIDriver
 from swapgate.drivers.process import ProcessDriver
 from swapgate.drivers.swap_on_request import SwapOnRequestDriver
+from swapgate.drivers.vllm_sleep import VllmSleepDriver
 
 DRIVERS: dict[str, type[Driver]] = {
     "llama-swap": LlamaSwapDriver,
@@ -25,5 +26,9 @@ __all__ = ["DRIVERS", "Driver", "ProcessDriver", "make_driver"]
 def make_driver(instance: InstanceConfig, client: httpx.AsyncClient) -> Driver:
     if instance.kind == "process":
         return ProcessDriver(instance, client)
+    if instance.kind == "vllm-sleep":
+        return VllmSleepDriver(
+            instance.servers, instance.sleep_level, client, secret(instance.api_key_env)
+        )
     discover = instance.models is None
     return DRIVERS[instance.kind](instance.url, client, secret(instance.api_key_env), discover)

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from swapgate.errors import DriverError
-from swapgate.state import InstanceReport
+from swapgate.state import InstanceReport, WarmState
 
 # A poll that takes longer than this says the instance is not healthy.
 POLL_TIMEOUT = httpx.Timeout(5.0)
@@ -19,6 +19,8 @@ LOAD_TIMEOUT = httpx.Timeout(None, connect=5.0)
 
 class Driver(ABC):
     """One backend instance, spoken to in its own API (SPEC §7)."""
+
+    evicts_to = WarmState.COLD  # what an unloaded model becomes: vLLM's sleep keeps it asleep
 
     def __init__(
         self,

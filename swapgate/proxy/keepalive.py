@@ -26,7 +26,9 @@ from swapgate.registry import Registry
 
 Kind = Literal["comment", "ping", "reasoning", "whitespace"]
 OPT_OUT_HEADER = b"x-swapgate-keepalive"
-_VERBS = {"loading": "loading", "queued": "queued for", "waiting": "waiting for"}
+_VERBS = {
+    "loading": "loading", "waking": "waking", "queued": "queued for", "waiting": "waiting for",
+}  # fmt: skip
 _CONTENT_TYPES = {
     "comment": b"text/event-stream",
     "ping": b"text/event-stream",
@@ -136,7 +138,8 @@ class Pinger:
         elapsed = math.floor(time.monotonic() - self._started)
         eta = self._eta()
         instance = self._progress.instance or "an instance"
-        text = f"Loading {self._model} on {instance}… {elapsed}s"
+        verb = "Waking" if self._progress.state == "waking" else "Loading"
+        text = f"{verb} {self._model} on {instance}… {elapsed}s"
         if eta is not None:
             text += f" (eta {eta}s)"
         chunk = {

@@ -51,6 +51,7 @@ class Unloads(Protocol):
     def busy(self, instance: str) -> bool: ...
     async def unload(self, instance: str, model: str) -> None: ...
     def eta(self, instance: str, model: str) -> float: ...
+    def wake_eta(self, instance: str, model: str) -> float: ...
 
 
 class Jobs(Protocol):
@@ -152,7 +153,6 @@ def describe_state(runtime: Operated) -> dict[str, Any]:
     wall = _WallClock(snap.now)
     queues = runtime.registry.queue_depths()
     models = sorted(runtime.registry.known_models())
-    eta = runtime.coordinator.eta
     return {
         "instances": [_describe_instance(inst, runtime, wall) for inst in snap.instances],
         "models": {
@@ -160,8 +160,9 @@ def describe_state(runtime: Operated) -> dict[str, Any]:
                 "queue": queues.get(model, 0),
                 "warm_on": _where(snap, model, WarmState.WARM),
                 "loading_on": _where(snap, model, WarmState.LOADING),
+                # the time to bring it up from the tier it is in: a wake if asleep, else a load
                 "eta_seconds": {
-                    i.name: round(eta(i.name, model), 3)
+                    i.name: round(_eta(runtime.coordinator, i, model), 3)
                     for i in snap.instances
                     if model in i.serves
                 },
@@ -169,6 +170,12 @@ def describe_state(runtime: Operated) -> dict[str, Any]:
             for model in models
         },
     }
+
+
+def _eta(swaps: Unloads, instance: InstanceView, model: str) -> float:
+    if instance.state_of(model) is WarmState.ASLEEP:
+        return swaps.wake_eta(instance.name, model)
+    return swaps.eta(instance.name, model)
 
 
 def _describe_instance(inst: InstanceView, runtime: Operated, wall: _WallClock) -> dict[str, Any]:

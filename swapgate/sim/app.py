@@ -25,6 +25,7 @@ from starlette.routing import Route
 import swapgate.sim.apis as apis
 import swapgate.sim.completions as completions
 from swapgate.sim.backend import Backend, LoadFailed, SimConfig
+from swapgate.sim.vllm import SleepMode
 
 T = TypeVar("T")
 FAULTS = (
@@ -80,6 +81,8 @@ class SimServer:
             ],
             "openai": [Route("/health", self.ok)],
         }
+        if self.config.flavor == "vllm":
+            return routes + SleepMode(self.backend).routes()
         return routes + flavour[self.config.flavor]
 
     # -- /sim ----------------------------------------------------------------------------------

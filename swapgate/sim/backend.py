@@ -32,6 +32,8 @@ class SimConfig:
     seed: int | None = None
     grow_rss: int = 0  # bytes it keeps resident per request: a leak, to test recycling
     protocols: tuple[str, ...] = ("openai",)
+    asleep: int = 0  # flavour vllm: start asleep at this sleep level (0: awake)
+    wake_time: float = 1.0  # flavour vllm: a wake from level 1
 
     def __post_init__(self) -> None:
         unknown = ", ".join(repr(p) for p in self.protocols if p not in PROTOCOLS)
@@ -64,6 +66,8 @@ class Backend:
         return rate > 0 and self.dice.random() < rate
 
     async def ensure_loaded(self, model: str) -> None:
+        if self.config.flavor == "vllm" and self.resident.get(model) != "ready":
+            raise LoadFailed("the model is sleeping: POST /wake_up first")  # as vLLM refuses
         if self.resident.get(model) == "ready":
             self.resident[model] = self.resident.pop(model)  # most recently used last
             return
@@ -105,7 +109,7 @@ class Backend:
                 key: self.counters[key]
                 for key in (
                     "requests", "completed", "cancelled", "crashed", "hung", "active",
-                    "load_failures", "unloads",
+                    "load_failures", "unloads", "sleeps", "wakes",
                 )
             },
         }  # fmt: skip

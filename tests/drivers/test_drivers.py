@@ -15,6 +15,7 @@ from swapgate.drivers.llama_swap import LlamaSwapDriver
 from swapgate.drivers.ollama import OllamaDriver
 from swapgate.drivers.openai import OpenAIDriver
 from swapgate.drivers.swap_on_request import SwapOnRequestDriver
+from swapgate.drivers.vllm_sleep import VllmSleepDriver
 from swapgate.errors import DriverError
 from swapgate.state import WarmState
 
@@ -164,3 +165,50 @@ async def test_instances_with_listed_models_are_not_asked_for_their_model_list(a
     assert (await OllamaDriver(URL, client, discover=False).state()).available is None
     assert not listing.called
     assert not tags.called
+
+
+SLEEPY = {"a": "http://10.0.0.7:8001", "b": "http://10.0.0.7:8002"}
+
+
+async def test_vllm_sleep_state_reads_each_servers_is_sleeping(client) -> None:
+    with respx.mock(assert_all_called=False) as router:
+        await _sleep_states(router, client)
+
+
+async def _sleep_states(router: respx.MockRouter, client: httpx.AsyncClient) -> None:
+    router.get(f"{SLEEPY['a']}/is_sleeping").respond(json={"is_sleeping": False})
+    router.get(f"{SLEEPY['b']}/is_sleeping").respond(json={"is_sleeping": True})
+    driver = VllmSleepDriver(SLEEPY, 1, client)
+    report = await driver.state()
+    assert report.running == {"a": WarmState.WARM, "b": WarmState.ASLEEP}
+    assert driver.model_url("b") == SLEEPY["b"]
+    assert driver.evicts_to is WarmState.ASLEEP
+    router.get(f"{SLEEPY['b']}/is_sleeping").mock(side_effect=httpx.ConnectError("down"))
+    assert (await driver.state()).running == {"a": WarmState.WARM}, "the other one: cold"
+    router.get(f"{SLEEPY['a']}/is_sleeping").respond(404)  # no VLLM_SERVER_DEV_MODE
+    with pytest.raises(DriverError, match="no vLLM server of this instance answers"):
+        await driver.state()
+
+
+async def test_vllm_sleep_wakes_and_sleeps_at_its_level(client) -> None:
+    with respx.mock(assert_all_called=False) as router:
+        await _wakes(router, client)
+
+
+async def _wakes(router: respx.MockRouter, client: httpx.AsyncClient) -> None:
+    wake = router.post(f"{SLEEPY['a']}/wake_up").respond(200)
+    router.get(f"{SLEEPY['a']}/is_sleeping").mock(
+        side_effect=[httpx.Response(200, json={"is_sleeping": True}),
+                     httpx.Response(200, json={"is_sleeping": False})]
+    )  # fmt: skip
+    sleep = router.post(f"{SLEEPY['b']}/sleep", params={"level": "2"}).respond(200)
+    driver = VllmSleepDriver(SLEEPY, 2, client)
+    await driver.load("a")
+    await driver.unload("b")
+    assert wake.call_count == 1
+    assert sleep.call_count == 1
+    router.post(f"{SLEEPY['b']}/wake_up").respond(500)
+    with pytest.raises(DriverError, match="answered 500"):
+        await driver.load("b")
+    with pytest.raises(DriverError, match="no vLLM server for 'c'"):
+        await driver.load("c")

@@ -136,3 +136,9 @@ async def _failed_after_pings(mode: BodyMode, dialect: Dialect | None = None) ->
     assert sent[-1]["more_body"] is False
     body: bytes = sent[-1]["body"]
     return body
+
+
+def test_a_wake_is_told_as_waking_not_loading() -> None:
+    assert _pinger("comment", "waking").ping().startswith(b": swapgate waking m on gpu-a, eta ")
+    chunk = json.loads(_pinger("reasoning", "waking").ping().removeprefix(b"data: "))
+    assert chunk["choices"][0]["delta"]["reasoning_content"].startswith("Waking m on gpu-a")

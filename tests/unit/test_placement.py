@@ -451,3 +451,41 @@ def card(**models: tuple[WarmState, float, int, float]) -> I:
 )  # fmt: skip
 def test_memory_placement(instances: tuple[I, ...], model: str, decision: object) -> None:
     assert place(model, snap(*instances), POLICY) == decision
+
+
+# -- warmth tiers (SPEC §15 vllm-sleep): warm < asleep (its wake) < cold (its load) --------------
+
+A = WarmState.ASLEEP
+TIERS = Policy(min_residency=0.0, eta=lambda i, m: 20.0, wake=lambda i, m: {"x": 1.0}.get(i, 3.0))
+
+
+def asleep() -> tuple[WarmState, float, int, float]:
+    return (A, 0.0, 0, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("instances", "decision"),
+    [
+        # a warm copy, even busy, before waking one
+        ((I("x", {"a": asleep()}), I("y", {"a": warm()}, inflight=5)), Serve("y")),
+        # asleep (a 1 s wake) before cold (a 20 s load), though the cold one is free too
+        ((I("cold"), I("x", {"a": asleep()})), Swap("x")),
+        # the one whose wake is sooner
+        ((I("y", {"a": asleep()}), I("x", {"a": asleep()})), Swap("x")),
+        # an asleep copy whose GPU is taken wakes after putting the awake model to sleep
+        ((I("x", {"a": asleep(), "b": warm(900)}),), Swap("x", ("b",))),
+        # ... unless that one is busy: a cold copy elsewhere is then the way
+        ((I("x", {"a": asleep(), "b": warm(900, inflight=1)}), I("cold")), Swap("cold")),
+        # an asleep copy takes no place: capacity 1 with b asleep beside it is free for a
+        ((I("x", {"b": asleep()}),), Swap("x")),
+    ],
+)  # fmt: skip
+def test_placement_goes_to_the_copy_ready_soonest(
+    instances: tuple[I, ...], decision: object
+) -> None:
+    assert place("a", snap(*instances), TIERS) == decision
+
+
+def test_a_cold_copy_wins_when_its_load_is_sooner_than_the_wake() -> None:
+    slow_wake = replace(TIERS, wake=lambda i, m: 60.0)
+    assert place("a", snap(I("x", {"a": asleep()}), I("cold")), slow_wake) == Swap("cold")

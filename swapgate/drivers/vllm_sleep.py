@@ -1,0 +1,95 @@
+"""vLLM's sleep mode (SPEC §15 ``vllm-sleep``): one GPU, a vLLM server per model, all but
+``capacity`` of them asleep.
+
+Each server runs with ``--enable-sleep-mode`` and ``VLLM_SERVER_DEV_MODE=1``, which exposes
+``POST /sleep?level=N``, ``POST /wake_up`` and ``GET /is_sleeping`` (``{"is_sleeping": bool}``;
+vLLM's docs/features/sleep_mode.md). Level 1 moves the weights to CPU RAM and drops the
+KV cache: a wake takes seconds. Level 2 drops the weights too: a wake reloads them from disk,
+still without starting the process. Asleep is its own state (``WarmState.ASLEEP``): placement
+prefers waking a sleeping copy to loading a cold one when that is sooner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+import httpx
+
+from swapgate.drivers.base import LOAD_TIMEOUT, POLL_TIMEOUT, Driver
+from swapgate.errors import DriverError
+from swapgate.state import InstanceReport, WarmState
+
+# A wake answers once the engine is awake; this long after it, the server must say so.
+AWAKE_CHECKS, AWAKE_PAUSE = 50, 0.1
+
+
+class VllmSleepDriver(Driver):
+    evicts_to = WarmState.ASLEEP
+
+    def __init__(
+        self,
+        servers: Mapping[str, str],
+        level: int,
+        client: httpx.AsyncClient,
+        api_key: str | None = None,
+    ) -> None:
+        super().__init__(next(iter(servers.values())), client, api_key, discover=False)
+        self._servers = dict(servers)
+        self._level = level
+
+    def model_url(self, model: str) -> str | None:
+        return self._servers.get(model)
+
+    async def state(self) -> InstanceReport:
+        """Each server's ``/is_sleeping``; one that does not answer is cold, all of them: down."""
+        answers = await asyncio.gather(
+            *(self._sleeping(url) for url in self._servers.values()), return_exceptions=True
+        )
+        running: dict[str, WarmState] = {}
+        for model, answer in zip(self._servers, answers, strict=True):
+            if isinstance(answer, bool):
+                running[model] = WarmState.ASLEEP if answer else WarmState.WARM
+        if not running:
+            raise DriverError("no vLLM server of this instance answers GET /is_sleeping")
+        return InstanceReport(running=running, available=None)
+
+    async def load(self, model: str) -> None:
+        """Wake ``model``'s server and wait until it says it is awake (the coordinator put
+        the ones it replaces to sleep first)."""
+        url = self._server(model)
+        await self._post(url, "/wake_up", LOAD_TIMEOUT)
+        for _ in range(AWAKE_CHECKS):
+            if not await self._sleeping(url):
+                return
+            await asyncio.sleep(AWAKE_PAUSE)
+        raise DriverError(f"{url} still sleeps after POST /wake_up")
+
+    async def unload(self, model: str) -> None:
+        await self._post(self._server(model), f"/sleep?level={self._level}", LOAD_TIMEOUT)
+
+    def _server(self, model: str) -> str:
+        try:
+            return self._servers[model]
+        except KeyError:
+            raise DriverError(f"no vLLM server for {model!r} on this instance") from None
+
+    async def _sleeping(self, url: str) -> bool:
+        try:
+            response = await self._client.get(
+                url + "/is_sleeping", headers=self._headers, timeout=POLL_TIMEOUT
+            )
+            return bool(response.raise_for_status().json()["is_sleeping"])
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            raise DriverError(
+                f"GET {url}/is_sleeping: {exc} (is the server started with "
+                "--enable-sleep-mode and VLLM_SERVER_DEV_MODE=1?)"
+            ) from exc
+
+    async def _post(self, url: str, path: str, timeout: httpx.Timeout) -> None:
+        try:
+            response = await self._client.post(url + path, headers=self._headers, timeout=timeout)
+        except httpx.HTTPError as exc:
+            raise DriverError(f"POST {url}{path}: {type(exc).__name__}: {exc}") from exc
+        if response.status_code != 200:
+            raise DriverError(f"POST {url}{path} answered {response.status_code}")

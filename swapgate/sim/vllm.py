@@ -1,0 +1,68 @@
+"""The simulator's ``vllm`` flavour: one vLLM server of one model, with sleep mode (SPEC §15).
+
+``POST /sleep?level=1`` keeps its weights in CPU RAM (a wake takes ``--wake-time``);
+``level=2`` drops them (a wake takes ``--load-time``, a reload without a restart);
+``GET /is_sleeping`` says which. It starts awake, like vLLM, unless ``--asleep 1|2``. A request
+to a sleeping model is refused, as vLLM refuses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from swapgate.sim.backend import Backend
+
+log = logging.getLogger("swapgate.sim")
+
+
+class SleepMode:
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        config = backend.config
+        self.level = config.asleep  # 0: awake
+        self._lock = asyncio.Lock()
+        if not self.level:
+            backend.resident = dict.fromkeys(config.models, "ready")
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/health", self.health),
+            Route("/is_sleeping", self.is_sleeping),
+            Route("/sleep", self.sleep, methods=["POST"]),
+            Route("/wake_up", self.wake_up, methods=["POST"]),
+        ]
+
+    async def health(self, _: Request) -> Response:
+        return PlainTextResponse("")
+
+    async def is_sleeping(self, _: Request) -> JSONResponse:
+        return JSONResponse({"is_sleeping": bool(self.level)})
+
+    async def sleep(self, request: Request) -> Response:
+        level = request.query_params.get("level", "1")
+        if level not in ("1", "2"):
+            return JSONResponse({"error": f"level must be 1 or 2, not {level!r}"}, status_code=400)
+        async with self._lock:
+            if not self.level:
+                self.level = int(level)
+                self.backend.resident.clear()
+                self.backend.counters["sleeps"] += 1
+                log.info("asleep (level %s)", level)
+        return Response(status_code=200)
+
+    async def wake_up(self, _: Request) -> Response:
+        async with self._lock:
+            if self.level:
+                config = self.backend.config
+                seconds = config.wake_time if self.level == 1 else config.load_time
+                log.info("waking from level %d (%.1fs)", self.level, seconds)
+                await asyncio.sleep(seconds)
+                self.level = 0
+                self.backend.resident = dict.fromkeys(config.models, "ready")
+                self.backend.counters["wakes"] += 1
+        return Response(status_code=200)
