@@ -52,9 +52,11 @@ bench: $(STAMP) system-packages
 	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	$(BIN)/python -m bench --peers "$(PEERS)"
 
-# Replays seeded traces: swap counts against the optimum, LRU and round-robin (~10 minutes).
+# Replays seeded traces: swap counts against the optimum, LRU and round-robin (~10 minutes),
+# then the same traces on vllm-sleep instances beside llama-swap ones (~2 minutes).
 bench-swaps: $(STAMP)
 	$(BIN)/python -m bench.swaps
+	$(BIN)/python -m bench.tiers
 
 # The warm path of a replica on Redis against one alone (needs redis-server; ~1 minute).
 bench-cluster: $(STAMP) system-packages
