@@ -214,6 +214,14 @@ class InstanceConfig(_Section):
         return self
 
 
+class PoolConfig(_Section):
+    """Some of a model's instances, for prompts up to ``max_prompt_tokens`` (SPEC §17)."""
+
+    name: Name
+    instances: Annotated[list[str], Field(min_length=1)]
+    max_prompt_tokens: Annotated[int, Field(ge=1)] | None = None
+
+
 class ModelConfig(SizeConfig):
     """A model's routing keys; its memory keys are ``SizeConfig``'s (SPEC §16)."""
 
@@ -224,6 +232,7 @@ class ModelConfig(SizeConfig):
     fallback: FallbackPolicy | None = None
     max_wait: PositiveDuration | None = None
     keepalive: KeepaliveOverride | None = None
+    pools: list[PoolConfig] = []  # tried in order: the first the prompt fits
 
     @property
     def fallback_policy(self) -> FallbackPolicy:
@@ -408,6 +417,13 @@ def _check_model(
     for instance in conf.upstream_names:
         if instance not in instance_names:
             yield f"{where}.upstream_names.{instance}: no instance is named {instance!r}"
+    pool_names = [pool.name for pool in conf.pools]
+    for index, pool in enumerate(conf.pools):
+        if pool_names.index(pool.name) != index:
+            yield f"{where}.pools[{index}].name: duplicate pool name {pool.name!r}"
+        for instance in pool.instances:
+            if instance not in {i.name for i in settings.instances}:
+                yield f"{where}.pools[{index}].instances: no instance is named {instance!r}"
     if conf.relay is not None and conf.relay not in settings.relays:
         known = ", ".join(sorted(settings.relays)) or "none defined"
         yield f"{where}.relay: no relay named {conf.relay!r} (relays: {known})"

@@ -9,18 +9,19 @@ the data plane never releases leases itself.
 from __future__ import annotations
 
 from swapgate.lease import Lease, Progress
-from swapgate.router import Router
+from swapgate.router import Router, Want
 
 
 class Attempts:
-    def __init__(self, router: Router, model: str) -> None:
+    def __init__(self, router: Router, model: str, want: Want | None = None) -> None:
         self._router = router
         self._model = model
+        self._want = want  # its pool and wait budget: another instance is of the same pool
         self._retried = False  # another instance was tried already: next is the relay
         self.lease: Lease | None = None
 
     async def first(self, progress: Progress) -> Lease:
-        self.lease = await self._router.acquire(self._model, progress)
+        self.lease = await self._router.acquire(self._model, progress, self._want)
         return self.lease
 
     def next(self) -> Lease | None:
@@ -31,7 +32,7 @@ class Attempts:
             return None
         other = None
         if not self._retried:
-            other = self._router.acquire_warm(self._model, besides=failed.name)
+            other = self._router.acquire_warm(self._model, besides=failed.name, want=self._want)
         other = other or self._router.relay(self._model, "error")
         if other is None:
             return None

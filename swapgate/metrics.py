@@ -41,6 +41,16 @@ class Metrics:
             ["endpoint", "status"],
             registry=r,
         )
+        # Models with pools (SPEC §17): their requests and waits by pool, apart, for the same
+        # reason as endpoint_requests
+        self.pool_requests = Counter(
+            "swapgate_pool_requests", "Requests answered, by the pool they went to",
+            ["model", "pool", "status"], registry=r,
+        )  # fmt: skip
+        self.pool_wait = Histogram(
+            "swapgate_pool_wait_seconds", "Time spent waiting for a swap or the queue, by pool",
+            ["model", "pool"], registry=r,
+        )  # fmt: skip
         self.request_duration = Histogram(
             "swapgate_request_duration_seconds",
             "Time from a request's arrival to its last byte",
@@ -130,6 +140,11 @@ class Metrics:
                 registry=self.registry,
             )  # fmt: skip
         return self._cluster_up
+
+    def pool_done(self, model: str, pool: str, status: int, waited: float) -> None:
+        self._child(self.pool_requests, model, pool, str(status)).inc()
+        if waited:
+            self._child(self.pool_wait, model, pool).observe(waited)
 
     def endpoint_done(self, endpoint: str, status: int) -> None:
         self._child(self.endpoint_requests, endpoint, str(status)).inc()

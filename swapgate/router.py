@@ -12,9 +12,10 @@ import math
 import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from dataclasses import replace
-from typing import Protocol
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
+from swapgate import pools
 from swapgate.catalog import Catalog
 from swapgate.config import Settings, secret
 from swapgate.errors import NoCapacity, QueueFull, SwapFailed
@@ -62,6 +63,15 @@ class Addresses(Protocol):
     def model_url(self, model: str) -> str | None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Want:
+    """A request's own routing: the pool it may use (None: every instance) and how long it
+    may wait (None: the model's max_wait)."""
+
+    pool: pools.Pool | None = None
+    budget: float | None = None
+
+
 class Router:
     def __init__(
         self,
@@ -100,16 +110,42 @@ class Router:
             for name, relay in settings.relays.items()
         }
 
-    async def acquire(self, model: str, progress: Progress | None = None) -> Lease:
+    def want(self, model: str, payload: dict[str, Any], budget: float | None) -> Want:
+        """What a request asks for besides its model: its pool (by its prompt, SPEC §17)
+        and its own wait budget (``x-swapgate-max-wait``, capped at the model's max_wait)."""
+        conf = self._settings.model_settings(model)
+        pool = None
+        if conf.pools:
+            snap = self._registry.snapshot()
+            pool = pools.choose(model, conf.pools, pools.prompt_tokens(payload), snap)
+        max_wait = conf.max_wait or self._settings.routing.max_wait
+        return Want(pool, min(budget, max_wait) if budget is not None else None)
+
+    def snapshot(self, want: Want | None = None) -> Snapshot:
+        """The registry's snapshot, of the request's pool's instances only."""
+        snap = self._registry.snapshot()
+        if want is None or want.pool is None:
+            return snap
+        only = want.pool.instances
+        return replace(snap, instances=tuple(i for i in snap.instances if i.name in only))
+
+    async def acquire(
+        self, model: str, progress: Progress | None = None, want: Want | None = None
+    ) -> Lease:
         """Wait until ``model`` is warm somewhere (starting at most one swap), then lease it;
         or lease its relay when the fallback policy says so."""
         started = time.monotonic()
         progress = progress or Progress()
+        want = want or Want()
         self._registry.arrived(model)
-        decision = place(model, self._registry.snapshot(), self._policy)
+        decision = place(model, self.snapshot(want), self._policy)
         if isinstance(decision, Serve):
             progress.instance, progress.state = decision.instance, "waiting"
             return self._lease(decision.instance, model, None)
+        if want.budget is not None and not isinstance(decision, Unavailable):
+            expected = self._expected_wait(model, decision)
+            if expected > want.budget:
+                return self._over_budget(model, decision, expected, want.budget, started)
         with self._registry.queued(model, started) as depth:
             if depth > self._settings.routing.queue_limit:
                 relayed = self.relay(model, "queue_full", started)
@@ -119,16 +155,16 @@ class Router:
                     f"{depth - 1} requests already wait for {model!r}; retry later",
                     retry_after=self._retry_after(model),
                 )
-            waiter = _Waiter(self, model, started, progress, decision)
+            waiter = _Waiter(self, model, started, progress, decision, want)
             try:
                 lease = await until(self._registry, waiter.step, waiter.deadline)
             finally:
                 waiter.release()
         return lease or self.relay(model, "error", started) or self._timed_out(model, waiter)
 
-    def acquire_warm(self, model: str, besides: str) -> Lease | None:
-        """Lease another instance that has ``model`` warm right now, if there is one."""
-        snap = self._registry.snapshot()
+    def acquire_warm(self, model: str, besides: str, want: Want | None = None) -> Lease | None:
+        """Lease another instance (of the request's pool) that has ``model`` warm right now."""
+        snap = self.snapshot(want)
         others = replace(snap, instances=tuple(i for i in snap.instances if i.name != besides))
         decision = place(model, others, self._policy)
         return self._lease(decision.instance, model, None) if isinstance(decision, Serve) else None
@@ -169,6 +205,22 @@ class Router:
         if isinstance(decision, Queue):
             eta += max(0.0, frees_up_at(instance, snap.now, self._policy) - snap.now)
         return eta
+
+    def _over_budget(
+        self, model: str, decision: Decision, expected: float, budget: float, started: float
+    ) -> Lease:
+        """A request that will not wait as long as ``model`` needs: its relay, if the model's
+        fallback relays slow requests, else 503 at once (the swap it needs still starts)."""
+        if isinstance(decision, Swap):
+            self._coordinator.start(decision.instance, model, decision.victims)
+        relayed = self.relay(model, "slow", started)
+        if relayed:
+            return relayed
+        raise NoCapacity(
+            f"{model!r} needs about {expected:.0f}s and the request's x-swapgate-max-wait is"
+            f" {budget:g}s; retry later, or without the header to wait",
+            retry_after=max(1, math.ceil(expected)),
+        )
 
     def _timed_out(self, model: str, waiter: _Waiter) -> Lease:
         raise NoCapacity(
@@ -219,15 +271,23 @@ class _Waiter:
     for it; ``release`` gives both back, however the wait ended."""
 
     def __init__(
-        self, router: Router, model: str, started: float, progress: Progress, first: Decision
+        self,
+        router: Router,
+        model: str,
+        started: float,
+        progress: Progress,
+        first: Decision,
+        want: Want,
     ) -> None:
         self._router = router
         self._model = model
         self._started = started
         self._progress = progress
         self._first: Decision | None = first  # placed before it queued: used as it was
+        self._want = want
         self._conf = router._settings.model_settings(model)
-        self.max_wait = self._conf.max_wait or router._settings.routing.max_wait
+        configured = self._conf.max_wait or router._settings.routing.max_wait
+        self.max_wait = want.budget if want.budget is not None else configured
         self.deadline = started + self.max_wait
         self._starving_at = started + starvation_point(router._settings, model)
         self._swap_on: str | None = None  # where this request waits for a swap of its model
@@ -235,7 +295,7 @@ class _Waiter:
 
     def step(self) -> Lease | None:
         router, model = self._router, self._model
-        decision = self._first or place(model, router._registry.snapshot(), router._policy)
+        decision = self._first or place(model, router.snapshot(self._want), router._policy)
         self._first = None
         self._await_swap_on(decision.instance if isinstance(decision, Join | Swap) else None)
         if isinstance(decision, Serve):

@@ -17,6 +17,7 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
+from swapgate import pools
 from swapgate.auth import ClientAuth
 from swapgate.catalog import Catalog
 from swapgate.config import Settings
@@ -47,7 +48,7 @@ from swapgate.proxy.translated import CHAT_PATH, Translated
 from swapgate.proxy.upload import PLAIN_FORMATS
 from swapgate.proxy.upstream import UpstreamClient, UpstreamResponse
 from swapgate.registry import Registry
-from swapgate.router import Router
+from swapgate.router import Router, Want
 
 log = logging.getLogger("swapgate.access")
 RETRYABLE_STATUS = frozenset({502, 503})
@@ -68,6 +69,7 @@ class Exchange:
     failed: SwapgateError | None = None  # an error told in-band, after a committed 200
     # A Messages request as chat completions, for an upstream that does not speak Messages
     translation: Translated | None = None
+    want: Want | None = None  # its pool and wait budget (SPEC §17)
 
 
 class ProxyEndpoint:
@@ -101,6 +103,9 @@ class ProxyEndpoint:
                 request.rename(ex.model)
             if endpoint.protocol == "anthropic":
                 request.translation = Translated(endpoint, request.payload, ex.model)
+            ex.want = self._router.want(ex.model, request.payload, pools.budget(headers))
+            if ex.want.pool is not None:
+                writer.headers.append((b"x-swapgate-pool", ex.want.pool.name.encode()))
             plan = self._plan(scope, ex, request, stream)
             work = self._forward(scope, ex, request, writer, plan)
             await _until_disconnect(request.after_body(receive), work)
@@ -155,7 +160,7 @@ class ProxyEndpoint:
             else None
         )
         pinging = asyncio.create_task(pinger.run()) if pinger else None
-        attempts = Attempts(self._router, ex.model)
+        attempts = Attempts(self._router, ex.model, ex.want)
         try:
             try:
                 response = await self._open(scope, ex, request, attempts, progress)
@@ -332,6 +337,8 @@ class ProxyEndpoint:
         elapsed = time.perf_counter() - ex.started
         self._metrics.request_done(ex.model, ex.route, status, elapsed, ex.waited)
         self._metrics.endpoint_done(ex.endpoint.label, status)
+        if ex.want is not None and ex.want.pool is not None:
+            self._metrics.pool_done(ex.model, ex.want.pool.name, status, ex.waited)
         if self._access_log:
             log.info(
                 '"%s %s" %d model=%s route=%s wait_ms=%d ms=%.1f id=%s',
