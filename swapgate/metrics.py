@@ -88,6 +88,18 @@ class Metrics:
             buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120),
             registry=r,
         )
+        # Issue 23: how each request found its model, and swaps that undo a recent eviction
+        self.placements = Counter(
+            "swapgate_placements",
+            "Requests by how their model was found: warm, after a swap, queued, or relayed",
+            ["model", "placement"], registry=r,
+        )  # fmt: skip
+        self.thrash = Counter(
+            "swapgate_thrash",
+            "Swaps that load a model evicted from the same instance within THRASH_WINDOW of its"
+            " swap time",
+            ["instance", "model"], registry=r,
+        )  # fmt: skip
         self.swaps = Counter(
             "swapgate_swaps", "Swaps finished", ["instance", "model", "result"], registry=r
         )

@@ -40,6 +40,8 @@ from swapgate.waiting import until
 
 log = logging.getLogger("swapgate.router")
 _STATES = {Serve: "waiting", Join: "loading", Swap: "loading", Queue: "queued"}
+# How a request found its model (swapgate_placements_total), by its first decision
+_PLACEMENT = {Serve: "warm", Join: "swap", Swap: "swap", Queue: "queued", Unavailable: "swap"}
 
 
 class RoutingState(Protocol):
@@ -141,7 +143,20 @@ class Router:
         decision = place(model, self.snapshot(want), self._policy)
         if isinstance(decision, Serve):
             progress.instance, progress.state = decision.instance, "waiting"
+            self._placed(model, "warm")
             return self._lease(decision.instance, model, None)
+        lease = await self._wait(model, progress, want, decision, started)
+        placement = "relay" if lease.kind == "relay" else _PLACEMENT[type(decision)]
+        self._placed(model, placement)
+        return lease
+
+    def _placed(self, model: str, placement: str) -> None:
+        self._metrics.placements.labels(model, placement).inc()
+
+    async def _wait(
+        self, model: str, progress: Progress, want: Want, decision: Decision, started: float
+    ) -> Lease:
+        """A request its model is not warm for: wait, relay, or refuse, as the rules say."""
         if want.budget is not None and not isinstance(decision, Unavailable):
             expected = self._expected_wait(model, decision)
             if expected > want.budget:

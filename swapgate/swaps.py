@@ -28,6 +28,9 @@ RECENT_SWAPS = 5
 # A swap either loads a cold model or wakes one asleep (vLLM's sleep mode, SPEC §15).
 Kind = Literal["load", "wake"]
 EXPECTED_WAKE = 5.0  # a wake not measured yet is expected this long (or expected_swap if less)
+# A swap that loads a model evicted from the same instance less than this many of its swap
+# times ago is thrash: the eviction cost two swaps and bought little (swapgate_thrash_total).
+THRASH_WINDOW = 5.0
 
 
 class Swaps(Protocol):
@@ -81,6 +84,7 @@ class SwapCoordinator:
         self._swap_timeout = swap_timeout
         self._running: dict[str, asyncio.Task[bool]] = {}
         self._kinds: dict[str, Kind] = {}  # what each running swap does: load or wake
+        self._evicted_at: dict[tuple[str, str], float] = {}  # (instance, model): when it left
         self._backoff = Backoff()
 
     def start(self, instance: str, model: str, victims: tuple[str, ...] = ()) -> bool:
@@ -90,7 +94,11 @@ class SwapCoordinator:
         view = self._registry.snapshot().instance(instance)
         kind: Kind = "wake" if view.state_of(model) is WarmState.ASLEEP else "load"
         self._kinds[instance] = kind
-        self._registry.begin_swap(instance, model, self.times.eta(instance, model, kind))
+        eta = self.times.eta(instance, model, kind)
+        left = self._evicted_at.pop((instance, model), None)
+        if left is not None and time.monotonic() - left < THRASH_WINDOW * eta:
+            self._metrics.thrash.labels(instance, model).inc()
+        self._registry.begin_swap(instance, model, eta)
         task = asyncio.create_task(self._swap(instance, model, victims), name=f"swap {instance}")
         self._running[instance] = task
         task.add_done_callback(lambda _: self._running.pop(instance, None))
@@ -185,6 +193,7 @@ class SwapCoordinator:
         """The swap ended (``_finish`` told the registry how)."""
 
     def _evicted(self, instance: str, model: str) -> None:
+        self._evicted_at[instance, model] = time.monotonic()
         driver = self._drivers.get(instance)
         self._registry.evicted(instance, model, driver.evicts_to if driver else WarmState.COLD)
 

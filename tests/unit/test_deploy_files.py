@@ -10,7 +10,10 @@ from typing import Any
 import yaml
 
 from swapgate.config import parse_config
-from tests.unit.test_metrics import SPEC
+from tests.unit.test_metrics import EXTENDED
+from tests.unit.test_metrics import SPEC as SPEC_METRICS
+
+SPEC = {**SPEC_METRICS, **EXTENDED}
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

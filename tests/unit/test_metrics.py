@@ -28,6 +28,11 @@ SPEC = {
     "swapgate_preload_runs": ("counter", {"job", "result"}),
     "swapgate_upstream_errors": ("counter", {"instance", "kind"}),
 }
+# Beyond SPEC §10 (its metrics keep their labels): what dashboards and alerts may also name.
+EXTENDED = {
+    "swapgate_placements": ("counter", {"model", "placement"}),
+    "swapgate_thrash": ("counter", {"instance", "model"}),
+}
 
 
 def exposed() -> str:
@@ -96,3 +101,14 @@ def test_each_app_has_its_own_registry() -> None:
         )
         is None
     )
+
+
+def test_the_extended_metrics_dashboards_name_exist_with_their_labels() -> None:
+    metrics = Metrics()
+    metrics.placements.labels("a", "warm").inc()
+    metrics.thrash.labels("gpu-a", "a").inc()
+    families = {f.name: f for f in metrics.registry.collect()}
+    for name, (kind, labels) in EXTENDED.items():
+        family = families[name]
+        assert family.type == kind
+        assert {k for s in family.samples for k in s.labels} == labels
