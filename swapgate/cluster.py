@@ -25,7 +25,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import redis.asyncio as redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeout
 
 from swapgate.metrics import Metrics
 from swapgate.registry import REPLICA_TTL
@@ -99,9 +103,12 @@ class Cluster:
         self.on_event: Callable[[dict[str, Any]], None] = lambda _: None
         self.on_reconnect: Callable[[], Awaitable[None]] | None = None
         self.inflight: Callable[[], dict[str, dict[str, int]]] = dict
+        # One retry, on a fresh connection: after Redis restarts, the first command on each
+        # pooled connection fails although Redis answers again.
         self._redis = redis.Redis.from_url(
-            url, socket_timeout=1.0, socket_connect_timeout=1.0, decode_responses=True
-        )
+            url, socket_timeout=1.0, socket_connect_timeout=1.0, decode_responses=True,
+            retry=Retry(NoBackoff(), 1), retry_on_error=[RedisConnectionError, RedisTimeout],
+        )  # fmt: skip
         self._claim, self._renew = (
             self._redis.register_script(_CLAIM),
             self._redis.register_script(_RENEW),
@@ -111,6 +118,7 @@ class Cluster:
         self._held: dict[str, tuple[Holder, asyncio.Task[None]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._synced = False  # the shared pins and drains were read since Redis last answered
+        self._resyncing: asyncio.Future[None] | None = None
         self._told_down = False
         self._up_gauge = metrics.cluster_up()
         self._up_gauge.set(0)
@@ -125,9 +133,10 @@ class Cluster:
     async def aclose(self) -> None:
         for instance in list(self._held):
             await self.release(instance)
-        for task in self._tasks:
+        pending = [*self._tasks, *([self._resyncing] if self._resyncing else [])]
+        for task in pending:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*pending, return_exceptions=True)
         with contextlib.suppress(RedisError, OSError):
             await self._redis.delete(self._replica_key(self.replica))
         await self._redis.aclose()
@@ -183,15 +192,19 @@ class Cluster:
 
     # -- events and shared operator state ------------------------------------------------------
 
-    async def publish(self, event: dict[str, Any]) -> None:
-        await self._call(self._redis.publish(CHANNEL, json.dumps({**event, "r": self.replica})))
+    async def publish(self, event: dict[str, Any]) -> bool:
+        """Tell the others (those listening now); False if Redis did not take it."""
+        message = json.dumps({**event, "r": self.replica})
+        return await self._call(self._redis.publish(CHANNEL, message)) is not None
 
-    async def share(self, key: str, field: str, value: str | None) -> None:
-        """Keep an operator's pin or drain in Redis, for replicas that start later."""
+    async def share(self, key: str, field: str, value: str | None) -> bool:
+        """Keep an operator's pin or drain in Redis, for replicas that start later; False if
+        Redis did not take it."""
         name = PREFIX + key
-        await self._call(
+        done = await self._call(
             self._redis.hdel(name, field) if value is None else self._redis.hset(name, field, value)
         )
+        return done is not None
 
     async def shared(self, key: str) -> dict[str, str]:
         found = await self._call(self._redis.hgetall(PREFIX + key))
@@ -282,6 +295,8 @@ class Cluster:
             self.up, self._told_down = True, False
             self._up_gauge.set(1)
             log.info("redis answers: replica %s shares state with the others", self.replica)
+            if self._tasks:  # running: read back (and write what it could not) at once
+                self._resyncing = asyncio.ensure_future(self._sync())
         return answer
 
     def _lost(self, exc: Exception) -> None:

@@ -49,8 +49,8 @@ class Replicas(Protocol):
     async def claim(self, instance: str, model: str) -> Holder | None: ...
     async def release(self, instance: str) -> None: ...
     async def holder(self, instance: str) -> Holder | bool | None: ...
-    async def publish(self, event: dict[str, Any]) -> None: ...
-    async def share(self, key: str, field: str, value: str | None) -> None: ...
+    async def publish(self, event: dict[str, Any]) -> bool: ...
+    async def share(self, key: str, field: str, value: str | None) -> bool: ...
     async def shared(self, key: str) -> dict[str, str]: ...
 
 
@@ -68,6 +68,8 @@ class SharedSwaps(SwapCoordinator):
         super().__init__(registry, drivers, catalog, times, metrics, swap_timeout)
         self.cluster = cluster
         self._marks: dict[str, str] = {}  # instance -> model another replica is swapping there
+        # (key, field) -> (value, event): pins and drains set while Redis did not take them
+        self._untold: dict[tuple[str, str], tuple[str | None, dict[str, Any]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._recheck: asyncio.Task[None] | None = None
         cluster.on_event = self.apply
@@ -184,13 +186,21 @@ class SharedSwaps(SwapCoordinator):
         if kind == "pin":
             until = _wall(float(value)) if value else 0.0
             field, stored = f"{instance}\t{model}", str(until) if until else None
-            self._spawn(self.cluster.share("pins", field, stored))
-            self._spawn(
-                self.cluster.publish({"t": "pin", "i": instance, "m": model, "until": until})
-            )
+            event = {"t": "pin", "i": instance, "m": model, "until": until}
+            self._spawn(self._tell("pins", field, stored, event))
         else:
-            self._spawn(self.cluster.share("drains", instance, "1" if value else None))
-            self._spawn(self.cluster.publish({"t": "drain", "i": instance, "on": bool(value)}))
+            event = {"t": "drain", "i": instance, "on": bool(value)}
+            self._spawn(self._tell("drains", instance, "1" if value else None, event))
+
+    async def _tell(self, key: str, field: str, value: str | None, event: dict[str, Any]) -> None:
+        """Store an operator's pin or drain and tell the others; what Redis did not take is
+        kept (the latest per pin or drain) and told again once it answers."""
+        stored = await self.cluster.share(key, field, value)
+        told = await self.cluster.publish(event)
+        if stored and told:
+            self._untold.pop((key, field), None)
+        else:
+            self._untold[key, field] = (value, event)
 
     def _pin(self, instance: str, model: str, until: float) -> None:
         if until > time.time():
@@ -199,7 +209,10 @@ class SharedSwaps(SwapCoordinator):
             self._registry.unpin(instance, model, share=False)
 
     async def resync(self) -> None:
-        """Redis answers (again): read back the pins and drains every replica shares."""
+        """Redis answers (again): tell what it missed, then read back the pins and drains
+        every replica shares."""
+        for (key, field), (value, event) in list(self._untold.items()):
+            await self._tell(key, field, value, event)
         for field, until in (await self.cluster.shared("pins")).items():
             instance, _, model = field.partition("\t")
             if self._registry.has(instance):

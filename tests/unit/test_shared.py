@@ -36,6 +36,7 @@ class FakeReplicas:
         self.published: list[dict[str, Any]] = []
         self.stored: dict[str, dict[str, str]] = {"pins": {}, "drains": {}}
         self.released: list[str] = []
+        self.down = False
 
     async def start(self) -> None: ...
     async def aclose(self) -> None: ...
@@ -49,14 +50,20 @@ class FakeReplicas:
     async def holder(self, instance: str) -> Holder | bool | None:
         return self.taken.get(instance)
 
-    async def publish(self, event: dict[str, Any]) -> None:
+    async def publish(self, event: dict[str, Any]) -> bool:
+        if self.down:
+            return False
         self.published.append(event)
+        return True
 
-    async def share(self, key: str, field: str, value: str | None) -> None:
+    async def share(self, key: str, field: str, value: str | None) -> bool:
+        if self.down:
+            return False
         if value is None:
             self.stored[key].pop(field, None)
         else:
             self.stored[key][field] = value
+        return True
 
     async def shared(self, key: str) -> dict[str, str]:
         return dict(self.stored[key])
@@ -208,3 +215,17 @@ def test_status_names_each_replica_and_what_it_holds() -> None:
     assert lines[3].startswith("r2")
     assert "2.0s ago" in lines[3]
     assert lines[3].endswith("swap lock gpu-2 (llama)")
+
+
+async def test_a_drain_set_while_redis_is_down_is_told_once_it_answers() -> None:
+    swaps, registry, fake, _ = replica()
+    fake.down = True
+    registry.set_drained("gpu-1", True)
+    await asyncio.sleep(0)
+    assert fake.published == []
+    assert fake.stored["drains"] == {}
+    fake.down = False
+    await swaps.resync()
+    assert fake.stored["drains"] == {"gpu-1": "1"}
+    assert fake.published == [{"t": "drain", "i": "gpu-1", "on": True}]
+    assert registry.snapshot().instance("gpu-1").drained, "and read back as it stands"
