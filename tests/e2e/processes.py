@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import openai
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from swapgate.processes import free_port, start, stop, wait_until_serving
 
@@ -99,6 +100,10 @@ class Gateway:
     def metrics(self) -> str:
         return httpx.get(f"{self.url}/metrics", timeout=5).text
 
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of every sample of ``name`` whose labels include ``labels``, scraped now."""
+        return metric_in(self.metrics(), name, **labels)
+
     def cli(self, *args: str, token: str | None) -> subprocess.CompletedProcess[str]:
         """``swapgate ARGS`` pointed at this gateway (SWAPGATE_URL), with ``token`` if any."""
         env = {**os.environ, "SWAPGATE_URL": self.url}
@@ -134,6 +139,16 @@ def _with_server(config: dict[str, Any], url: str) -> dict[str, Any]:
     port = int(url.rsplit(":", 1)[1])
     server = {"port": port, "log_level": "warning", **config.get("server", {})}
     return {**config, "server": server}
+
+
+def metric_in(text: str, name: str, **labels: str) -> float:
+    """The sum of every sample of ``name`` in ``text`` whose labels include ``labels``."""
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and labels.items() <= sample.labels.items():
+                total += sample.value
+    return total
 
 
 def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> None:

@@ -6,7 +6,6 @@ Polls are an hour apart: whatever one replica learns from the other it learns fr
 from __future__ import annotations
 
 import concurrent.futures
-import re
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -70,11 +69,6 @@ def chat(url: str, model: str, timeout: float = 30) -> httpx.Response:
     return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=timeout)
 
 
-def served(gw: Gateway) -> float:
-    counts = re.findall(r'swapgate_requests_total\{[^}]*status="200"\} (\S+)', gw.metrics())
-    return sum(float(n) for n in counts)
-
-
 def test_20_requests_split_across_replicas_cause_one_swap_and_warm_models_stay() -> None:
     with fleet() as f, nginx({"pool": [r.url for r in f.replicas]}) as fronts:
         front = fronts["pool"]
@@ -82,9 +76,13 @@ def test_20_requests_split_across_replicas_cause_one_swap_and_warm_models_stay()
             answers = list(pool.map(lambda _: chat(front, "x"), range(20)))
         assert [a.status_code for a in answers] == [200] * 20
         assert all("Hello from x" in a.text for a in answers)
-        assert all(served(r) > 0 for r in f.replicas), "nginx split them across both replicas"
+        assert all(r.metric("swapgate_requests_total", status="200") > 0 for r in f.replicas), (
+            "nginx split them across both replicas"
+        )
         assert f.loads() == {"x": 1}, "one load for 20 requests on two replicas"
-        assert sum(_swaps(r, "x") for r in f.replicas) == 1, "and one swap: the other joined it"
+        assert (
+            sum(r.metric("swapgate_swaps_total", model="x", result="ok") for r in f.replicas) == 1
+        ), "and one swap: the other joined it"
         assert chat(front, "y").status_code == 200  # onto the other instance: a second swap
         for model in ("x", "y") * 10:
             assert chat(front, model).status_code == 200
@@ -95,7 +93,8 @@ def test_a_scheduled_preload_runs_once_per_trigger_on_one_replica() -> None:
     preload = {"name": "warm-y", "model": "y", "cron": "*/2 * * * * *", "instances": 1}
     with fleet(load_time=0.2, preloads=[preload]) as f:
         time.sleep(7)  # three or four triggers
-        runs = [_runs(r, "warm-y") for r in f.replicas]
+        runs = [int(r.metric("swapgate_preload_runs_total", job="warm-y", result="ok"))
+                for r in f.replicas]  # fmt: skip
         leaders = {f.state(i)["cluster"]["scheduler"] for i in range(2)}
         loads = f.loads()
     assert sorted(runs)[0] == 0, f"only one replica runs the schedule: {runs}"
@@ -103,18 +102,6 @@ def test_a_scheduled_preload_runs_once_per_trigger_on_one_replica() -> None:
     assert len(leaders) == 1
     assert leaders <= {"r1", "r2"}
     assert loads == {"y": 1}
-
-
-def _swaps(gw: Gateway, model: str) -> float:
-    pattern = rf'swapgate_swaps_total\{{instance="[^"]+",model="{model}",result="ok"\}} (\S+)'
-    return sum(float(n) for n in re.findall(pattern, gw.metrics()))
-
-
-def _runs(gw: Gateway, job: str) -> int:
-    found = re.search(
-        rf'swapgate_preload_runs_total\{{job="{job}",result="ok"\}} (\S+)', gw.metrics()
-    )
-    return int(float(found[1])) if found else 0
 
 
 def test_killing_the_replica_that_holds_a_swap_lock_leaves_one_swap_and_answers() -> None:
@@ -133,7 +120,9 @@ def test_killing_the_replica_that_holds_a_swap_lock_leaves_one_swap_and_answers(
         assert [a.status_code for a in answers] == [200] * 5
         assert all("Hello from x" in a.text for a in answers)
         assert f.loads() == {"x": 1}, "no second swap of x on either instance"
-        assert _swaps(other, "x") <= 1, "it drove the load at most once, after"
+        assert other.metric("swapgate_swaps_total", model="x", result="ok") <= 1, (
+            "it drove the load at most once, after"
+        )
 
 
 def test_redis_killed_and_restarted_under_traffic_fails_no_request_and_state_converges() -> None:

@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-import re
-
 import httpx
 import pytest
 
-from tests.e2e.processes import gateway, instance, simulator
+from tests.e2e.processes import gateway, instance, metric_in, simulator
 
 pytestmark = pytest.mark.e2e
-
-
-def sample(metrics: str, name: str, **labels: str) -> float:
-    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    found = re.search(rf"{name}\{{{re.escape(inner)}\}} (\S+)", metrics)
-    return float(found[1]) if found else 0.0
 
 
 @pytest.mark.parametrize(
@@ -40,8 +32,8 @@ def test_the_thrash_counter_rises_only_when_an_evicted_model_comes_back_soon(
                 assert answer.status_code == 200
             metrics = gw.metrics()
     for model, count in thrash.items():
-        assert sample(metrics, "swapgate_thrash_total", instance="gpu", model=model) == count
-    assert sample(metrics, "swapgate_placements_total", model="a", placement="warm") == 1
-    swapped = sum(sample(metrics, "swapgate_placements_total", model=m, placement="swap")
+        assert metric_in(metrics, "swapgate_thrash_total", instance="gpu", model=model) == count
+    assert metric_in(metrics, "swapgate_placements_total", model="a", placement="warm") == 1
+    swapped = sum(metric_in(metrics, "swapgate_placements_total", model=m, placement="swap")
                   for m in ("a", "b"))  # fmt: skip
     assert swapped == len(sequence) - 1 - (sequence[-1] == sequence[-2])
