@@ -51,18 +51,28 @@ def describe_errors(statuses: Sequence[tuple[int, int]]) -> str:
 
 
 @contextmanager
-def simulators(count: int) -> Iterator[list[procs.Proc]]:
+def simulators(
+    count: int,
+    models: Sequence[str] = MODELS,
+    load_seconds: float = LOAD_SECONDS / SPEEDUP,
+    token_rate: float = 30 * SPEEDUP,
+) -> Iterator[list[procs.Proc]]:
+    """``count`` simulated llama-swap instances of capacity 1 (times in replay seconds)."""
     with ExitStack() as stack:
-        yield [stack.enter_context(_simulator()) for _ in range(count)]
+        yield [
+            stack.enter_context(_simulator(models, load_seconds, token_rate)) for _ in range(count)
+        ]
 
 
 @contextmanager
-def _simulator() -> Iterator[procs.Proc]:
+def _simulator(
+    models: Sequence[str], load_seconds: float, token_rate: float
+) -> Iterator[procs.Proc]:
     port = free_port()
     command = [sys.executable, "-m", "swapgate", "sim", "--flavor", "llama-swap",
-               "--port", str(port), "--models", ",".join(MODELS), "--capacity", "1",
-               "--load-time", str(LOAD_SECONDS / SPEEDUP), "--ttft", "0",
-               "--token-rate", str(30 * SPEEDUP)]  # fmt: skip
+               "--port", str(port), "--models", ",".join(models), "--capacity", "1",
+               "--load-time", str(load_seconds), "--ttft", "0",
+               "--token-rate", str(token_rate)]  # fmt: skip
     with procs.running("sim", command, f"http://127.0.0.1:{port}") as proc:
         yield proc
 
@@ -88,30 +98,35 @@ def swapgate_config(
     }
 
 
-def replay(url: str, trace: Sequence[Request], sims: Sequence[procs.Proc]) -> ReplayResult:
+def replay(
+    url: str, trace: Sequence[Request], sims: Sequence[procs.Proc], speedup: float = SPEEDUP
+) -> ReplayResult:
+    """Send ``trace`` to ``url``, ``speedup`` trace seconds per second; results in trace time."""
     loads_before = sum(_loads(sim) for sim in sims)
-    outcomes = asyncio.run(_send_all(url, trace))
+    outcomes = asyncio.run(_send_all(url, trace, speedup))
     latencies = sorted(seconds for seconds, _, _ in outcomes)
     quantiles = statistics.quantiles(latencies, n=100)
     return ReplayResult(
         swaps=sum(_loads(sim) for sim in sims) - loads_before,
-        p50_s=quantiles[49] * SPEEDUP,
-        p95_s=quantiles[94] * SPEEDUP,
-        max_s=latencies[-1] * SPEEDUP,
-        mean_wait_s=statistics.fmean(wait for _, _, wait in outcomes) * SPEEDUP,
-        max_wait_s=max(wait for _, _, wait in outcomes) * SPEEDUP,
+        p50_s=quantiles[49] * speedup,
+        p95_s=quantiles[94] * speedup,
+        max_s=latencies[-1] * speedup,
+        mean_wait_s=statistics.fmean(wait for _, _, wait in outcomes) * speedup,
+        max_wait_s=max(wait for _, _, wait in outcomes) * speedup,
         errors=sum(1 for _, status, _ in outcomes if status != 200),
         error_statuses=tuple(sorted(Counter(s for _, s, _ in outcomes if s != 200).items())),
     )
 
 
-async def _send_all(url: str, trace: Sequence[Request]) -> list[tuple[float, int, float]]:
+async def _send_all(
+    url: str, trace: Sequence[Request], speedup: float
+) -> list[tuple[float, int, float]]:
     limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
         started = time.monotonic()
 
         async def send(request: Request) -> tuple[float, int, float]:
-            await asyncio.sleep(max(0.0, started + request.at / SPEEDUP - time.monotonic()))
+            await asyncio.sleep(max(0.0, started + request.at / speedup - time.monotonic()))
             sent = time.monotonic()
             body = {"model": request.model, "messages": [], "max_tokens": request.tokens}
             try:

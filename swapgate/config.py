@@ -119,15 +119,18 @@ class RoutingConfig(_Section):
     poll_interval: PositiveDuration = 5.0
     max_wait: PositiveDuration = 120.0
     queue_limit: int = Field(256, ge=1)
-    min_residency: Duration = 30.0
+    # Unset: follow the measured swaps (swapgate/timing.py), so one config fits 1 s wakes and
+    # 60 s loads; a value set here is used as it is.
+    min_residency: Duration | None = None
     swap_timeout: PositiveDuration = 300.0
-    expected_swap: PositiveDuration = 30.0
+    expected_swap: PositiveDuration | None = None
     stream_idle_timeout: PositiveDuration = 120.0
     eviction: Literal["lru", "demand"] = "lru"
     # Under demand: a model likely requested again within this many of its swap times stays.
     demand_horizon: float = Field(3.0, gt=0, allow_inf_nan=False)
-    # A request that has waited this fraction of max_wait for capacity closes a busy model.
-    starvation_after: Annotated[float, Field(gt=0, lt=1)] = 0.25
+    # A request that has waited this fraction of max_wait for capacity closes a busy model;
+    # unset: after its model's measured swap time, and never later than 0.25 of max_wait.
+    starvation_after: Annotated[float, Field(gt=0, lt=1)] | None = None
 
 
 StreamingKeepalive = Annotated[Literal["comment", "reasoning", "off"], BeforeValidator(_yaml_off)]

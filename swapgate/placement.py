@@ -8,7 +8,8 @@ The rules (SPEC §4.3), in order:
      before a cold one when its measured wake is sooner than the cold one's load —: free
      capacity first; else one whose
      victims are evictable (not pinned, nothing in flight, no request waiting for it, and not
-     used within ``min_residency`` (``lru``) or more likely gone than back (``demand``; the
+     used within its residency (``min_residency``, or its swap time when unset:
+     swapgate/timing.py) (``lru``) or more likely gone than back (``demand``; the
      longer this model's requests have queued, the likelier back a victim may be, up to any
      at the starvation rule's point)), the cheapest victims first: least recently used
      (``lru``), or least expected cost (``demand``): the chance of its next request within
@@ -32,6 +33,7 @@ from typing import Literal
 from swapgate.sizes import human
 from swapgate.snapshot import AWAKE, InstanceView, Snapshot
 from swapgate.state import WarmState
+from swapgate.timing import residency
 
 Eviction = Literal["lru", "demand"]
 # Under ``demand``, a model is kept while its next request within the horizon is this likely.
@@ -51,7 +53,8 @@ def _never(model: str) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    min_residency: float
+    # Set: the operator's min_residency; None: follow the swap time it guards (timing.py).
+    min_residency: float | None
     eviction: Eviction = "lru"
     # The measured swap time of (instance, model): what evicting a model costs when it returns.
     eta: Callable[[str, str], float] = _unmeasured
@@ -62,6 +65,10 @@ class Policy:
     patience: Callable[[str], float] = _never
     # The measured wake of (instance, model) asleep (vLLM's sleep mode): the asleep tier's time.
     wake: Callable[[str, str], float] = _unmeasured
+
+    def residency(self, instance: str, model: str) -> float:
+        """How long ``model``, having served a request on ``instance``, stays unevictable."""
+        return residency(self.min_residency, self.eta(instance, model))
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +264,7 @@ def _evictable(
         return True
     if policy.eviction == "demand":  # kept while it is likely back soon and warm nowhere else
         return _chance(instance, name, snap, policy) < room.bar or _elsewhere(instance, name, snap)
-    return m.last_used == 0 or snap.now - m.last_used >= policy.min_residency
+    return m.last_used == 0 or snap.now - m.last_used >= policy.residency(instance.name, name)
 
 
 def _chance(instance: InstanceView, model: str, snap: Snapshot, policy: Policy) -> float:
@@ -307,8 +314,8 @@ def frees_up_at(instance: InstanceView, now: float, policy: Policy) -> float:
     if instance.swapping is not None:
         return instance.swap_done_by
     expiries = [
-        max(m.last_used + policy.min_residency, m.pinned_until)
-        for m in instance.models.values()
+        max(m.last_used + policy.residency(instance.name, name), m.pinned_until)
+        for name, m in instance.models.items()
         if m.state is WarmState.WARM
     ]
     return min(expiries, default=now)

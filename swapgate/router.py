@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from swapgate import pools
+from swapgate import pools, timing
 from swapgate.catalog import Catalog
 from swapgate.config import Settings, secret
 from swapgate.errors import NoCapacity, QueueFull, SwapFailed
@@ -257,7 +257,7 @@ class Router:
 
     def _retry_after(self, model: str) -> int:
         etas = [self._coordinator.eta(name, model) for name in self._registry.names()]
-        return max(1, math.ceil(min(etas, default=self._settings.routing.expected_swap)))
+        return max(1, math.ceil(min(etas, default=self._coordinator.eta("", model))))
 
 
 def policy_for(settings: Settings, coordinator: Swaps) -> Policy:
@@ -267,16 +267,18 @@ def policy_for(settings: Settings, coordinator: Swaps) -> Policy:
         routing.eviction,
         coordinator.eta,
         routing.demand_horizon,
-        patience=lambda model: starvation_point(settings, model),
+        patience=lambda model: starvation_point(settings, coordinator.eta, model),
         wake=coordinator.wake_eta,
     )
 
 
-def starvation_point(settings: Settings, model: str) -> float:
+def starvation_point(settings: Settings, eta: Callable[[str, str], float], model: str) -> float:
     """How long a request for ``model`` may wait for room before the starvation rule closes a
-    busy model for it: ``starvation_after`` of its ``max_wait``."""
+    busy model for it: ``starvation_after`` of its ``max_wait``, or (unset) its quickest
+    expected swap, capped at a quarter of ``max_wait`` (swapgate/timing.py)."""
     max_wait = settings.model_settings(model).max_wait or settings.routing.max_wait
-    return max_wait * settings.routing.starvation_after
+    swap = min(eta(instance.name, model) for instance in settings.instances)
+    return timing.starvation_point(settings.routing.starvation_after, max_wait, swap)
 
 
 class _Waiter:
@@ -304,7 +306,7 @@ class _Waiter:
         configured = self._conf.max_wait or router._settings.routing.max_wait
         self.max_wait = want.budget if want.budget is not None else configured
         self.deadline = started + self.max_wait
-        self._starving_at = started + starvation_point(router._settings, model)
+        self._starving_at = started + router._policy.patience(model)
         self._swap_on: str | None = None  # where this request waits for a swap of its model
         self._room_on: str | None = None  # where the starvation rule made room for it
 

@@ -22,12 +22,13 @@ from swapgate.errors import DriverError
 from swapgate.metrics import Metrics
 from swapgate.registry import Registry
 from swapgate.state import WarmState
+from swapgate.timing import EXPECTED_SWAP
 
 log = logging.getLogger("swapgate.swaps")
 RECENT_SWAPS = 5
 # A swap either loads a cold model or wakes one asleep (vLLM's sleep mode, SPEC §15).
 Kind = Literal["load", "wake"]
-EXPECTED_WAKE = 5.0  # a wake not measured yet is expected this long (or expected_swap if less)
+EXPECTED_WAKE = 5.0  # a wake not measured yet is expected this long (or a load's ETA if less)
 # A swap that loads a model evicted from the same instance less than this many of its swap
 # times ago is thrash: the eviction cost two swaps and bought little (swapgate_thrash_total).
 THRASH_WINDOW = 5.0
@@ -44,9 +45,10 @@ class Swaps(Protocol):
 
 class SwapTimes:
     """The swap ETA per tier: median of the last five measured loads (or wakes, of a model
-    asleep) of (instance, model)."""
+    asleep) of (instance, model). Before one was measured: ``expected`` (the operator's
+    ``expected_swap``) if set, else what was measured nearest to it (swapgate/timing.py)."""
 
-    def __init__(self, expected: float) -> None:
+    def __init__(self, expected: float | None) -> None:
         self.expected = expected
         self._recent: dict[tuple[str, str, Kind], deque[float]] = {}
 
@@ -58,12 +60,29 @@ class SwapTimes:
         recent = self._recent.get((instance, model, kind))
         if recent:
             return statistics.median(recent)
-        return self.expected if kind == "load" else min(self.expected, EXPECTED_WAKE)
+        if kind == "wake":  # never expected to take longer than loading it
+            return min(self.eta(instance, model), EXPECTED_WAKE)
+        return self.expected if self.expected is not None else self._nearest(instance, model)
 
     def last(self, instance: str, model: str, kind: Kind = "load") -> float:
         """The last measured swap of (instance, model); 0 if none."""
         recent = self._recent.get((instance, model, kind))
         return recent[-1] if recent else 0.0
+
+    def _nearest(self, instance: str, model: str) -> float:
+        """The median of the latest loads of ``model`` elsewhere, else of other models on
+        ``instance``, else of any; ``EXPECTED_SWAP`` before the first."""
+        loads = {
+            (i, m): times[-1] for (i, m, kind), times in self._recent.items() if kind == "load"
+        }
+        for near in (
+            [t for (_, m), t in loads.items() if m == model],
+            [t for (i, _), t in loads.items() if i == instance],
+            list(loads.values()),
+        ):
+            if near:
+                return statistics.median(near)
+        return EXPECTED_SWAP
 
 
 class SwapCoordinator:
