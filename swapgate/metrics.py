@@ -94,6 +94,16 @@ class Metrics:
             "Requests by how their model was found: warm, after a swap, queued, or relayed",
             ["model", "placement"], registry=r,
         )  # fmt: skip
+        self.placement_wait = Histogram(
+            "swapgate_placement_wait_seconds",
+            "Time each request waited for its model, by how it was found (warm: 0)",
+            ["model", "placement"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.swaps_avoided = Counter(
+            "swapgate_swaps_avoided",
+            "Requests served after a swap another request started: swaps grouping saved",
+            ["model"], registry=r,
+        )  # fmt: skip
         self.thrash = Counter(
             "swapgate_thrash",
             "Swaps that load a model evicted from the same instance within THRASH_WINDOW of its"

@@ -260,7 +260,7 @@ def _evictable(
         return True  # in-flight requests finish first; residency yields to a starving request
     if m.inflight or m.waiting:
         return False
-    if m.closing:
+    if m.closing or m.unwanted:
         return True
     if policy.eviction == "demand":  # kept while it is likely back soon and warm nowhere else
         return _chance(instance, name, snap, policy) < room.bar or _elsewhere(instance, name, snap)
@@ -283,6 +283,8 @@ def _victim_cost(
     The expected cost is the chance of its next request within the horizon × its measured swap
     time; none while another instance has it warm to serve them."""
     m = instance.models[name]
+    if m.unwanted:
+        return (-1.0, 0.0)
     if policy.eviction == "lru" or _elsewhere(instance, name, snap):
         return (0.0, m.last_used)
     return (_chance(instance, name, snap, policy) * policy.eta(instance.name, name), m.last_used)

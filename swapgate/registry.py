@@ -32,16 +32,18 @@ class _Slot:
     pinned_until: float = 0.0
     waiting: int = 0
     closing_until: float = 0.0
+    unwanted: bool = False  # loaded by a swap abandoned by every request: the first victim
 
     def set_state(self, state: WarmState, now: float) -> None:
         if self.state is not state:
             self.state, self.since = state, now
             self.closing_until = 0.0
+            self.unwanted = False
 
     def view(self, now: float, elsewhere: int = 0) -> ModelView:
         return ModelView(
             self.state, self.since, self.last_used, self.inflight + elsewhere, self.pinned_until,
-            self.waiting, self.closing_until > now,
+            self.waiting, self.closing_until > now, self.unwanted,
         )  # fmt: skip
 
 
@@ -324,6 +326,7 @@ class Registry:
         inst.inflight += 1
         slot.inflight += 1
         slot.last_used = now
+        slot.unwanted = False
 
     def end_request(self, name: str, model: str) -> None:
         inst = self._instances.get(name)
@@ -341,6 +344,30 @@ class Registry:
         inst = self._instances.get(name)
         if inst is not None:
             inst.slot(model).waiting += delta
+
+    def waiting_on(self, name: str, model: str) -> int:
+        """Requests waiting for ``model``'s swap on ``name``."""
+        return self._instances[name].slot(model).waiting
+
+    def queued_behind(self, name: str, model: str) -> bool:
+        """Whether another model ``name`` serves has requests queued that wait for no swap:
+        requests a swap of ``model`` there keeps waiting."""
+        inst = self._instances[name]
+        for other, since in self._queued.items():
+            if other == model or other not in inst.serves:
+                continue
+            joined = sum(
+                i.slots[other].waiting for i in self._instances.values() if other in i.slots
+            )
+            if len(since) > joined:
+                return True
+        return False
+
+    def unwanted(self, name: str, model: str) -> None:
+        """``model``, just loaded on ``name``, was abandoned by its every request: it goes first
+        when room is needed, whatever its residency."""
+        slot = self._instances[name].slot(model)
+        slot.unwanted, slot.last_used = True, 0.0
 
     def close(self, name: str, models: tuple[str, ...], until: float, room_for: str) -> None:
         """Send no new requests to ``models`` on ``name`` until ``until``, so that they drain

@@ -143,15 +143,16 @@ class Router:
         decision = place(model, self.snapshot(want), self._policy)
         if isinstance(decision, Serve):
             progress.instance, progress.state = decision.instance, "waiting"
-            self._placed(model, "warm")
+            self._placed(model, "warm", 0.0)
             return self._lease(decision.instance, model, None)
         lease = await self._wait(model, progress, want, decision, started)
         placement = "relay" if lease.kind == "relay" else _PLACEMENT[type(decision)]
-        self._placed(model, placement)
+        self._placed(model, placement, lease.waited)
         return lease
 
-    def _placed(self, model: str, placement: str) -> None:
+    def _placed(self, model: str, placement: str, waited: float) -> None:
         self._metrics.placements.labels(model, placement).inc()
+        self._metrics.placement_wait.labels(model, placement).observe(waited)
 
     async def _wait(
         self, model: str, progress: Progress, want: Want, decision: Decision, started: float
@@ -309,6 +310,7 @@ class _Waiter:
         self._starving_at = started + router._policy.patience(model)
         self._swap_on: str | None = None  # where this request waits for a swap of its model
         self._room_on: str | None = None  # where the starvation rule made room for it
+        self._started_swap = False  # whether a swap it waits for was started by it
 
     def step(self) -> Lease | None:
         router, model = self._router, self._model
@@ -317,9 +319,12 @@ class _Waiter:
         self._await_swap_on(decision.instance if isinstance(decision, Join | Swap) else None)
         if isinstance(decision, Serve):
             self._progress.instance, self._progress.state = decision.instance, "waiting"
+            if not self._started_swap:  # another request's swap served it too
+                router._metrics.swaps_avoided.labels(model).inc()
             return router._lease(decision.instance, model, self._started)
         if isinstance(decision, Swap):  # also when relaying: later requests find it warm
-            router._coordinator.start(decision.instance, model, decision.victims)
+            started = router._coordinator.start(decision.instance, model, decision.victims)
+            self._started_swap = self._started_swap or started
         expected = router._expected_wait(model, decision)
         reason = relay_reason(self._conf.fallback_policy, decision, expected, self.max_wait)
         relayed = router.relay(model, reason, self._started) if reason else None

@@ -55,6 +55,8 @@ class Replicas(Protocol):
 
 
 class SharedSwaps(SwapCoordinator):
+    abandons = False  # the requests other replicas hand to a swap here are not counted here
+
     def __init__(
         self,
         registry: Registry,

@@ -22,6 +22,7 @@ class ModelView:
     pinned_until: float
     waiting: int = 0  # requests waiting for this model's swap here: it serves them first
     closing: bool = False  # no new requests: it makes room for a request waiting too long
+    unwanted: bool = False  # its swap was abandoned by every request: the first victim
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,9 @@ EXPECTED_WAKE = 5.0  # a wake not measured yet is expected this long (or a load'
 # A swap that loads a model evicted from the same instance less than this many of its swap
 # times ago is thrash: the eviction cost two swaps and bought little (swapgate_thrash_total).
 THRASH_WINDOW = 5.0
+# How often a running load looks whether anyone still wants it (a swap nobody waits for is
+# abandoned when another model's requests queue behind it).
+ABANDON_CHECK = 0.2
 
 
 class Swaps(Protocol):
@@ -86,6 +89,10 @@ class SwapTimes:
 
 
 class SwapCoordinator:
+    # Alone, a replica sees every request that waits for a swap; among replicas it does not
+    # (shared.py), so only a replica alone abandons swaps.
+    abandons = True
+
     def __init__(
         self,
         registry: Registry,
@@ -186,12 +193,13 @@ class SwapCoordinator:
         driver = self._drivers[instance]
         started = time.monotonic()
         log.info("swap start: %s on %s (evicting %s)", model, instance, list(victims) or "none")
+        warm = False
         try:
             async with asyncio.timeout(self._swap_timeout):
                 for victim in victims:
                     await driver.unload(self._catalog.upstream_name(instance, victim))
                     self._evicted(instance, victim)
-                await driver.load(self._catalog.upstream_name(instance, model))
+                warm, wanted = await self._load(instance, model, driver)
         except (DriverError, TimeoutError) as exc:
             result = "timeout" if isinstance(exc, TimeoutError) else "failed"
             log.warning("swap %s: %s on %s: %s", result, model, instance, exc or "swap_timeout")
@@ -199,8 +207,36 @@ class SwapCoordinator:
             self._registry.end_swap(instance, model, ok=False)  # shutting down: no backoff
             raise
         else:
-            result = "ok"
-        return self._finish(instance, model, result, time.monotonic() - started)
+            result = "ok" if wanted else "abandoned"
+        return self._finish(instance, model, result, time.monotonic() - started, warm)
+
+    async def _load(self, instance: str, model: str, driver: Driver) -> tuple[bool, bool]:
+        """Load ``model``: (warm, wanted). Unwanted once every request that waited for it went
+        away while another model's requests queue for ``instance``: a driver that can stops
+        the load, the others finish it and the model is then the first victim."""
+        load = asyncio.ensure_future(driver.load(self._catalog.upstream_name(instance, model)))
+        # Requests that wait count themselves before they start a swap; preloads never do.
+        waited, wanted = self._registry.waiting_on(instance, model) > 0, True
+        try:
+            while not (await asyncio.wait({load}, timeout=ABANDON_CHECK))[0]:
+                waiting = self._registry.waiting_on(instance, model)
+                waited = waited or waiting > 0
+                if not wanted or not waited or waiting or not self.abandons:
+                    continue
+                if not self._registry.queued_behind(instance, model):
+                    continue
+                wanted = False
+                log.info("swap abandoned: nobody waits for %s on %s any more", model, instance)
+                if driver.cancels_loads:
+                    load.cancel()
+                    await asyncio.wait({load})
+                    return False, False
+        finally:
+            if not load.done():  # swap_timeout or shutdown: the load goes with the swap
+                load.cancel()
+                await asyncio.wait({load})
+        load.result()  # raises the load's DriverError
+        return True, wanted
 
     # What a replica among others does around a swap (SharedSwaps): alone, nothing.
 
@@ -243,14 +279,19 @@ class SwapCoordinator:
             self._registry.end_swap(instance, model, False, self._backoff.failed(instance))
         return ok
 
-    def _finish(self, instance: str, model: str, result: str, elapsed: float) -> bool:
-        ok = self._end(instance, model, result == "ok")
+    def _finish(self, instance: str, model: str, result: str, elapsed: float, warm: bool) -> bool:
+        if result == "abandoned" and not warm:  # stopped, not failed: no backoff
+            self._registry.end_swap(instance, model, ok=False)
+        else:
+            self._end(instance, model, warm)
+        if result == "abandoned" and warm:
+            self._registry.unwanted(instance, model)
         kind = self._kinds.get(instance, "load")
         self._metrics.swap_duration.labels(instance, model, result).observe(elapsed)
         self._metrics.swaps.labels(instance, model, result).inc()
         if kind == "wake":
             self._metrics.wake_duration.labels(instance, model, result).observe(elapsed)
-        if ok:
+        if warm:
             self.times.record(instance, model, elapsed, kind)
             log.info("swap done (%s): %s on %s in %.2fs", kind, model, instance, elapsed)
-        return ok
+        return warm

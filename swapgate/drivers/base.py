@@ -21,6 +21,9 @@ class Driver(ABC):
     """One backend instance, spoken to in its own API (SPEC §7)."""
 
     evicts_to = WarmState.COLD  # what an unloaded model becomes: vLLM's sleep keeps it asleep
+    # Whether cancelling ``load`` stops the load (a process it started is stopped); elsewhere
+    # the backend goes on loading whatever swapgate does, so an abandoned load is finished.
+    cancels_loads = False
 
     def __init__(
         self,

@@ -61,6 +61,8 @@ class Running:
 
 
 class ProcessDriver(Driver):
+    cancels_loads = True  # a load cancelled stops the process it started
+
     def __init__(self, instance: InstanceConfig, client: httpx.AsyncClient) -> None:
         super().__init__("http://127.0.0.1", client, None, discover=False)
         self.instance = instance.name

@@ -229,3 +229,25 @@ def test_a_process_above_recycle_rss_is_drained_and_restarted_when_idle_no_reque
     assert rss is not None
     assert float(rss[1]) > 40 * 2**20  # a real measurement of the group
     assert 'swapgate_process_exits_total{instance="node",model="a"}' not in metrics
+
+
+def test_a_load_nobody_waits_for_is_stopped_for_the_model_queued_behind_it() -> None:
+    """Issue 23: a's 5 s load loses its only waiter after 1 s while b queues for the instance;
+    a's process is stopped and b is warm long before a's load would have finished."""
+    config = process_config(a=sim_command("a", startup=5.0), b=sim_command("b"))
+    with gateway(config, ENV) as gw, concurrent.futures.ThreadPoolExecutor(2) as pool:
+        started = time.monotonic()
+        body = {"model": "a", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+        gone = pool.submit(httpx.post, f"{gw.url}/v1/chat/completions", json=body, timeout=1.0)
+        wait_for(lambda: "a" in processes(gw), timeout=2)
+        queued = pool.submit(chat, gw, "b")
+        with pytest.raises(httpx.ReadTimeout):  # the client gives up and disconnects at 1 s
+            gone.result()
+        answer = queued.result()
+        served_after = time.monotonic() - started
+        assert answer.status_code == 200, answer.text
+        assert served_after < 4.0, served_after  # a's load alone would have ended at 5 s
+        assert gw.metric("swapgate_swaps_total", model="a", result="abandoned") == 1
+        assert gw.metric("swapgate_swaps_total", model="a", result="ok") == 0
+        running = {model for model, proc in processes(gw).items() if "pid" in proc}
+        assert running == {"b"}  # a's process was stopped, not left loading

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+
 import httpx
 import pytest
 
@@ -37,3 +40,21 @@ def test_the_thrash_counter_rises_only_when_an_evicted_model_comes_back_soon(
     swapped = sum(metric_in(metrics, "swapgate_placements_total", model=m, placement="swap")
                   for m in ("a", "b"))  # fmt: skip
     assert swapped == len(sequence) - 1 - (sequence[-1] == sequence[-2])
+
+
+def test_requests_that_share_a_swap_count_as_swaps_avoided_and_their_waits_by_placement() -> None:
+    with simulator(models=("a",), load_time=1.0) as sim:
+        config = {"routing": {"poll_interval": "1h"}, "instances": [instance("gpu", sim)]}
+        with gateway(config) as gw, ThreadPoolExecutor(6) as pool:
+            body = {"model": "a", "messages": [{"role": "user", "content": "hi"}]}
+            post = partial(httpx.post, f"{gw.url}/v1/chat/completions", json=body, timeout=30)
+            assert {r.status_code for r in pool.map(lambda _: post(), range(6))} == {200}
+            assert post().status_code == 200  # warm now
+            metrics = gw.metrics()
+    assert metric_in(metrics, "swapgate_swaps_total", model="a") == 1
+    assert metric_in(metrics, "swapgate_swaps_avoided_total", model="a") == 5  # 6 shared 1 swap
+    waits = partial(metric_in, metrics, model="a")
+    assert waits("swapgate_placement_wait_seconds_count", placement="swap") == 6
+    assert waits("swapgate_placement_wait_seconds_sum", placement="swap") >= 6 * 0.9
+    assert waits("swapgate_placement_wait_seconds_count", placement="warm") == 1
+    assert waits("swapgate_placement_wait_seconds_sum", placement="warm") == 0

@@ -31,7 +31,11 @@ class FakeDriver(Driver):
 
     async def load(self, model: str) -> None:
         self.calls.append(("load", model))
-        await asyncio.sleep(self.delay)
+        try:
+            await asyncio.sleep(self.delay)
+        except asyncio.CancelledError:
+            self.calls.append(("cancelled", model))
+            raise
         if self.fail:
             raise DriverError("boom")
 

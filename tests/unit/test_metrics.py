@@ -32,6 +32,8 @@ SPEC = {
 EXTENDED = {
     "swapgate_placements": ("counter", {"model", "placement"}),
     "swapgate_thrash": ("counter", {"instance", "model"}),
+    "swapgate_placement_wait_seconds": ("histogram", {"model", "placement", "le"}),
+    "swapgate_swaps_avoided": ("counter", {"model"}),
 }
 
 
@@ -107,6 +109,8 @@ def test_the_extended_metrics_dashboards_name_exist_with_their_labels() -> None:
     metrics = Metrics()
     metrics.placements.labels("a", "warm").inc()
     metrics.thrash.labels("gpu-a", "a").inc()
+    metrics.placement_wait.labels("a", "swap").observe(1.0)
+    metrics.swaps_avoided.labels("a").inc()
     families = {f.name: f for f in metrics.registry.collect()}
     for name, (kind, labels) in EXTENDED.items():
         family = families[name]

@@ -177,3 +177,55 @@ async def test_a_preload_evicts_an_idle_model_and_pins_its_own() -> None:
     assert view.state_of("a") is WarmState.WARM
     assert view.state_of("b") is WarmState.COLD
     assert view.models["a"].pinned_until > view.models["a"].since
+
+
+@pytest.mark.parametrize("cancels", [True, False])
+async def test_a_swap_nobody_waits_for_is_abandoned_for_the_model_queued_behind_it(
+    cancels: bool,
+) -> None:
+    w = world(one_instance({"min_residency": "1h"}), delay=1.0)
+    w.drivers["x"].cancels_loads = cancels
+    w.warm("x")
+    gone = asyncio.create_task(w.router.acquire("a"))  # its swap starts: 1 s
+    await asyncio.sleep(0.05)
+    queued = asyncio.create_task(w.router.acquire("b"))  # queues behind a's swap
+    await asyncio.sleep(0.1)
+    started = time.monotonic()
+    gone.cancel()  # a's only waiter goes: nobody wants a any more, b waits
+    lease = await asyncio.wait_for(queued, 3)
+    assert lease.name == "x"
+    waited = time.monotonic() - started
+    if cancels:  # the load is stopped at once and b loads: 1 s, not a's remaining 0.85 s + 1 s
+        assert waited < 1.6
+        assert w.drivers["x"].calls == [("load", "a"), ("cancelled", "a"), ("load", "b")]
+    else:  # a's load finishes, then a is the first victim, inside its residency
+        assert w.drivers["x"].calls == [("load", "a"), ("unload", "a"), ("load", "b")]
+    assert w.sample("swapgate_swaps_total", instance="x", model="a", result="abandoned") == 1
+    assert w.sample("swapgate_swaps_total", instance="x", model="a", result="ok") is None
+    snap = w.registry.snapshot()
+    assert snap.instance("x").available(snap.now)  # abandoned is not failed: no backoff
+    w.router.release(lease)
+
+
+async def test_a_swap_nobody_waits_for_goes_on_when_nothing_else_is_queued() -> None:
+    w = world(one_instance(), delay=0.5)
+    w.drivers["x"].cancels_loads = True
+    w.warm("x")
+    gone = asyncio.create_task(w.router.acquire("a"))
+    await asyncio.sleep(0.1)
+    gone.cancel()
+    await w.coordinator.wait("x")
+    assert w.state("x", "a") is WarmState.WARM  # it may be wanted soon: keep it
+    assert w.sample("swapgate_swaps_total", instance="x", model="a", result="ok") == 1
+
+
+async def test_a_preload_nobody_waits_for_is_not_abandoned() -> None:
+    w = world(one_instance(), delay=0.5)
+    w.drivers["x"].cancels_loads = True
+    w.warm("x")
+    w.coordinator.start("x", "a")  # a preload: no request ever waited for it
+    await asyncio.sleep(0.05)
+    queued = asyncio.create_task(w.router.acquire("b"))
+    lease = await asyncio.wait_for(queued, 3)
+    assert w.drivers["x"].calls == [("load", "a"), ("unload", "a"), ("load", "b")]
+    w.router.release(lease)
