@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from swapgate import __version__
 from swapgate.admin_cli import add_commands as add_admin_commands
@@ -54,6 +56,23 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="machine-readable output")
     plan.set_defaults(run=_plan)
 
+    replay = commands.add_parser(
+        "replay", help="replay a swapgate log against simulators, under a config and variants"
+    )
+    replay.add_argument("log", help="swapgate's own log: its access and 'swap done' lines")
+    replay.add_argument("--config", required=True, help="the config to replay under")
+    replay.add_argument(
+        "--variant", action="append", default=[], metavar="SPEC",
+        help="also replay under KEY=VALUE[,KEY=VALUE…] (routing.eviction=demand, instances=3) "
+        "or a config file; repeatable",
+    )  # fmt: skip
+    replay.add_argument("--speedup", type=float, default=1.0, help="replay N times faster")
+    replay.add_argument(
+        "--swap-time", type=_duration, help="for models the log measured no swap of"
+    )
+    replay.add_argument("--json", action="store_true", help="machine-readable output")
+    replay.set_defaults(run=_replay)
+
     sim = commands.add_parser("sim", help="run a simulated inference server")
     _sim_arguments(sim)
     sim.set_defaults(run=_sim)
@@ -85,6 +104,9 @@ def _sim_arguments(sim: argparse.ArgumentParser) -> None:
     sim.add_argument("--models", default="a,b,c", help="comma-separated model names")
     sim.add_argument("--capacity", type=int, default=1, help="models resident at once")
     sim.add_argument("--load-time", type=_duration, default=5.0)
+    sim.add_argument(
+        "--load-times", type=_load_times, default={}, help="per model, over --load-time: a=2,b=30s"
+    )
     sim.add_argument("--ttft", type=_duration, default=0.05)
     sim.add_argument(
         "--wake-time", type=_duration, default=1.0, help="flavour vllm: a wake from sleep level 1"
@@ -177,6 +199,17 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_times(value: str) -> dict[str, float]:
+    """``a=2,b=30s``: each model's load time."""
+    times: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        model, sep, seconds = item.partition("=")
+        if not sep or not model:
+            raise argparse.ArgumentTypeError(f"{item!r}: expected MODEL=DURATION, e.g. a=2s")
+        times[model.strip()] = _duration(seconds)
+    return times
+
+
 def _sim(args: argparse.Namespace) -> int:
     from swapgate.sim import SimConfig, run_sim
 
@@ -190,6 +223,36 @@ def _sim(args: argparse.Namespace) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s sim %(message)s")
     run_sim(config)
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    import yaml
+
+    from swapgate import replay
+
+    if args.speedup <= 0:
+        print("swapgate replay: --speedup must be above 0, e.g. 10", file=sys.stderr)
+        return 2
+    if _load(args.config) is None:
+        return 1
+    try:
+        with open(args.log, encoding="utf-8", errors="replace") as log:
+            recording = replay.read_log(log)
+        base = yaml.safe_load(Path(args.config).read_text())
+        configs = {"as configured": base} | {v: replay.variant(base, v) for v in args.variant}
+        span = recording.requests[-1].at / args.speedup
+        print(f"replaying {len(recording.requests)} requests under {len(configs)} configs, "
+              f"side by side: about {span:.0f}s", file=sys.stderr, flush=True)  # fmt: skip
+        outcomes = replay.replay(recording, configs, args.speedup, args.swap_time)
+    except (OSError, replay.ReplayError) as exc:
+        print(f"swapgate replay: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        rows = [replay.recorded(recording), *outcomes]
+        print(json.dumps([dataclasses.asdict(o) for o in rows], indent=2))
+    else:
+        print(replay.render(recording, outcomes, args.speedup))
     return 0
 
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 EXPECTED_SWAP = 30.0  # before any swap was measured (SPEC §3's expected_swap)
 RESIDENCY_SWAPS = 1.0
-RESIDENCY_BOUNDS = (1.0, 300.0)
+RESIDENCY_BOUNDS = (0.25, 300.0)  # the floor guards against a load measured at ~0 s
 STARVATION_SWAPS = 1.0
 STARVATION_AFTER = 0.25  # of max_wait: the latest a request waits before a busy model closes
-STARVATION_FLOOR = 1.0  # seconds: closing a busy model sooner than this buys nothing
+STARVATION_FLOOR = 0.25  # seconds: closing a busy model sooner than this buys nothing
 
 
 def residency(configured: float | None, swap_seconds: float) -> float:

@@ -6,7 +6,8 @@ import asyncio
 import logging
 import random
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 log = logging.getLogger("swapgate.sim")
@@ -21,6 +22,7 @@ class SimConfig:
     models: tuple[str, ...] = ("a", "b", "c")
     capacity: int = 1
     load_time: float = 5.0
+    load_times: Mapping[str, float] = field(default_factory=dict)  # per model, over load_time
     ttft: float = 0.05
     prefill: float = 0.0  # a stream's headers go out at once, its first token this much later
     token_rate: float = 50.0
@@ -34,6 +36,9 @@ class SimConfig:
     protocols: tuple[str, ...] = ("openai",)
     asleep: int = 0  # flavour vllm: start asleep at this sleep level (0: awake)
     wake_time: float = 1.0  # flavour vllm: a wake from level 1
+
+    def load_time_of(self, model: str) -> float:
+        return self.load_times.get(model, self.load_time)
 
     def __post_init__(self) -> None:
         unknown = ", ".join(repr(p) for p in self.protocols if p not in PROTOCOLS)
@@ -86,8 +91,9 @@ class Backend:
                 self.unload(next(iter(self.resident)))
             self.resident[model] = "starting"
             self.loads[model] += 1
-            log.info("loading %s (%.1fs)", model, self.config.load_time)
-            await asyncio.sleep(self.config.load_time)
+            seconds = self.config.load_time_of(model)
+            log.info("loading %s (%.1fs)", model, seconds)
+            await asyncio.sleep(seconds)
             if self.roll(self.config.fail_load_rate):
                 del self.resident[model]
                 self.counters["load_failures"] += 1

@@ -59,7 +59,9 @@ class SleepMode:
         async with self._lock:
             if self.level:
                 config = self.backend.config
-                seconds = config.wake_time if self.level == 1 else config.load_time
+                seconds = (
+                    config.wake_time if self.level == 1 else config.load_time_of(config.models[0])
+                )
                 log.info("waking from level %d (%.1fs)", self.level, seconds)
                 await asyncio.sleep(seconds)
                 self.level = 0

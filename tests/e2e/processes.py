@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -30,9 +31,11 @@ STATE_DIR = tempfile.mkdtemp(prefix="swapgate-state-")
 atexit.register(shutil.rmtree, STATE_DIR, True)
 
 
-def spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def spawn(
+    args: list[str], env: dict[str, str] | None = None, log: Path | None = None
+) -> subprocess.Popen[bytes]:
     env = {"SWAPGATE_STATE_DIR": STATE_DIR, **(env or {})}
-    return start([sys.executable, "-m", "swapgate", *args], env)
+    return start([sys.executable, "-m", "swapgate", *args], env, log=log)
 
 
 @dataclass
@@ -121,11 +124,14 @@ def instance(name: str, sim: Sim, kind: str = "llama-swap", **extra: Any) -> dic
 
 
 @contextmanager
-def gateway(config: dict[str, Any], env: dict[str, str] | None = None) -> Iterator[Gateway]:
+def gateway(
+    config: dict[str, Any], env: dict[str, str] | None = None, log: Path | None = None
+) -> Iterator[Gateway]:
+    """A gateway serving ``config``; its output goes to ``log`` if given."""
     url = f"http://127.0.0.1:{free_port()}"
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
         yaml.safe_dump(_with_server(config, url), handle)
-    process = spawn(["serve", "--config", handle.name], env)
+    process = spawn(["serve", "--config", handle.name], env, log)
     gw = Gateway(url, process, handle.name)
     try:
         wait_until_serving(f"{gw.url}/healthz", process)
