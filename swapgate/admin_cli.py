@@ -232,10 +232,28 @@ def render_jobs(body: dict[str, Any]) -> str:
             "-" if result is None else ("ok" if result["ok"] else f"failed: {result['error']}")
         )
         rows.append((
-            job["name"], job["model"], job["cron"], job["timezone"], job["next_run"] or "-",
-            job["last_run"] or "-", outcome,
+            job["name"], job["model"], job["cron"] or "auto", job["timezone"],
+            job["next_run"] or "-", job["last_run"] or "-", outcome,
         ))  # fmt: skip
-    return table(rows)
+    notes = [_predicted(job) for job in body["jobs"] if job.get("prediction")]
+    return "\n".join([table(rows), *notes])
+
+
+def _predicted(job: dict[str, Any]) -> str:
+    """What an auto job learned, in a sentence."""
+    p = job["prediction"]
+    if not p["peaks"]:
+        days = p["learned_days"]
+        return (f"{job['name']}: no peak of {job['model']} learned yet "
+                f"({days} day{'s' if days != 1 else ''} of its arrivals)")  # fmt: skip
+    line = (f"{job['name']}: {job['model']} peaks at {', '.join(p['peaks'])} "
+            f"{job['timezone']} (learned over {p['learned_days']} days)")  # fmt: skip
+    if p["next_peak"]:
+        line += (f"; next peak {p['next_peak']} (usually {p['usual_requests']:g} requests in "
+                 f"its first 15 minutes), warmed from {job['next_run']}")  # fmt: skip
+    if p["skipped"]:
+        line += f"; last peak not warmed for: {p['skipped']}"
+    return line
 
 
 def _logs(args: argparse.Namespace) -> int:

@@ -255,10 +255,22 @@ class RelayConfig(_Section):
 class PreloadConfig(_Section):
     name: Name
     model: str
-    cron: str
+    cron: str | None = None
+    # Instead of a cron: learn the model's time-of-day peaks and warm it shortly before each
+    # (swapgate/forecast.py); its name defaults to auto-MODEL.
+    auto: bool = False
     timezone: str = "UTC"
     instances: int = Field(1, ge=1)
     pin_for: Duration = 0.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auto_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("auto") is True and "name" not in data:
+            model = data.get("model")
+            if isinstance(model, str) and model:
+                return {**data, "name": "auto-" + re.sub(r"[^A-Za-z0-9_.:-]", "-", model)}
+        return data
 
 
 class ClusterConfig(_Section):
@@ -397,8 +409,12 @@ def _cross_check(settings: Settings) -> Iterable[str]:
     seen_aliases: dict[str, str] = {}
     for model, conf in settings.models.items():
         yield from _check_model(model, conf, settings, models, seen_aliases)
+    jobs: set[str] = set()
     for index, job in enumerate(settings.preloads):
         yield from _check_preload(index, job, settings)
+        if job.name in jobs:
+            yield f"preloads[{index}].name: duplicate job name {job.name!r}"
+        jobs.add(job.name)
     yield from sizes(settings.models)[1]  # a gguf that cannot be read
 
 
@@ -436,8 +452,12 @@ def _check_model(
 
 def _check_preload(index: int, job: PreloadConfig, settings: Settings) -> Iterable[str]:
     where = f"preloads[{index}]"
+    if job.auto and job.cron is not None:
+        yield f"{where}: auto learns when to preload; drop cron, or drop auto to keep the cron"
+    elif job.cron is None and not job.auto:
+        yield f"{where}.cron: missing; give a cron such as '0 8 * * 1-5', or auto: true"
     try:
-        cron_trigger(job.cron, job.timezone)
+        cron_trigger(job.cron or "0 0 * * *", job.timezone)
     except Exception as exc:  # APScheduler raises ValueError or zoneinfo errors
         yield f"{where}: invalid cron {job.cron!r} or timezone {job.timezone!r}: {exc}"
     if job.instances > len(settings.instances):

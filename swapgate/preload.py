@@ -89,6 +89,17 @@ class Preloader:
             return f"{model!r} was not warm on {wanted} instances within swap_timeout"
         return outcome.error
 
+    def victims(self, model: str) -> tuple[str, ...] | None:
+        """What a preload of ``model`` would evict now (nothing: free room); None when it is
+        warm or loading already, or nothing may make room."""
+        decision = place(model, self._registry.snapshot(), self._policy)
+        return decision.victims if isinstance(decision, Swap) else None
+
+    def expected_swap(self, model: str) -> float:
+        """The quickest expected swap of ``model`` onto any instance."""
+        names = [i.name for i in self._registry.snapshot().instances]
+        return min((self._coordinator.eta(name, model) for name in names), default=0.0)
+
     @staticmethod
     def _warm_on(model: str, snap: Snapshot, instance: str | None) -> list[str]:
         return [

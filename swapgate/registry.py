@@ -115,6 +115,8 @@ class Registry:
         self._elsewhere: dict[str, dict[str, int]] = {}
         # Told of pins and drains an operator set here, for other replicas (swapgate/shared.py)
         self.on_shared: Callable[[str, str, str, float | bool], None] | None = None
+        # Told of every arrival: the demand by time of day (swapgate/forecast.py)
+        self.on_arrival: Callable[[str], None] | None = None
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -172,6 +174,8 @@ class Registry:
         now = self._clock()
         seen = self._arrivals.get(model)
         self._arrivals[model] = seen.counted(now) if seen else Arrivals(now)
+        if self.on_arrival is not None:
+            self.on_arrival(model)
 
     @contextmanager
     def queued(self, model: str, since: float) -> Iterator[int]:

@@ -31,6 +31,7 @@ from swapgate.cluster import Cluster
 from swapgate.config import ConfigError, Settings, load_config, secret
 from swapgate.drivers import Driver, ProcessDriver, make_driver
 from swapgate.drivers.ledger import Ledger, default_directory
+from swapgate.forecast import DayDemand, state_file
 from swapgate.metrics import Metrics
 from swapgate.poller import Poller
 from swapgate.preload import Preloader
@@ -67,6 +68,8 @@ class Runtime:
         self.registry = Registry(settings.instances, catalog)
         self.metrics = Metrics()
         self.metrics.watch(self.registry)
+        self.demand = DayDemand(state_file())  # read at start; written while auto jobs exist
+        self.registry.on_arrival = self.demand.arrived
         self._control = httpx.AsyncClient()
         self._ledger = Ledger(default_directory())  # what process instances started
         self.drivers = self._drivers(settings)
@@ -176,7 +179,10 @@ class Runtime:
         # The scheduler outlives reloads: it takes the preloader of the moment at each run.
         cluster = self.cluster
         self.scheduler = PreloadScheduler(
-            lambda: self.configured.preloader, self.metrics, cluster.leads if cluster else None
+            lambda: self.configured.preloader,
+            self.metrics,
+            cluster.leads if cluster else None,
+            self.demand,
         )
         self.scheduler.start(self.configured.settings.preloads)
         self._watch_sighup()
@@ -224,6 +230,7 @@ class Runtime:
         self.started = False
         if self.scheduler is not None:
             self.scheduler.shutdown()
+            self.scheduler.save()
         await _cancel(self._poll_task)
         for task in list(self._background):
             await _cancel(task)

@@ -1,23 +1,36 @@
-"""Scheduled preloads (SPEC §8): one APScheduler job per ``preloads`` entry, on the app's loop."""
+"""Scheduled preloads (SPEC §8): one APScheduler job per ``preloads`` entry, on the app's loop.
+
+A job with ``auto: true`` has no cron: every ``AUTO_TICK`` it asks the learned day
+(swapgate/forecast.py) when the model's next peak begins, and within ``lead`` of it — twice the
+model's expected swap, at least ``MIN_LEAD`` — preloads it once per peak if the room is free or
+cheap: every model it would evict is usually less in demand in that slot than this one.
+"""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.interval import IntervalTrigger
 
 from swapgate.config import PreloadConfig
 from swapgate.cron import cron_trigger
+from swapgate.forecast import SLOT, DayDemand
 from swapgate.metrics import Metrics
 from swapgate.preload import Preloader, PreloadResult
 
 log = logging.getLogger("swapgate.scheduler")
 # A run that could not start on time (the gateway was busy or restarting) still runs this late.
 MISFIRE_GRACE = 300
+AUTO_TICK = 20.0  # seconds between an auto job's looks at the next peak
+MIN_LEAD = 60.0  # an auto preload starts at least this long before the peak
+SAVE_EVERY = 300.0  # seconds between writes of the learned day, while an auto job exists
 
 
 @dataclass
@@ -25,6 +38,8 @@ class JobRecord:
     config: PreloadConfig
     last_run: datetime | None = None
     last_result: PreloadResult | None = None
+    warmed_for: float | None = None  # auto: the peak (wall time) it last preloaded for
+    skipped: str | None = None  # auto: why the last peak was not preloaded for
 
 
 class PreloadScheduler:
@@ -33,6 +48,7 @@ class PreloadScheduler:
         preloader: Callable[[], Preloader],
         metrics: Metrics,
         leads: Callable[[], Awaitable[bool]] | None = None,
+        demand: DayDemand | None = None,
     ) -> None:
         # A getter: the scheduler lives across reloads, the preloader (its policy, its
         # swap_timeout) is the current config's.
@@ -40,6 +56,7 @@ class PreloadScheduler:
         # Among replicas, whether this one runs the schedule now (swapgate/cluster.py)
         self._leads = leads
         self._metrics = metrics
+        self._demand = demand or DayDemand(None)
         self._scheduler = AsyncIOScheduler()
         self._jobs: dict[str, JobRecord] = {}
 
@@ -55,14 +72,25 @@ class PreloadScheduler:
             record = previous.get(job.name) or JobRecord(job)
             record.config = job
             self._jobs[job.name] = record
+            auto = job.cron is None  # auto: true (the config allows no other job without cron)
+            trigger = (
+                IntervalTrigger(seconds=AUTO_TICK)
+                if job.cron is None
+                else cron_trigger(job.cron, job.timezone)
+            )
             self._scheduler.add_job(
-                self._scheduled,
-                cron_trigger(job.cron, job.timezone),
+                self._auto if auto else self._scheduled,
+                trigger,
                 args=[job.name],
                 id=job.name,
                 coalesce=True,
                 max_instances=1,
                 misfire_grace_time=MISFIRE_GRACE,
+                next_run_time=datetime.now().astimezone() if auto else None,
+            )
+        if any(job.auto for job in jobs):
+            self._scheduler.add_job(
+                self._demand.save, IntervalTrigger(seconds=SAVE_EVERY), id="save demand"
             )
 
     def shutdown(self) -> None:
@@ -78,6 +106,42 @@ class PreloadScheduler:
             log.debug("preload job %s: another replica runs the schedule", name)
             return
         await self.run(name)
+
+    async def _auto(self, name: str) -> None:
+        """An auto job's look: preload for the model's next peak if it begins within lead."""
+        if self._leads is not None and not await self._leads():
+            return
+        record = self._jobs[name]
+        peak = self._demand.next_peak(record.config.model, time.time())
+        if peak is None or peak == record.warmed_for:
+            return
+        model, lead = record.config.model, self._lead(record.config.model)
+        if peak - time.time() > lead:
+            return
+        record.warmed_for = peak
+        victims = self._preloader().victims(model)
+        if victims is None:
+            record.skipped = "warm already, or no room it may make"
+            return
+        busier = [
+            v for v in victims if self._demand.usual(v, peak) >= self._demand.usual(model, peak)
+        ]
+        if busier:
+            record.skipped = f"no cheap room: {', '.join(busier)} usually as busy then"
+            log.info("auto preload %s: skipped, %s", name, record.skipped)
+            return
+        record.skipped = None
+        log.info("auto preload %s: %s peaks at %s", name, model,
+                 datetime.fromtimestamp(peak).astimezone().isoformat())  # fmt: skip
+        await self.run(name)
+
+    def _lead(self, model: str) -> float:
+        return max(MIN_LEAD, 2 * self._preloader().expected_swap(model))
+
+    def save(self) -> None:
+        """Write the learned day (at shutdown, besides every ``SAVE_EVERY``)."""
+        if any(r.config.auto for r in self._jobs.values()):
+            self._demand.save()
 
     async def run(self, name: str) -> PreloadResult:
         record = self._jobs[name]
@@ -99,9 +163,10 @@ class PreloadScheduler:
         job = self._scheduler.get_job(name)
         next_run = job.next_run_time if job is not None else None
         result = record.last_result
-        return {
+        described = {
             "name": name,
             "model": record.config.model,
+            "auto": record.config.auto,
             "cron": record.config.cron,
             "timezone": record.config.timezone,
             "instances": record.config.instances,
@@ -110,6 +175,35 @@ class PreloadScheduler:
             "last_run": record.last_run.isoformat() if record.last_run else None,
             "last_result": describe_result(result) if result else None,
         }
+        if record.config.auto:
+            described |= self._prediction(record)
+        return described
+
+    def _prediction(self, record: JobRecord) -> dict[str, Any]:
+        """What an auto job learned: its model's peaks (HH:MM in the job's zone) and when it
+        will warm it next; ``next_run`` is that moment."""
+        model, zone = record.config.model, ZoneInfo(record.config.timezone)
+        peak = self._demand.next_peak(model, time.time())
+        if peak is not None and peak == record.warmed_for:  # warmed for: show the one after
+            peak = self._demand.next_peak(model, peak + SLOT)
+        warm_at = peak - self._lead(model) if peak is not None else None
+        return {
+            "next_run": _iso(warm_at, zone),
+            "prediction": {
+                "learned_days": self._demand.days(model),
+                "peaks": [
+                    datetime.fromtimestamp(slot * SLOT, zone).strftime("%H:%M")
+                    for slot in self._demand.peak_starts(model)
+                ],
+                "next_peak": _iso(peak, zone),
+                "usual_requests": round(self._demand.usual(model, peak), 1) if peak else None,
+                "skipped": record.skipped,
+            },
+        }
+
+
+def _iso(at: float | None, zone: ZoneInfo) -> str | None:
+    return datetime.fromtimestamp(at, zone).isoformat() if at is not None else None
 
 
 def describe_result(result: PreloadResult) -> dict[str, Any]:

@@ -143,6 +143,22 @@ def test_cross_references_are_checked() -> None:
     assert "preloads[0].instances: 5 instances asked for, only 2 configured" in problems
 
 
+def test_auto_preloads_need_no_cron_and_no_name() -> None:
+    one = [{"name": "a", "url": "http://x"}]
+    settings = parse_config({"instances": one, "preloads": [{"model": "org/m", "auto": True}]})
+    assert settings.preloads[0].name == "auto-org-m"
+    assert settings.preloads[0].cron is None
+    jobs = [{"model": "m", "auto": True, "cron": "0 8 * * *"}, {"name": "p", "model": "m"},
+            {"name": "auto-m", "model": "m", "cron": "0 8 * * *"}]  # fmt: skip
+    with pytest.raises(ConfigError) as failure:
+        parse_config({"instances": one, "preloads": jobs})
+    assert failure.value.problems == [
+        "preloads[0]: auto learns when to preload; drop cron, or drop auto to keep the cron",
+        "preloads[1].cron: missing; give a cron such as '0 8 * * 1-5', or auto: true",
+        "preloads[2].name: duplicate job name 'auto-m'",
+    ]
+
+
 def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "c.yaml"
     path.write_text(

@@ -1,0 +1,155 @@
+"""Each model's usual demand by time of day, learned from its own arrivals (``auto`` preloads).
+
+A day is 96 slots of 15 minutes (UTC). Arrivals count into today's slots; when a day ends, a
+model's usual arrivals per slot become a weighted mean of the days seen (``KEEP`` of the past,
+the rest the day that ended), so a pattern that moves is followed within a few days. A slot is
+a model's *peak* when its usual arrivals are at least ``PEAK`` × the model's mean slot and at
+least ``MIN_PEAK``. The counts live in ``demand-by-day.state`` (JSON) in the state directory, written every
+few minutes and at shutdown, and read at start: a restart forgets nothing but the last minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from swapgate.drivers.ledger import STATE_DIR_ENV
+
+log = logging.getLogger("swapgate.forecast")
+SLOT = 15 * 60
+SLOTS = 24 * 3600 // SLOT
+KEEP = 0.7
+PEAK = 2.0
+MIN_PEAK = 2.0  # usual arrivals in a slot: fewer is noise, not a peak
+FILE = "demand-by-day.state"  # not *.json: the process ledger reads those in the same place
+
+
+def state_file() -> Path:
+    """``$SWAPGATE_STATE_DIR/demand-by-day.state``, else under ``$XDG_STATE_HOME/swapgate``."""
+    if explicit := os.environ.get(STATE_DIR_ENV):
+        return Path(explicit) / FILE
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "swapgate" / FILE
+
+
+@dataclass
+class _Model:
+    usual: list[float] = field(default_factory=lambda: [0.0] * SLOTS)
+    today: list[int] = field(default_factory=lambda: [0] * SLOTS)
+    days: int = 0  # days learned into ``usual``
+
+
+class DayDemand:
+    def __init__(self, path: Path | None, clock: Callable[[], float] = time.time) -> None:
+        self._path = path
+        self._clock = clock
+        self._day = int(clock() // 86400)
+        self._models: dict[str, _Model] = {}
+        if path is not None:
+            self._read(path)
+
+    def arrived(self, model: str) -> None:
+        now = self._clock()
+        self._roll(now)
+        self._models.setdefault(model, _Model()).today[_slot(now)] += 1
+
+    def usual(self, model: str, at: float) -> float:
+        """Usual arrivals of ``model`` in the slot holding ``at`` (wall time)."""
+        self._roll(self._clock())
+        learned = self._models.get(model)
+        return learned.usual[_slot(at)] if learned else 0.0
+
+    def days(self, model: str) -> int:
+        self._roll(self._clock())
+        learned = self._models.get(model)
+        return learned.days if learned else 0
+
+    def peaks(self, model: str) -> list[int]:
+        """The slots (0–95) that are ``model``'s peaks, in order of the day."""
+        self._roll(self._clock())
+        learned = self._models.get(model)
+        if learned is None or not learned.days:
+            return []
+        mean = sum(learned.usual) / SLOTS
+        return [s for s, n in enumerate(learned.usual) if n >= max(MIN_PEAK, PEAK * mean) and n > 0]
+
+    def peak_starts(self, model: str) -> list[int]:
+        """The slots where a run of ``model``'s peak slots begins."""
+        peaks = set(self.peaks(model))
+        return [s for s in sorted(peaks) if (s - 1) % SLOTS not in peaks]
+
+    def next_peak(self, model: str, now: float) -> float | None:
+        """When the next peak of ``model`` begins (the first slot of a run of peak slots, so
+        a peak lasting an hour is warmed for once), wall time: the slot under way if one begins
+        there; None if it has no peak."""
+        peaks = set(self.peaks(model))
+        if not peaks:
+            return None
+        start = int(now // SLOT) * SLOT
+        for step in range(SLOTS):
+            at = start + step * SLOT
+            if _slot(at) in peaks and _slot(at - SLOT) not in peaks:
+                return float(at)
+        return None
+
+    def save(self) -> None:
+        if self._path is None:
+            return
+        data = {
+            "day": self._day,
+            "models": {
+                m: {"usual": [round(n, 3) for n in v.usual], "today": v.today, "days": v.days}
+                for m, v in self._models.items()
+            },
+        }
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = self._path.with_suffix(".tmp")
+            temporary.write_text(json.dumps(data))
+            temporary.replace(self._path)
+        except OSError as exc:
+            log.warning("demand history not saved to %s: %s", self._path, exc)
+
+    def _read(self, path: Path) -> None:
+        try:
+            data: Any = json.loads(path.read_text())
+            day = int(data["day"])
+            models = {
+                name: _Model([float(n) for n in v["usual"]], [int(n) for n in v["today"]],
+                             int(v["days"]))
+                for name, v in data["models"].items()
+                if len(v["usual"]) == SLOTS and len(v["today"]) == SLOTS
+            }  # fmt: skip
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("demand history in %s unreadable (%s): learning afresh", path, exc)
+            return
+        self._day, self._models = day, models
+        self._roll(self._clock())
+
+    def _roll(self, now: float) -> None:
+        """Fold the days that ended into ``usual`` (a day with no arrivals counts as zero)."""
+        day = int(now // 86400)
+        while self._day < day:
+            for learned in self._models.values():
+                if learned.days:
+                    learned.usual = [
+                        KEEP * u + (1 - KEEP) * t
+                        for u, t in zip(learned.usual, learned.today, strict=True)
+                    ]
+                else:
+                    learned.usual = [float(t) for t in learned.today]
+                learned.today = [0] * SLOTS
+                learned.days += 1
+            self._day += 1
+
+
+def _slot(at: float) -> int:
+    return int(at % 86400 // SLOT)

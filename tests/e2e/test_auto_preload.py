@@ -1,0 +1,52 @@
+"""``preloads: - {model, auto: true}`` (issue 23): warmed before its learned peak, and the
+learning kept across restarts."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+
+from swapgate.forecast import FILE, SLOT, SLOTS
+from tests.e2e.processes import gateway, instance, simulator, wait_for
+
+pytestmark = pytest.mark.e2e
+TOKEN = "admin-secret"
+
+
+def test_an_auto_job_warms_its_model_for_the_learned_peak_and_keeps_what_it_learns(
+    tmp_path: Path,
+) -> None:
+    if SLOT - time.time() % SLOT < 15:  # the peak written below begins in the slot under way
+        time.sleep(SLOT - time.time() % SLOT + 1)
+    now = time.time()
+    slot = int(now % 86400 // SLOT)
+    usual = [0.2] * SLOTS
+    usual[slot] = usual[(slot + 1) % SLOTS] = 12.0  # three days of a's peak, beginning now
+    history = {"day": int(now // 86400), "models": {"a": {"usual": usual, "today": [0] * SLOTS,
+                                                          "days": 3}}}  # fmt: skip
+    (tmp_path / FILE).write_text(json.dumps(history))
+    env = {"SWAPGATE_STATE_DIR": str(tmp_path), "TEST_ADMIN_TOKEN": TOKEN}
+    with simulator(models=("a", "b"), load_time=0.3) as sim:
+        config = {
+            "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
+            "routing": {"poll_interval": "200ms"},
+            "instances": [instance("gpu", sim)],
+            "preloads": [{"model": "a", "auto": True}],
+        }
+        with gateway(config, env) as gw:
+            wait_for(lambda: sim.stats()["loads"].get("a") == 1, timeout=10)
+            jobs = gw.cli("jobs", token=TOKEN)
+            for model in ("b", "b", "b"):
+                body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+                assert httpx.post(f"{gw.url}/v1/chat/completions", json=body).status_code == 200
+    assert jobs.returncode == 0, jobs.stderr
+    start = datetime.fromtimestamp(now - now % SLOT, UTC).strftime("%H:%M")
+    assert f"auto-a: a peaks at {start} UTC (learned over 3 days)" in jobs.stdout, jobs.stdout
+    saved = json.loads((tmp_path / FILE).read_text())["models"]
+    assert sum(saved["b"]["today"]) == 3  # written at shutdown: b's arrivals are not lost
+    assert saved["a"]["usual"][slot] == 12.0
