@@ -4,8 +4,9 @@ A day is 96 slots of 15 minutes (UTC). Arrivals count into today's slots; when a
 model's usual arrivals per slot become a weighted mean of the days seen (``KEEP`` of the past,
 the rest the day that ended), so a pattern that moves is followed within a few days. A slot is
 a model's *peak* when its usual arrivals are at least ``PEAK`` × the model's mean slot and at
-least ``MIN_PEAK``. The counts live in ``demand-by-day.state`` (JSON) in the state directory, written every
-few minutes and at shutdown, and read at start: a restart forgets nothing but the last minutes.
+least ``MIN_PEAK``. The counts live in ``demand-by-day.state`` (JSON) in the state directory,
+written every few minutes and at shutdown, and read at start: a restart forgets nothing but the
+last minutes.
 """
 
 from __future__ import annotations

@@ -138,6 +138,7 @@ async def test_an_auto_job_takes_only_free_or_cheap_room(
     await scheduler._auto("auto-a")
     assert (w.state("x", "a") is WarmState.WARM) is evicted
     job = scheduler.describe()[0]
-    assert job["auto"] and job["prediction"]["learned_days"] == 2
+    assert job["auto"]
+    assert job["prediction"]["learned_days"] == 2
     if not evicted:
         assert job["prediction"]["skipped"] == "no cheap room: b usually as busy then"
