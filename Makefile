@@ -53,10 +53,12 @@ bench: $(STAMP) system-packages
 	$(BIN)/python -m bench --peers "$(PEERS)"
 
 # Replays seeded traces: swap counts against the optimum, LRU and round-robin (~10 minutes),
-# then the same traces on vllm-sleep instances beside llama-swap ones (~2 minutes).
+# then the same traces on vllm-sleep instances beside llama-swap ones (~2 minutes), then one day
+# at 1, 5 and 30 s swaps under default and hand-tuned timing (~22 minutes, side by side).
 bench-swaps: $(STAMP)
 	$(BIN)/python -m bench.swaps
 	$(BIN)/python -m bench.tiers
+	$(BIN)/python -m bench.tuning
 
 # The warm path of a replica on Redis against one alone (needs redis-server; ~1 minute).
 bench-cluster: $(STAMP) system-packages
