@@ -13,9 +13,12 @@ table runs side by side; writes its section of docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import random
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import procs
@@ -85,7 +88,7 @@ def main() -> int:
     runs = [Run(swap, name) for swap in speeds for name in configs(swap)]
     with ThreadPoolExecutor(len(runs)) as pool:  # replays mostly wait: side by side
         results = dict(zip(runs, pool.map(lambda run: _replay(trace, run), runs), strict=True))
-    markdown = render(results, speeds, args.length, len(trace))
+    markdown = render(results, speeds, args.length, len(trace), args.seed)
     replace_section(DOCS / "benchmarks.md", "tuning", markdown)
     print(markdown)
     return 0
@@ -119,7 +122,9 @@ def render(results: dict[Run, ReplayResult], speeds: list[float], length: float,
         "(swapgate/timing.py). *30 s values* are the defaults before (`min_residency` 30 s, "
         "`expected_swap` 30 s, starvation at a quarter of `max_wait`). The *tuned* configs set "
         "`min_residency` to 0.5, 1 or 2 × S, `expected_swap` S and the starvation point at S. "
-        "`max_wait` is 120 s everywhere. All runs of the table run side by side.",
+        "`max_wait` is 120 s everywhere. All runs of the table run side by side. "
+        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC (the end of the run), "
+        f"{platform.machine()}, {os.cpu_count()} cores, seed {seed}.",
         "",
         "| swap time | config | swaps | p50 | p95 | mean wait | errors |",
         "|---|---|---|---|---|---|---|",
