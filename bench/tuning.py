@@ -110,7 +110,9 @@ def _replay(trace: list[Request], run: Run) -> ReplayResult:
             return replay(gw.url, scaled, sims, speedup=1.0)
 
 
-def render(results: dict[Run, ReplayResult], speeds: list[float], length: float, count: int) -> str:
+def render(
+    results: dict[Run, ReplayResult], speeds: list[float], length: float, count: int, seed: int
+) -> str:
     lines = [
         "## One config for every swap speed (`make bench-swaps`, `bench/tuning.py`)",
         "",
