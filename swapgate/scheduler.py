@@ -72,21 +72,21 @@ class PreloadScheduler:
             record = previous.get(job.name) or JobRecord(job)
             record.config = job
             self._jobs[job.name] = record
-            auto = job.cron is None  # auto: true (the config allows no other job without cron)
-            trigger = (
-                IntervalTrigger(seconds=AUTO_TICK)
-                if job.cron is None
-                else cron_trigger(job.cron, job.timezone)
-            )
+            if job.cron is None:  # auto: true (the config allows no other job without cron)
+                # the first look at once; None would add the job paused (APScheduler 3)
+                first = {"next_run_time": datetime.now().astimezone()}
+                work, trigger = self._auto, IntervalTrigger(seconds=AUTO_TICK)
+            else:
+                first, work, trigger = {}, self._scheduled, cron_trigger(job.cron, job.timezone)
             self._scheduler.add_job(
-                self._auto if auto else self._scheduled,
+                work,
                 trigger,
                 args=[job.name],
                 id=job.name,
                 coalesce=True,
                 max_instances=1,
                 misfire_grace_time=MISFIRE_GRACE,
-                next_run_time=datetime.now().astimezone() if auto else None,
+                **first,
             )
         if any(job.auto for job in jobs):
             self._scheduler.add_job(
