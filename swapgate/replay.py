@@ -33,7 +33,7 @@ import httpx
 import yaml
 
 from swapgate.config import ConfigError, parse_config, parse_duration
-from swapgate.processes import free_port, serving
+from swapgate.processes import free_port, serving, start, stop, wait_until_serving
 
 _ACCESS = re.compile(
     r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \S+ swapgate\.access: \"\S+ \S+\" (\d{3}) "
@@ -202,17 +202,15 @@ def _run(
 ) -> Outcome:
     models = sorted({r.model for r in recording.requests})
     loads = {m: recording.swap_time(m, swap_time) / speedup for m in models}
-    with ExitStack() as stack:
-        sims = {
-            instance["name"]: stack.enter_context(_simulator(instance, models, loads, speedup))
-            for instance in config["instances"]
-        }
-        with _gateway(_replayed(config, sims, speedup)) as url:
-            before = _loads(sims.values())
-            _run_pins(url, config)
-            pinned = _loads(sims.values()) - before
-            results = asyncio.run(_send_all(url, recording.requests, speedup))
-            swaps = _loads(sims.values()) - before - pinned
+    with (
+        _simulators(config["instances"], models, loads, speedup) as sims,
+        _gateway(_replayed(config, sims, speedup)) as url,
+    ):
+        before = _loads(sims.values())
+        _run_pins(url, config)
+        pinned = _loads(sims.values()) - before
+        results = asyncio.run(_send_all(url, recording.requests, speedup))
+        swaps = _loads(sims.values()) - before - pinned
     seconds = [s * speedup for s, _ in results]
     return Outcome(name, swaps, *_quantiles(seconds), sum(1 for _, ok in results if not ok))
 
@@ -262,20 +260,31 @@ def _seconds(value: object) -> float:
 
 
 @contextmanager
-def _simulator(
-    instance: Mapping[str, Any], models: Sequence[str], loads: Mapping[str, float], speedup: float
-) -> Iterator[str]:
-    port = free_port()
-    serves = instance.get("models") or models
-    command = [
-        sys.executable, "-m", "swapgate", "sim", "--flavor", "llama-swap", "--port", str(port),
-        "--models", ",".join(serves), "--capacity", str(instance.get("capacity", 1)),
-        "--load-times", ",".join(f"{m}={loads.get(m, 1.0):.4f}" for m in serves),
-        "--ttft", "0", "--token-rate", str(TOKEN_RATE * speedup),
-    ]  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    with serving(command, f"{url}/v1/models", log=subprocess.DEVNULL):
-        yield url
+def _simulators(
+    instances: Sequence[Mapping[str, Any]],
+    models: Sequence[str],
+    loads: Mapping[str, float],
+    speedup: float,
+) -> Iterator[dict[str, str]]:
+    """A simulator per instance (its name: its URL), all started before any is waited for."""
+    with ExitStack() as stack:
+        started = {}
+        for instance in instances:
+            port = free_port()
+            serves = instance.get("models") or models
+            command = [
+                sys.executable, "-m", "swapgate", "sim", "--flavor", "llama-swap",
+                "--port", str(port), "--models", ",".join(serves),
+                "--capacity", str(instance.get("capacity", 1)),
+                "--load-times", ",".join(f"{m}={loads.get(m, 1.0):.4f}" for m in serves),
+                "--ttft", "0", "--token-rate", str(TOKEN_RATE * speedup),
+            ]  # fmt: skip
+            process = start(command, log=subprocess.DEVNULL)
+            stack.callback(stop, process)
+            started[instance["name"]] = (f"http://127.0.0.1:{port}", process)
+        for url, process in started.values():
+            wait_until_serving(f"{url}/v1/models", process)
+        yield {name: url for name, (url, _) in started.items()}
 
 
 @contextmanager

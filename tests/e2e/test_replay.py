@@ -17,7 +17,7 @@ import yaml
 from tests.e2e.processes import gateway, instance, simulator
 
 pytestmark = pytest.mark.e2e
-# Phases of three concurrent requests, 0.8 s apart, on two capacity-1 instances: under LRU each
+# Phases of three concurrent requests, 0.6 s apart, on two capacity-1 instances: under LRU each
 # phase finds its model cold.
 PHASES = ("a", "b", "c") * 4
 
@@ -63,7 +63,7 @@ def _send_phases(url: str) -> set[int]:
         for _ in range(3):
             threads.append(threading.Thread(target=post, args=(model,)))
             threads[-1].start()
-        time.sleep(0.8)
+        time.sleep(0.6)
     for thread in threads:
         thread.join()
     return statuses
