@@ -2,7 +2,8 @@
 
 Redis holds what must be one for all replicas: a lock per instance and per loading model while
 a swap runs (single flight across replicas), the scheduler's lease (each preload run happens
-on one replica), each replica's heartbeat, and the pins and drains an operator set. Everything
+on one replica), each replica's heartbeat, the pins and drains an operator set, and the demand
+by time of day that auto preloads learn (swapgate/shared_demand.py). Everything
 else travels as events on one pub/sub channel and is applied to each replica's own registry
 (swapgate/shared.py), so that the warm path reads no Redis at all.
 
@@ -20,7 +21,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -31,6 +32,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeout
 
+from swapgate.forecast import SLOTS
 from swapgate.metrics import Metrics
 from swapgate.registry import REPLICA_TTL
 
@@ -41,6 +43,7 @@ CHANNEL = PREFIX + "events"
 LEASE_TTL = 5.0  # a dead holder's swap lock or scheduler lease lasts at most this long
 HEARTBEAT = 0.5  # in-flight counts others see are at most this old (plus one pub/sub hop)
 RETRY = 0.5  # how soon a replica tries Redis again after losing it
+_DAY_COUNTS_TTL = 8 * 86400  # a day's shared arrivals, kept until long after they are folded in
 
 # A swap is claimed with two keys at once: the instance's lock and the model's, so that two
 # replicas can neither swap one instance nor load one model on two instances at the same time.
@@ -209,6 +212,39 @@ class Cluster:
     async def shared(self, key: str) -> dict[str, str]:
         found = await self._call(self._redis.hgetall(PREFIX + key))
         return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+    async def add_arrivals(self, arrivals: Mapping[str, int]) -> bool:
+        """Add ``day:model:slot`` counts to each day's shared counts; False if Redis did not."""
+        pipe = self._redis.pipeline(transaction=False)
+        for key, count in arrivals.items():
+            day, field = key.split(":", 1)
+            pipe.hincrby(f"{PREFIX}demand:{day}", field, count)
+            pipe.expire(f"{PREFIX}demand:{day}", _DAY_COUNTS_TTL)
+        return await self._call(pipe.execute()) is not None
+
+    async def day_arrivals(self, day: int) -> dict[str, list[int]] | None:
+        """Every replica's arrivals on ``day``, per model and slot; None if Redis gave none."""
+        found = await self._call(self._redis.hgetall(f"{PREFIX}demand:{day}"))
+        if not isinstance(found, dict):
+            return None
+        counts: dict[str, list[int]] = {}
+        for field, count in found.items():
+            model, _, slot = str(field).rpartition(":")
+            if model and slot.isdigit() and int(slot) < SLOTS:
+                counts.setdefault(model, [0] * SLOTS)[int(slot)] += int(count)
+        return counts
+
+    async def learned(self) -> dict[str, Any] | None:
+        """The usual day learned from every replica's arrivals (``forecast.fold``)."""
+        raw = await self._call(self._redis.get(PREFIX + "demand"))
+        try:
+            data = json.loads(raw) if isinstance(raw, str) else None
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) and isinstance(data.get("day"), int) else None
+
+    async def learn(self, learned: Mapping[str, Any]) -> bool:
+        return await self._call(self._redis.set(PREFIX + "demand", json.dumps(learned))) is not None
 
     async def describe(self) -> dict[str, Any]:
         """The replicas and their heartbeats, every swap lock's holder, the scheduler's."""

@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,10 @@ class DayDemand:
         self._clock = clock
         self._day = int(clock() // 86400)
         self._models: dict[str, _Model] = {}
+        # Among replicas (swapgate/shared.py, SharedDemand): the usual day is Redis's, folded
+        # there from every replica's counts; here, arrivals wait to be added to those counts.
+        self.shared = False
+        self._untaken: dict[str, int] = {}  # "day:model:slot": arrivals
         if path is not None:
             self._read(path)
 
@@ -59,6 +63,26 @@ class DayDemand:
         now = self._clock()
         self._roll(now)
         self._models.setdefault(model, _Model()).today[_slot(now)] += 1
+        if self.shared:
+            key = f"{int(now // 86400)}:{model}:{_slot(now)}"
+            self._untaken[key] = self._untaken.get(key, 0) + 1
+
+    def take_arrivals(self) -> dict[str, int]:
+        """The arrivals counted since the last take, ``day:model:slot`` → count."""
+        taken, self._untaken = self._untaken, {}
+        return taken
+
+    def give_back(self, arrivals: dict[str, int]) -> None:
+        """Arrivals taken that could not be shared: taken again next time."""
+        for key, count in arrivals.items():
+            self._untaken[key] = self._untaken.get(key, 0) + count
+
+    def adopt(self, learned: Mapping[str, Any]) -> None:
+        """Take the usual day learned elsewhere (``fold``'s form) in place of this one's."""
+        for name, model in learned.get("models", {}).items():
+            if len(model.get("usual", ())) == SLOTS:
+                mine = self._models.setdefault(name, _Model())
+                mine.usual, mine.days = [float(n) for n in model["usual"]], int(model["days"])
 
     def usual(self, model: str, at: float) -> float:
         """Usual arrivals of ``model`` in the slot holding ``at`` (wall time)."""
@@ -136,20 +160,33 @@ class DayDemand:
         self._roll(self._clock())
 
     def _roll(self, now: float) -> None:
-        """Fold the days that ended into ``usual`` (a day with no arrivals counts as zero)."""
+        """Fold the days that ended into ``usual`` (a day with no arrivals counts as zero);
+        among replicas the fold is Redis's (``fold``), and today's counts just start again."""
         day = int(now // 86400)
         while self._day < day:
             for learned in self._models.values():
-                if learned.days:
-                    learned.usual = [
-                        KEEP * u + (1 - KEEP) * t
-                        for u, t in zip(learned.usual, learned.today, strict=True)
-                    ]
-                else:
-                    learned.usual = [float(t) for t in learned.today]
+                if not self.shared:
+                    learned.usual, learned.days = _folded(learned.usual, learned.days,
+                                                          learned.today)  # fmt: skip
                 learned.today = [0] * SLOTS
-                learned.days += 1
             self._day += 1
+
+
+def fold(learned: Mapping[str, Any], day: Mapping[str, list[int]]) -> dict[str, Any]:
+    """``learned`` (``{"day": D, "models": {model: {"usual": [...], "days": n}}}``) with day D's
+    arrivals per model folded in: the same rule as one replica's, for the counts of them all."""
+    models = {name: dict(model) for name, model in learned.get("models", {}).items()}
+    for name in set(models) | set(day):
+        model = models.setdefault(name, {"usual": [0.0] * SLOTS, "days": 0})
+        usual, days = _folded(model["usual"], int(model["days"]), day.get(name, [0] * SLOTS))
+        models[name] = {"usual": [round(n, 3) for n in usual], "days": days}
+    return {"day": int(learned["day"]) + 1, "models": models}
+
+
+def _folded(usual: list[float], days: int, today: list[int]) -> tuple[list[float], int]:
+    if not days:
+        return [float(t) for t in today], 1
+    return [KEEP * u + (1 - KEEP) * t for u, t in zip(usual, today, strict=True)], days + 1
 
 
 def _slot(at: float) -> int:

@@ -41,6 +41,7 @@ from swapgate.registry import Registry
 from swapgate.router import Router, policy_for
 from swapgate.scheduler import PreloadScheduler
 from swapgate.shared import SharedSwaps
+from swapgate.shared_demand import SharedDemand
 from swapgate.swaps import SwapCoordinator, SwapTimes
 
 log = logging.getLogger("swapgate")
@@ -68,12 +69,16 @@ class Runtime:
         self.registry = Registry(settings.instances, catalog)
         self.metrics = Metrics()
         self.metrics.watch(self.registry)
-        self.demand = DayDemand(state_file())  # read at start; written while auto jobs exist
-        self.registry.on_arrival = self.demand.arrived
         self._control = httpx.AsyncClient()
         self._ledger = Ledger(default_directory())  # what process instances started
         self.drivers = self._drivers(settings)
         self.coordinator = self._coordinator(settings, catalog)
+        # The demand by time of day (auto preloads): alone, kept in a file (read at start,
+        # written while auto jobs exist); among replicas, in Redis (swapgate/shared_demand.py).
+        cluster = self.cluster
+        self.demand = DayDemand(None if cluster else state_file())
+        self._shared_demand = SharedDemand(self.demand, cluster) if cluster else None
+        self.registry.on_arrival = self.demand.arrived
         self.upstream = UpstreamClient(settings.routing.stream_idle_timeout)
         self.endpoint = ProxyEndpoint(
             registry=self.registry, client=self.upstream, metrics=self.metrics
@@ -176,6 +181,9 @@ class Runtime:
             await self.coordinator.connect()
         await self.configured.poller.poll_all()
         self._poll_task = asyncio.create_task(self.configured.poller.run(), name="poller")
+        if self._shared_demand is not None:  # what was learned, before the first auto look
+            await self._shared_demand.sync()
+            self.spawn(self._shared_demand.run())
         # The scheduler outlives reloads: it takes the preloader of the moment at each run.
         cluster = self.cluster
         self.scheduler = PreloadScheduler(
@@ -234,6 +242,8 @@ class Runtime:
         await _cancel(self._poll_task)
         for task in list(self._background):
             await _cancel(task)
+        if self._shared_demand is not None:  # the last arrivals, before the cluster closes
+            await self._shared_demand.sync()
         await self.coordinator.aclose()
         await self._close_drivers({})  # every process swapgate started stops
         await self.upstream.aclose()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from swapgate.forecast import SLOT, SLOTS, DayDemand
+from swapgate.forecast import SLOT, SLOTS, DayDemand, fold
 from swapgate.scheduler import PreloadScheduler
 from swapgate.state import WarmState
 from tests.unit.fakes import world
@@ -142,3 +142,30 @@ async def test_an_auto_job_takes_only_free_or_cheap_room(
     assert job["prediction"]["learned_days"] == 2
     if not evicted:
         assert job["prediction"]["skipped"] == "no cheap room: b usually as busy then"
+
+
+def test_among_replicas_arrivals_wait_to_be_shared_and_the_fold_is_the_same_rule() -> None:
+    clock = Clock(0.0)
+    alone = learned(3, clock)
+    demand = DayDemand(None, Clock(3 * DAY + NINE))
+    demand.shared = True
+    demand.arrived("chat")
+    demand.arrived("chat")
+    assert demand.take_arrivals() == {"3:chat:36": 2}
+    assert demand.take_arrivals() == {}
+    demand.give_back({"3:chat:36": 2})  # Redis did not take them: next time
+    assert demand.take_arrivals() == {"3:chat:36": 2}
+    # The fold of everyone's counts in Redis is the fold one replica makes of its own.
+    shared: dict[str, object] = {"day": 0, "models": {}}
+    for day in range(3):
+        day_counts = [0] * SLOTS
+        for hour in range(24):
+            day_counts[hour * 4] += 1
+        day_counts[36] += 5
+        day_counts[37] += 5
+        shared = fold({**shared, "day": day}, {"chat": day_counts})
+    assert shared["day"] == 3
+    demand.adopt(shared)
+    assert demand.peaks("chat") == alone.peaks("chat") == [36, 37]
+    assert demand.usual("chat", NINE) == pytest.approx(alone.usual("chat", NINE))
+    assert demand.days("chat") == 3
