@@ -3,7 +3,8 @@
 The log is swapgate's own (its access lines and its ``swap done`` lines, as ``swapgate serve``
 writes them). Each answered request is sent again at its time (open loop, ``speedup`` times
 faster) to a gateway run from the config, in front of one simulator per instance that loads
-each model in its measured swap time and answers in the time the request took once served.
+each model in its swap time measured on that instance (else anywhere) and answers in the time
+the request took once served.
 Every variant runs the same way, side by side; what each did is printed beside what the log
 recorded: swaps, p50 and p95 latency, errors.
 
@@ -68,13 +69,18 @@ class Logged:
 class Recording:
     requests: list[Logged] = field(default_factory=list)
     swap_times: dict[str, list[float]] = field(default_factory=dict)  # model: measured loads
+    # (instance, model): measured loads there — instances differ (disks, PCIe, GPUs)
+    on_instance: dict[tuple[str, str], list[float]] = field(default_factory=dict)
 
     @property
     def swaps(self) -> int:
         return sum(len(times) for times in self.swap_times.values())
 
-    def swap_time(self, model: str, default: float | None) -> float:
-        """The median measured swap of ``model``; else ``default``, else of all models."""
+    def swap_time(self, model: str, default: float | None, instance: str | None = None) -> float:
+        """The median measured swap of ``model`` on ``instance``, else anywhere; else
+        ``default``, else of all models."""
+        if times := self.on_instance.get((instance or "", model)):
+            return statistics.median(times)
         if times := self.swap_times.get(model):
             return statistics.median(times)
         if default is not None:
@@ -101,8 +107,9 @@ def read_log(lines: Iterable[str]) -> Recording:
             seconds = float(ms) / 1000
             arrivals.append((ended - seconds, model, int(status), seconds, int(wait_ms) / 1000))
         elif swap := _SWAP.search(line):
-            model, _, took = swap.groups()
+            model, instance, took = swap.groups()
             recording.swap_times.setdefault(model, []).append(float(took))
+            recording.on_instance.setdefault((instance, model), []).append(float(took))
     if not arrivals:
         raise ReplayError(
             "no access lines in the log: replay reads swapgate's own log (server.access_log "
@@ -201,7 +208,12 @@ def _run(
     swap_time: float | None,
 ) -> Outcome:
     models = sorted({r.model for r in recording.requests})
-    loads = {m: recording.swap_time(m, swap_time) / speedup for m in models}
+    loads = {
+        instance["name"]: {
+            m: recording.swap_time(m, swap_time, instance["name"]) / speedup for m in models
+        }
+        for instance in config["instances"]
+    }
     with (
         _simulators(config["instances"], models, loads, speedup) as sims,
         _gateway(_replayed(config, sims, speedup)) as url,
@@ -263,10 +275,11 @@ def _seconds(value: object) -> float:
 def _simulators(
     instances: Sequence[Mapping[str, Any]],
     models: Sequence[str],
-    loads: Mapping[str, float],
+    loads: Mapping[str, Mapping[str, float]],
     speedup: float,
 ) -> Iterator[dict[str, str]]:
-    """A simulator per instance (its name: its URL), all started before any is waited for."""
+    """A simulator per instance (its name: its URL), loading each model in ``loads[instance]``
+    seconds; all started before any is waited for."""
     with ExitStack() as stack:
         started = {}
         for instance in instances:
@@ -276,7 +289,8 @@ def _simulators(
                 sys.executable, "-m", "swapgate", "sim", "--flavor", "llama-swap",
                 "--port", str(port), "--models", ",".join(serves),
                 "--capacity", str(instance.get("capacity", 1)),
-                "--load-times", ",".join(f"{m}={loads.get(m, 1.0):.4f}" for m in serves),
+                "--load-times",
+                ",".join(f"{m}={loads[instance['name']].get(m, 1.0):.4f}" for m in serves),
                 "--ttft", "0", "--token-rate", str(TOKEN_RATE * speedup),
             ]  # fmt: skip
             process = start(command, log=subprocess.DEVNULL)

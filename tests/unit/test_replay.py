@@ -18,6 +18,7 @@ route=none wait_ms=0 ms=0.4 id=2
 swapgate-1  | 2026-12-04 10:00:04,250 INFO swapgate.access: "POST /v1/embeddings" 503 \
 model=b route=instance/gpu wait_ms=120000 ms=120000.5 id=3
 2026-12-04 10:00:05,000 INFO swapgate.swaps: swap done (wake): b on gpu in 0.40s
+2026-12-04 10:00:06,000 INFO swapgate.swaps: swap done (load): b on big in 4.00s
 """
 
 
@@ -30,9 +31,14 @@ def test_the_log_gives_arrivals_service_times_and_measured_swaps() -> None:
     assert a.model == "a"
     assert a.at == pytest.approx(120.0 - 4.25 + 2.1 - 1.6, abs=1e-3)
     assert a.service == pytest.approx(0.1)
-    assert recording.swaps == 2
+    assert recording.swaps == 3
+    assert recording.swap_time("b", None, "big") == 4.0
+    assert recording.swap_time("b", None, "gpu") == 0.4
+    assert recording.swap_time("b", None) == pytest.approx(2.2)  # the model's, anywhere
     assert recording.swap_time("a", None) == 1.5
-    assert recording.swap_time("c", None) == pytest.approx(0.95)  # unmeasured: every swap's
+    assert recording.swap_time("a", None, "gpu") == 1.5  # measured there
+    assert recording.swap_time("a", None, "elsewhere") == 1.5  # measured anywhere
+    assert recording.swap_time("c", None) == 1.5  # unmeasured: every swap's median
     assert recording.swap_time("c", 20.0) == 20.0
 
 
