@@ -16,6 +16,7 @@ import argparse
 import os
 import platform
 import random
+import statistics
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -81,17 +82,41 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tuning", description=__doc__)
     parser.add_argument("--speeds", default="1,5,30", help="swap times, seconds")
     parser.add_argument("--length", type=float, default=40.0, help="trace length, swap times")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seeds", default="1,2", help="one day per seed; results summed")
     args = parser.parse_args()
     speeds = [float(s) for s in args.speeds.split(",")]
-    trace = day(args.seed, args.length)
-    runs = [Run(swap, name) for swap in speeds for name in configs(swap)]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    traces = {seed: day(seed, args.length) for seed in seeds}
+    runs = [(Run(swap, name), seed) for swap in speeds for name in configs(swap) for seed in seeds]
     with ThreadPoolExecutor(len(runs)) as pool:  # replays mostly wait: side by side
-        results = dict(zip(runs, pool.map(lambda run: _replay(trace, run), runs), strict=True))
-    markdown = render(results, speeds, args.length, len(trace), args.seed)
+        done = pool.map(lambda run: _replay(traces[run[1]], run[0]), runs)
+        by_seed = dict(zip(runs, done, strict=True))
+    results = {
+        run: combined([by_seed[run, seed] for seed in seeds]) for run, _ in runs[:: len(seeds)]
+    }
+    count = sum(len(t) for t in traces.values())
+    markdown = render(results, speeds, args.length, count, seeds)
     replace_section(DOCS / "benchmarks.md", "tuning", markdown)
     print(markdown)
     return 0
+
+
+def combined(results: list[ReplayResult]) -> ReplayResult:
+    """Several days' replays as one: swaps and errors summed, latencies averaged."""
+    statuses: dict[int, int] = {}
+    for r in results:
+        for status, n in r.error_statuses:
+            statuses[status] = statuses.get(status, 0) + n
+    return ReplayResult(
+        swaps=sum(r.swaps for r in results),
+        p50_s=statistics.fmean(r.p50_s for r in results),
+        p95_s=statistics.fmean(r.p95_s for r in results),
+        max_s=max(r.max_s for r in results),
+        mean_wait_s=statistics.fmean(r.mean_wait_s for r in results),
+        max_wait_s=max(r.max_wait_s for r in results),
+        errors=sum(r.errors for r in results),
+        error_statuses=tuple(sorted(statuses.items())),
+    )
 
 
 def _replay(trace: list[Request], run: Run) -> ReplayResult:
@@ -111,12 +136,17 @@ def _replay(trace: list[Request], run: Run) -> ReplayResult:
 
 
 def render(
-    results: dict[Run, ReplayResult], speeds: list[float], length: float, count: int, seed: int
+    results: dict[Run, ReplayResult],
+    speeds: list[float],
+    length: float,
+    count: int,
+    seeds: list[int],
 ) -> str:
     lines = [
         "## One config for every swap speed (`make bench-swaps`, `bench/tuning.py`)",
         "",
-        f"A compressed day of {count} requests on three models (chat busy in the morning, "
+        f"{len(seeds)} compressed days ({count} requests; seeds {', '.join(map(str, seeds))}) "
+        "on three models (chat busy in the morning, "
         "coding through the middle, three blocks of ten batch prompts) on two capacity-1 "
         f"simulated llama-swap instances, {length:g} swap times long, replayed in real time at "
         "three swap times S. Each request generates for 0.2 S. *default* sets no timing: "
@@ -126,7 +156,8 @@ def render(
         "`min_residency` to 0.5, 1 or 2 × S, `expected_swap` S and the starvation point at S. "
         "`max_wait` is 120 s everywhere. All runs of the table run side by side. "
         f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC (the end of the run), "
-        f"{platform.machine()}, {os.cpu_count()} cores, seed {seed}.",
+        f"{platform.machine()}, {os.cpu_count()} cores. Swaps and errors are summed over the "
+        "days, p50, p95 and the mean wait averaged.",
         "",
         "| swap time | config | swaps | p50 | p95 | mean wait | errors |",
         "|---|---|---|---|---|---|---|",
