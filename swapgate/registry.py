@@ -350,13 +350,16 @@ class Registry:
             inst.slot(model).waiting += delta
 
     def waiting_on(self, name: str, model: str) -> int:
-        """Requests waiting for ``model``'s swap on ``name``."""
-        return self._instances[name].slot(model).waiting
+        """Requests waiting for ``model``'s swap on ``name`` (0 once a reload removed it)."""
+        inst = self._instances.get(name)
+        return inst.slot(model).waiting if inst is not None else 0
 
     def queued_behind(self, name: str, model: str) -> bool:
         """Whether another model ``name`` serves has requests queued that wait for no swap:
         requests a swap of ``model`` there keeps waiting."""
-        inst = self._instances[name]
+        inst = self._instances.get(name)
+        if inst is None:
+            return False
         for other, since in self._queued.items():
             if other == model or other not in inst.serves:
                 continue
@@ -370,8 +373,10 @@ class Registry:
     def unwanted(self, name: str, model: str) -> None:
         """``model``, just loaded on ``name``, was abandoned by its every request: it goes first
         when room is needed, whatever its residency."""
-        slot = self._instances[name].slot(model)
-        slot.unwanted, slot.last_used = True, 0.0
+        inst = self._instances.get(name)
+        if inst is not None:
+            slot = inst.slot(model)
+            slot.unwanted, slot.last_used = True, 0.0
 
     def close(self, name: str, models: tuple[str, ...], until: float, room_for: str) -> None:
         """Send no new requests to ``models`` on ``name`` until ``until``, so that they drain

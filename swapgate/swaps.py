@@ -230,7 +230,8 @@ class SwapCoordinator:
                 if driver.cancels_loads:
                     load.cancel()
                     await asyncio.wait({load})
-                    return False, False
+                    if load.cancelled():  # else it ended first: warm (or failed), as it ended
+                        return False, False
         finally:
             if not load.done():  # swap_timeout or shutdown: the load goes with the swap
                 load.cancel()
