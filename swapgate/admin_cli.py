@@ -242,12 +242,15 @@ def render_jobs(body: dict[str, Any]) -> str:
 def _predicted(job: dict[str, Any]) -> str:
     """What an auto job learned, in a sentence."""
     p = job["prediction"]
-    if not p["peaks"]:
-        days = p["learned_days"]
-        return (f"{job['name']}: no peak of {job['model']} learned yet "
-                f"({days} day{'s' if days != 1 else ''} of its arrivals)")  # fmt: skip
-    line = (f"{job['name']}: {job['model']} peaks at {', '.join(p['peaks'])} "
-            f"{job['timezone']} (learned over {p['learned_days']} days)")  # fmt: skip
+    kinds = []
+    for kind, peaks in p["peaks"].items():
+        days = p["learned_days"][kind]
+        learned = f"learned over {days} day{'s' if days != 1 else ''}"
+        if peaks:
+            kinds.append(f"at {', '.join(peaks)} {job['timezone']} on {kind} ({learned})")
+        else:
+            kinds.append(f"on {kind} no peak yet ({learned})")
+    line = f"{job['name']}: {job['model']} peaks " + "; ".join(kinds)
     if p["next_peak"]:
         line += (f"; next peak {p['next_peak']} (usually {p['usual_requests']:g} requests in "
                  f"its first 15 minutes), warmed from {job['next_run']}")  # fmt: skip

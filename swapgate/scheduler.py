@@ -21,7 +21,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from swapgate.config import PreloadConfig
 from swapgate.cron import cron_trigger
-from swapgate.forecast import SLOT, DayDemand
+from swapgate.forecast import SLOT, WEEKDAYS, WEEKENDS, DayDemand
 from swapgate.metrics import Metrics
 from swapgate.preload import Preloader, PreloadResult
 
@@ -30,6 +30,7 @@ log = logging.getLogger("swapgate.scheduler")
 MISFIRE_GRACE = 300
 AUTO_TICK = 20.0  # seconds between an auto job's looks at the next peak
 MIN_LEAD = 60.0  # an auto preload starts at least this long before the peak
+KINDS = {"weekdays": WEEKDAYS, "weekends": WEEKENDS}
 SAVE_EVERY = 300.0  # seconds between writes of the learned day, while an auto job exists
 
 
@@ -190,11 +191,14 @@ class PreloadScheduler:
         return {
             "next_run": _iso(warm_at, zone),
             "prediction": {
-                "learned_days": self._demand.days(model),
-                "peaks": [
-                    datetime.fromtimestamp(slot * SLOT, zone).strftime("%H:%M")
-                    for slot in self._demand.peak_starts(model)
-                ],
+                "learned_days": {name: self._demand.days(model, of) for name, of in KINDS.items()},
+                "peaks": {
+                    name: [
+                        datetime.fromtimestamp(slot * SLOT, zone).strftime("%H:%M")
+                        for slot in self._demand.peak_starts(model, of)
+                    ]
+                    for name, of in KINDS.items()
+                },
                 "next_peak": _iso(peak, zone),
                 "usual_requests": round(self._demand.usual(model, peak), 1) if peak else None,
                 "skipped": record.skipped,

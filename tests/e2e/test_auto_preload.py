@@ -13,7 +13,8 @@ import pytest
 import redis
 
 from bench.redis import redis_server
-from swapgate.forecast import FILE, SLOT, SLOTS
+from swapgate.forecast import FILE, SLOT, SLOTS, WEEKENDS
+from swapgate.forecast import kind as kind_of
 from tests.e2e.processes import gateway, instance, simulator, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -29,8 +30,8 @@ def test_an_auto_job_warms_its_model_for_the_learned_peak_and_keeps_what_it_lear
     slot = int(now % 86400 // SLOT)
     usual = [0.2] * SLOTS
     usual[slot] = usual[(slot + 1) % SLOTS] = 12.0  # three days of a's peak, beginning now
-    history = {"day": int(now // 86400), "models": {"a": {"usual": usual, "today": [0] * SLOTS,
-                                                          "days": 3}}}  # fmt: skip
+    a = {"usual": usual, "days": 3, "weekend": usual, "weekend_days": 3, "today": [0] * SLOTS}
+    history = {"day": int(now // 86400), "models": {"a": a}}
     (tmp_path / FILE).write_text(json.dumps(history))
     env = {"SWAPGATE_STATE_DIR": str(tmp_path), "TEST_ADMIN_TOKEN": TOKEN}
     with simulator(models=("a", "b"), load_time=0.3) as sim:
@@ -48,7 +49,8 @@ def test_an_auto_job_warms_its_model_for_the_learned_peak_and_keeps_what_it_lear
                 assert httpx.post(f"{gw.url}/v1/chat/completions", json=body).status_code == 200
     assert jobs.returncode == 0, jobs.stderr
     start = datetime.fromtimestamp(now - now % SLOT, UTC).strftime("%H:%M")
-    assert f"auto-a: a peaks at {start} UTC (learned over 3 days)" in jobs.stdout, jobs.stdout
+    kind = "weekends" if kind_of(now) == WEEKENDS else "weekdays"
+    assert f"at {start} UTC on {kind} (learned over 3 days)" in jobs.stdout, jobs.stdout
     saved = json.loads((tmp_path / FILE).read_text())["models"]
     assert sum(saved["b"]["today"]) == 3  # written at shutdown: b's arrivals are not lost
     assert saved["a"]["usual"][slot] == 12.0
@@ -66,9 +68,8 @@ def test_among_replicas_the_learned_day_is_everyones_and_lives_in_redis() -> Non
     with redis_server() as server, simulator(models=("a", "b"), load_time=0.3) as sim:
         shared = redis.Redis.from_url(server.url, decode_responses=True)
         shared.hset(f"swapgate:demand:{today - 1}", mapping={f"a:{slot}": 7, "b:3": 1})
-        shared.set("swapgate:demand", json.dumps(
-            {"day": today - 1, "models": {"a": {"usual": usual, "days": 2}}}
-        ))  # fmt: skip
+        a = {"usual": usual, "days": 2, "weekend": usual, "weekend_days": 2}
+        shared.set("swapgate:demand", json.dumps({"day": today - 1, "models": {"a": a}}))
         config = {
             "routing": {"poll_interval": "200ms"},
             "instances": [instance("gpu", sim)],
@@ -90,6 +91,9 @@ def test_among_replicas_the_learned_day_is_everyones_and_lives_in_redis() -> Non
         counted = shared.hgetall(f"swapgate:demand:{today}")
     assert all("(learned over 3 days)" in out for out in jobs), jobs  # yesterday folded in
     assert learned["day"] == today
-    assert learned["models"]["a"]["usual"][slot] == pytest.approx(0.7 * 12 + 0.3 * 7)
-    assert learned["models"]["b"]["days"] == 1
+    weekend = kind_of(now - 86400) == WEEKENDS  # yesterday's counts go to its kind of day
+    usual_of, days_of = ("weekend", "weekend_days") if weekend else ("usual", "days")
+    assert learned["models"]["a"][usual_of][slot] == pytest.approx(0.7 * 12 + 0.3 * 7)
+    assert learned["models"]["a"][days_of] == 3
+    assert learned["models"]["b"][days_of] == 1
     assert int(counted[f"b:{slot}"]) == 5  # both replicas' arrivals, the last at shutdown
