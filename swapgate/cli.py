@@ -241,6 +241,7 @@ def _replay(args: argparse.Namespace) -> int:
             recording = replay.read_log(log)
         base = yaml.safe_load(Path(args.config).read_text())
         configs = {"as configured": base} | {v: replay.variant(base, v) for v in args.variant}
+        replay.check(configs)
         span = recording.requests[-1].at / args.speedup
         print(f"replaying {len(recording.requests)} requests under {len(configs)} configs, "
               f"side by side: about {span:.0f}s", file=sys.stderr, flush=True)  # fmt: skip

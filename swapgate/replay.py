@@ -180,6 +180,15 @@ def recorded(recording: Recording) -> Outcome:
     return Outcome("recorded", recording.swaps, *_quantiles(seconds), errors)
 
 
+def check(configs: Mapping[str, Mapping[str, Any]]) -> None:
+    """Raise ``ReplayError`` naming the first config (or variant) that is not valid."""
+    for name, config in configs.items():
+        try:
+            parse_config(config)
+        except ConfigError as exc:
+            raise ReplayError(f"{name}: {exc}") from None
+
+
 def replay(
     recording: Recording,
     configs: Mapping[str, Mapping[str, Any]],
@@ -187,11 +196,7 @@ def replay(
     swap_time: float | None = None,
 ) -> list[Outcome]:
     """Replay ``recording`` under each config, side by side."""
-    for name, config in configs.items():
-        try:
-            parse_config(config)
-        except ConfigError as exc:
-            raise ReplayError(f"{name}: {exc}") from None
+    check(configs)
     with ThreadPoolExecutor(len(configs)) as pool:
         runs = [
             pool.submit(_run, name, config, recording, speedup, swap_time)
