@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
 import re
 import statistics
 import subprocess
@@ -34,6 +35,7 @@ import httpx
 import yaml
 
 from swapgate.config import ConfigError, parse_config, parse_duration
+from swapgate.drivers.ledger import STATE_DIR_ENV
 from swapgate.processes import free_port, serving, start, stop, wait_until_serving
 
 _ACCESS = re.compile(
@@ -260,7 +262,7 @@ def _replayed(config: Mapping[str, Any], sims: Mapping[str, str], speedup: float
         for model, conf in (out.get("models") or {}).items()
     }
     out.pop("relays", None)
-    out.pop("cluster", None)
+    out["cluster"] = {"redis_url_env": "SWAPGATE_REPLAY_NO_REDIS"}  # never a live cluster's
     out["preloads"] = [
         {**job, "pin_for": _seconds(job["pin_for"]) / speedup}
         for job in out.get("preloads") or []
@@ -308,13 +310,20 @@ def _simulators(
 
 @contextmanager
 def _gateway(config: Mapping[str, Any]) -> Iterator[str]:
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="swapgate-replay-") as handle:
+    """A gateway serving ``config`` and nothing of the operator's environment: no ``SWAPGATE_*``
+    override, no Redis of a live cluster, a state directory of its own (what it learns of the
+    replayed traffic must not reach the live gateway's, swapgate/forecast.py)."""
+    with (
+        tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="swapgate-replay-") as handle,
+        tempfile.TemporaryDirectory(prefix="swapgate-replay-state-") as state,
+    ):
         yaml.safe_dump(dict(config), handle)
         handle.flush()
         url = f"http://127.0.0.1:{config['server']['port']}"
         command = [sys.executable, "-m", "swapgate", "serve", "--config", handle.name]
-        env = {"SWAPGATE_REPLAY_TOKEN": REPLAY_TOKEN}
-        with serving(command, f"{url}/healthz", env, log=subprocess.DEVNULL):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SWAPGATE_")}
+        env |= {"SWAPGATE_REPLAY_TOKEN": REPLAY_TOKEN, STATE_DIR_ENV: state}
+        with serving(command, f"{url}/healthz", env, log=subprocess.DEVNULL, clean_env=True):
             yield url
 
 

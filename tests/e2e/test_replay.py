@@ -41,7 +41,10 @@ def test_a_replayed_log_reproduces_the_live_swap_count(tmp_path: Path) -> None:
     replayed = subprocess.run(
         [sys.executable, "-m", "swapgate", "replay", str(log), "--config", str(config_file),
          "--variant", "instances=3", "--speedup", "2", "--json"],
-        capture_output=True, text=True, timeout=120, env={**os.environ},
+        capture_output=True, text=True, timeout=120,
+        # The operator's shell may point at the live cluster: the replay must not follow.
+        env={**os.environ, "SWAPGATE_REDIS_URL": "redis://127.0.0.1:1/0",
+             "SWAPGATE_SERVER__PORT": "1"},
     )  # fmt: skip
     assert replayed.returncode == 0, replayed.stderr
     rows = {row["name"]: row for row in json.loads(replayed.stdout)}
