@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swapgate.drivers.ledger import STATE_DIR_ENV
+from swapgate.drivers.ledger import explicit_directory, state_root
 
 log = logging.getLogger("swapgate.forecast")
 SLOT = 15 * 60
@@ -35,10 +34,7 @@ FILE = "demand-by-day.state"  # not *.json: the process ledger reads those in th
 
 def state_file() -> Path:
     """``$SWAPGATE_STATE_DIR/demand-by-day.state``, else under ``$XDG_STATE_HOME/swapgate``."""
-    if explicit := os.environ.get(STATE_DIR_ENV):
-        return Path(explicit) / FILE
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "swapgate" / FILE
+    return (explicit_directory() or state_root()) / FILE
 
 
 @dataclass
@@ -65,7 +61,10 @@ class DayDemand:
     def arrived(self, model: str) -> None:
         now = self._clock()
         self._roll(now)
-        self._models.setdefault(model, _Model()).today[_slot(now)] += 1
+        learned = self._models.get(model)  # on every request: no _Model built to be dropped
+        if learned is None:
+            learned = self._models[model] = _Model()
+        learned.today[_slot(now)] += 1
         if self.shared:
             key = f"{int(now // 86400)}:{model}:{_slot(now)}"
             self._untaken[key] = self._untaken.get(key, 0) + 1

@@ -312,15 +312,21 @@ def _room_cost(
 
 def frees_up_at(instance: InstanceView, now: float, policy: Policy) -> float:
     """When the instance can next take a swap: its running swap's end, else the earliest
-    residency expiry among its warm models (in-flight and pins only make it later)."""
+    residency expiry among its warm models (in-flight and pins only make it later; a model
+    nobody wanted has none)."""
     if instance.swapping is not None:
         return instance.swap_done_by
     expiries = [
-        max(m.last_used + policy.residency(instance.name, name), m.pinned_until)
+        max(_residency_ends(instance, name, now, policy), m.pinned_until)
         for name, m in instance.models.items()
         if m.state is WarmState.WARM
     ]
     return min(expiries, default=now)
+
+
+def _residency_ends(instance: InstanceView, name: str, now: float, policy: Policy) -> float:
+    m = instance.models[name]
+    return now if m.unwanted else m.last_used + policy.residency(instance.name, name)
 
 
 def _room_for(instance: InstanceView, model: str) -> bool:

@@ -375,8 +375,7 @@ class Registry:
         when room is needed, whatever its residency."""
         inst = self._instances.get(name)
         if inst is not None:
-            slot = inst.slot(model)
-            slot.unwanted, slot.last_used = True, 0.0
+            inst.slot(model).unwanted = True
 
     def close(self, name: str, models: tuple[str, ...], until: float, room_for: str) -> None:
         """Send no new requests to ``models`` on ``name`` until ``until``, so that they drain
