@@ -97,8 +97,7 @@ class Preloader:
 
     def expected_swap(self, model: str) -> float:
         """The quickest expected swap of ``model`` onto any instance."""
-        names = [i.name for i in self._registry.snapshot().instances]
-        return min((self._coordinator.eta(name, model) for name in names), default=0.0)
+        return self._coordinator.quickest(model)
 
     @staticmethod
     def _warm_on(model: str, snap: Snapshot, instance: str | None) -> list[str]:

@@ -257,8 +257,7 @@ class Router:
         return Lease("instance", instance, model, upstream_model, upstream, waited)
 
     def _retry_after(self, model: str) -> int:
-        etas = [self._coordinator.eta(name, model) for name in self._registry.names()]
-        return max(1, math.ceil(min(etas, default=self._coordinator.eta("", model))))
+        return max(1, math.ceil(self._coordinator.quickest(model)))
 
 
 def policy_for(settings: Settings, coordinator: Swaps) -> Policy:
@@ -268,18 +267,17 @@ def policy_for(settings: Settings, coordinator: Swaps) -> Policy:
         routing.eviction,
         coordinator.eta,
         routing.demand_horizon,
-        patience=lambda model: starvation_point(settings, coordinator.eta, model),
+        patience=lambda model: starvation_point(settings, coordinator.quickest, model),
         wake=coordinator.wake_eta,
     )
 
 
-def starvation_point(settings: Settings, eta: Callable[[str, str], float], model: str) -> float:
+def starvation_point(settings: Settings, quickest: Callable[[str], float], model: str) -> float:
     """How long a request for ``model`` may wait for room before the starvation rule closes a
     busy model for it: ``starvation_after`` of its ``max_wait``, or (unset) its quickest
     expected swap, capped at a quarter of ``max_wait`` (swapgate/timing.py)."""
     max_wait = settings.model_settings(model).max_wait or settings.routing.max_wait
-    swap = min(eta(instance.name, model) for instance in settings.instances)
-    return timing.starvation_point(settings.routing.starvation_after, max_wait, swap)
+    return timing.starvation_point(settings.routing.starvation_after, max_wait, quickest(model))
 
 
 class _Waiter:

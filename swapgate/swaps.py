@@ -42,6 +42,7 @@ class Swaps(Protocol):
 
     def start(self, instance: str, model: str, victims: tuple[str, ...] = ()) -> bool: ...
     def eta(self, instance: str, model: str) -> float: ...
+    def quickest(self, model: str) -> float: ...
     def wake_eta(self, instance: str, model: str) -> float: ...
     def waking(self, instance: str) -> bool: ...
 
@@ -146,6 +147,11 @@ class SwapCoordinator:
     def eta(self, instance: str, model: str) -> float:
         """Seconds a swap of ``model`` onto ``instance`` is expected to take."""
         return self.times.eta(instance, model)
+
+    def quickest(self, model: str) -> float:
+        """The quickest swap of ``model`` expected onto any instance."""
+        names = self._registry.names()
+        return min((self.eta(name, model) for name in names), default=self.eta("", model))
 
     def wake_eta(self, instance: str, model: str) -> float:
         """Seconds waking ``model``, asleep on ``instance``, is expected to take."""

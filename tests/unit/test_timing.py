@@ -82,4 +82,4 @@ def test_the_starvation_point(routing: dict[str, object], swap: float, point: fl
     times.record("x", "a", swap)
 
     settings = parse_config({"instances": [{"name": "x", "url": "http://x"}], "routing": routing})
-    assert starvation_point(settings, times.eta, "a") == pytest.approx(point)
+    assert starvation_point(settings, lambda m: times.eta("x", m), "a") == pytest.approx(point)
