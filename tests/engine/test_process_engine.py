@@ -175,3 +175,30 @@ def _alive(proc: psutil.Process) -> bool:
         return proc.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_a_real_engine_nobody_waits_for_is_stopped_for_the_model_queued_behind_it(
+    engine: LlamaCppEngine,
+) -> None:
+    """Issue 23 against the real engine: gemma-a's server runs but never passes its ready
+    check, its only client leaves, gemma-b queues: the running engine is stopped and gemma-b's
+    answers, long before gemma-a's swap_timeout."""
+    config = engine_config(engine)
+    config["routing"]["swap_timeout"] = "60s"
+    commands = config["instances"][0]["commands"]
+    commands["gemma-a"] = {"cmd": commands["gemma-a"], "ready": "/never-ready"}
+    with gateway(config, ENV) as gw, concurrent.futures.ThreadPoolExecutor(2) as pool:
+        url = f"{gw.url}/v1/chat/completions"
+        gone = pool.submit(httpx.post, url, json={"model": "gemma-a", **CHAT}, timeout=3.0)
+        wait_for(lambda: any("gemma-a" in p.cmdline() for p in engines_under(gw.process.pid)),
+                 timeout=10)  # fmt: skip
+        loading = engines_under(gw.process.pid)
+        queued = pool.submit(httpx.post, url, json={"model": "gemma-b", **CHAT}, timeout=60)
+        with pytest.raises(httpx.ReadTimeout):  # the client gives up and disconnects
+            gone.result()
+        answer = queued.result()
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["choices"][0]["message"]["content"].strip()  # real text
+        assert not any(_alive(p) for p in loading)  # gemma-a's engine was stopped
+        assert gw.metric("swapgate_swaps_total", model="gemma-a", result="abandoned") == 1
+        assert gw.metric("swapgate_swaps_total", model="gemma-b", result="ok") == 1
