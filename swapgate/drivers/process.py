@@ -91,12 +91,21 @@ class ProcessDriver(Driver):
 
     async def load(self, model: str) -> None:
         command = self._command(model)
-        proc = await self._start(model, command)
-        try:
-            await self._until_ready(proc, command)
-        except BaseException:  # failed, timed out (swap_timeout) or cancelled: stop what started
-            await self._stop(proc, command.stop_timeout)
-            raise
+        for attempt in (1, 2):
+            proc = await self._start(model, command)
+            try:
+                await self._until_ready(proc, command)
+            except BaseException as exc:  # failed, swap_timeout or cancelled: stop what started
+                # The port was free when chosen, but something bound it before the server did
+                # (an engine binds only once its model is loaded): once more, on another port.
+                taken = isinstance(exc, DriverError) and not _port_free(proc.port)
+                await self._stop(proc, command.stop_timeout)
+                if taken and attempt == 1:
+                    log.warning("%s/%s: port %d was taken while it started; once more on "
+                                "another", self.instance, model, proc.port)  # fmt: skip
+                    continue
+                raise
+            break
         proc.ready = True
         log.info("%s/%s serving on port %d (pid %d)", self.instance, model, proc.port,
                  proc.process.pid)  # fmt: skip

@@ -251,3 +251,27 @@ def test_a_load_nobody_waits_for_is_stopped_for_the_model_queued_behind_it() -> 
         assert gw.metric("swapgate_swaps_total", model="a", result="ok") == 0
         running = {model for model, proc in processes(gw).items() if "pid" in proc}
         assert running == {"b"}  # a's process was stopped, not left loading
+
+
+def test_a_server_whose_port_was_taken_while_it_started_is_started_again_on_another(
+    tmp_path: Path,
+) -> None:
+    """The port is free when chosen, but an engine binds it only once its model is loaded:
+    here another process binds it first (in a session of its own, as a stranger would be),
+    and the server exits."""
+    hold = tmp_path / "hold.py"
+    hold.write_text(
+        "import os, socket, sys, time\n"
+        "os.closerange(0, 256)  # nothing of the server's: its output pipe ends with it\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); time.sleep(8)\n"
+    )
+    mark = tmp_path / "tried"
+    first = (f"if [ ! -e {mark} ]; then touch {mark}; setsid {sys.executable} {hold} ${{PORT}} &"
+             " sleep 0.5; exit 3; fi")  # fmt: skip
+    command = f"/bin/sh -c '{first}; exec {sim_command('a', startup=0)}'"
+    with gateway(process_config(a=command), ENV) as gw:
+        answer = chat(gw, "a")
+        assert answer.status_code == 200, answer.text
+        assert gw.metric("swapgate_swaps_total", model="a", result="ok") == 1
+        assert gw.metric("swapgate_swaps_total", model="a", result="failed") == 0
+    assert mark.exists()  # the first start did lose its port
