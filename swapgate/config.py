@@ -85,7 +85,9 @@ Url = Annotated[str, AfterValidator(_check_url)]
 
 Name = Annotated[str, Field(pattern=_NAME)]
 FallbackPolicy = Annotated[Literal["off", "error", "slow", "swap"], BeforeValidator(_yaml_off)]
-InstanceKind = Literal["llama-swap", "ollama", "openai", "swap-on-request", "process", "vllm-sleep"]
+InstanceKind = Literal[
+    "llama-swap", "ollama", "openai", "swap-on-request", "process", "vllm-sleep", "llama-router"
+]
 # The APIs an upstream speaks besides OpenAI's: a Messages request for one that does not speak
 # ``anthropic`` is translated to chat completions (SPEC §19).
 Protocols = Annotated[
@@ -173,6 +175,7 @@ class InstanceConfig(_Section):
     kind: InstanceKind = "llama-swap"
     url: Url = ""  # required but for kind: process, whose servers are swapgate's own children
     models: list[str] | None = None
+    # Unset: 1, or what the backend says it runs at once (a llama-router's --models-max)
     capacity: int = Field(1, ge=1)
     api_key_env: str | None = None
     weight: float = Field(1.0, gt=0, allow_inf_nan=False)
@@ -189,12 +192,20 @@ class InstanceConfig(_Section):
     @classmethod
     def _process_defaults(cls, data: object) -> object:
         """A process instance's models are its commands', at swapgate's own loopback."""
+        if isinstance(data, dict) and data.get("kind") == "llama-router":
+            # llama-server speaks Messages itself: no translation to chat completions
+            data = {"protocols": ["openai", "anthropic"], **data}
         if isinstance(data, dict) and data.get("kind") in ("process", "vllm-sleep"):
             own = data.get("commands" if data["kind"] == "process" else "servers")
             data = {"url": "http://127.0.0.1", **data}
             if data.get("models") is None and isinstance(own, dict):
                 data["models"] = list(own)
         return data
+
+    @property
+    def capacity_set(self) -> bool:
+        """Whether the operator set ``capacity`` (else a backend's own limit may replace it)."""
+        return "capacity" in self.model_fields_set
 
     @model_validator(mode="after")
     def _fits_its_kind(self) -> InstanceConfig:

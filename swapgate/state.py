@@ -21,10 +21,13 @@ class InstanceReport:
     ``running`` is None when the backend cannot tell (swapgate then tracks warm state itself);
     ``available`` is None when the driver does not discover which models the instance serves;
     ``all_warm`` says every model the instance serves is warm (fixed-model servers);
-    ``sizes`` is the memory each resident model takes, where the backend reports it (Ollama).
+    ``sizes`` is the memory each resident model takes, where the backend reports it (Ollama);
+    ``capacity`` is how many models the backend runs at once, where it says (llama-server's
+    router): the instance's capacity when the config sets none.
     """
 
     running: Mapping[str, WarmState] | None
     available: frozenset[str] | None
     all_warm: bool = False
     sizes: Mapping[str, int] | None = None  # what each model really takes, where it says
+    capacity: int | None = None  # models it runs at once, where it says (a router's --models-max)

@@ -6,6 +6,7 @@ import httpx
 
 from swapgate.config import InstanceConfig, secret
 from swapgate.drivers.base import Driver
+from swapgate.drivers.llama_router import LlamaRouterDriver
 from swapgate.drivers.llama_swap import LlamaSwapDriver
 from swapgate.drivers.ollama import OllamaDriver
 from swapgate.drivers.openai import OpenAIDriver
@@ -15,6 +16,7 @@ from swapgate.drivers.vllm_sleep import VllmSleepDriver
 
 DRIVERS: dict[str, type[Driver]] = {
     "llama-swap": LlamaSwapDriver,
+    "llama-router": LlamaRouterDriver,
     "ollama": OllamaDriver,
     "openai": OpenAIDriver,
     "swap-on-request": SwapOnRequestDriver,

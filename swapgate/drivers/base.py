@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import httpx
 
-from swapgate.errors import DriverError
+from swapgate.errors import DriverError, DriverTimeout
 from swapgate.state import InstanceReport, WarmState
 
 # A poll that takes longer than this says the instance is not healthy.
@@ -24,6 +24,8 @@ class Driver(ABC):
     # Whether cancelling ``load`` stops the load (a process it started is stopped); elsewhere
     # the backend goes on loading whatever swapgate does, so an abandoned load is finished.
     cancels_loads = False
+    # Query parameters added to every request proxied to the instance (a router's autoload=false)
+    proxy_query = ""
 
     def __init__(
         self,
@@ -55,6 +57,12 @@ class Driver(ABC):
         instances run a server per model, each on a port of its own)."""
         return None
 
+    async def changes(self) -> AsyncIterator[None]:
+        """Yields whenever the instance announces a change of its warm state, which the poller
+        then reads at once; most backends announce nothing and are only polled."""
+        return
+        yield
+
     async def aclose(self) -> None:  # noqa: B027 (a hook: only process drivers run anything)
         """Stop what the driver runs itself; nothing for servers someone else runs."""
 
@@ -70,6 +78,10 @@ class Driver(ABC):
             response = await self._client.request(
                 method, self.url + path, json=json, headers=self._headers, timeout=timeout
             )
+        except httpx.TimeoutException as exc:
+            raise DriverTimeout(
+                f"{method} {path}: no answer in time ({type(exc).__name__})"
+            ) from exc
         except httpx.HTTPError as exc:
             raise DriverError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
         return response

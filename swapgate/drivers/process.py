@@ -264,7 +264,11 @@ class ProcessDriver(Driver):
 
 
 def _port_free(port: int) -> bool:
+    """Whether a server could listen on ``port``. SO_REUSEADDR as servers bind (uvicorn,
+    llama-server): else the port a stopped server left in TIME_WAIT looks taken, and every
+    start takes the next port up."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:

@@ -258,7 +258,7 @@ class ProxyEndpoint:
             path, body = CHAT_PATH, ex.translation.request(lease.upstream_model)
         elif lease.upstream_model != ex.model:
             body = request.renamed(lease.upstream_model)
-        url = lease.upstream.url_for(path) + _query(scope)
+        url = lease.upstream.url_for(path) + _query(scope, lease.upstream.query)
         key = lease.upstream.api_key
         upload = request.upload
         if upload is None:
@@ -301,9 +301,10 @@ class ProxyEndpoint:
         upstream that breaks off or stalls past ``stream_idle_timeout`` after the status went
         out (SPEC §4.7) is told as the writer's mode allows; either way the request counts as
         failed."""
-        translation = ex.translation
+        translation, pulse = ex.translation, lease.pulse
         try:
             async for chunk in response.chunks():
+                pulse.beat()
                 if pinging is not None:
                     await _stop(pinging)
                     pinging = None
@@ -390,9 +391,10 @@ async def _stop(task: asyncio.Task[None] | None) -> None:
             raise
 
 
-def _query(scope: Scope) -> str:
-    query: bytes = scope.get("query_string", b"")
-    return "?" + query.decode("latin-1") if query else ""
+def _query(scope: Scope, extra: str = "") -> str:
+    query = scope.get("query_string", b"").decode("latin-1")
+    both = "&".join(q for q in (query, extra) if q)
+    return "?" + both if both else ""
 
 
 def _error_kind(exc: UpstreamError) -> str:

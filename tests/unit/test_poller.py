@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
+
 from swapgate.catalog import Catalog
 from swapgate.config import parse_config
-from swapgate.errors import DriverError
+from swapgate.errors import DriverError, DriverTimeout
 from swapgate.metrics import Metrics
 from swapgate.poller import Poller
 from swapgate.registry import Registry
@@ -12,12 +14,18 @@ from swapgate.state import InstanceReport, WarmState
 class Flaky:
     """Answers with ``a`` warm unless ``failing``."""
 
-    failing = False
+    failing: type[DriverError] | None = None
+    during: Callable[[], None] = staticmethod(lambda: None)  # what happens while it is asked
 
     async def state(self) -> InstanceReport:
-        if self.failing:
-            raise DriverError("no answer")
+        self.during()
+        if self.failing is not None:
+            raise self.failing("no answer")
         return InstanceReport({"a": WarmState.WARM}, None)
+
+    async def changes(self) -> AsyncIterator[None]:
+        return
+        yield
 
 
 def state(registry: Registry, model: str) -> WarmState:
@@ -30,12 +38,54 @@ async def test_one_failed_poll_is_forgiven_two_take_the_instance_down() -> None:
     driver = Flaky()
     poller = Poller(registry, {"x": driver}, Metrics(), interval=1)
     await poller.poll("x")
-    driver.failing = True
+    driver.failing = DriverError
     await poller.poll("x")
     assert registry.is_up("x")
     await poller.poll("x")
     assert not registry.is_up("x")
     assert state(registry, "a") is WarmState.COLD
-    driver.failing = False
+    driver.failing = None
     await poller.poll("x")
     assert registry.is_up("x")
+
+
+def busy_instance() -> tuple[Registry, Flaky, Poller]:
+    settings = parse_config({"instances": [{"name": "x", "url": "http://x"}]})
+    registry = Registry(settings.instances, Catalog(settings))
+    driver = Flaky()
+    poller = Poller(registry, {"x": driver}, Metrics(), interval=1)
+    return registry, driver, poller
+
+
+async def test_polls_that_time_out_while_answers_stream_are_busy_not_down() -> None:
+    registry, driver, poller = busy_instance()
+    await poller.poll("x")
+    registry.begin_request("x", "a")
+    driver.failing = DriverTimeout
+    driver.during = registry.pulse("x").beat  # a byte arrives while each poll waits
+    for _ in range(3):
+        await poller.poll("x")
+    assert registry.is_up("x")
+    assert state(registry, "a") is WarmState.WARM
+
+
+async def test_polls_that_time_out_while_nothing_moves_take_the_instance_down() -> None:
+    registry, driver, poller = busy_instance()
+    await poller.poll("x")
+    registry.begin_request("x", "a")  # in flight, but its answer stalls
+    registry.pulse("x").beat()
+    driver.failing = DriverTimeout
+    await poller.poll("x")
+    await poller.poll("x")
+    assert not registry.is_up("x")
+
+
+async def test_a_refused_poll_is_a_failure_even_while_answers_stream() -> None:
+    registry, driver, poller = busy_instance()
+    await poller.poll("x")
+    registry.begin_request("x", "a")
+    driver.failing = DriverError  # not a timeout: the server is gone
+    driver.during = registry.pulse("x").beat
+    for _ in range(2):
+        await poller.poll("x")
+    assert not registry.is_up("x")

@@ -1,0 +1,145 @@
+"""llama.cpp's ``llama-server`` in router mode (``--models-preset FILE --models-max N``): several
+models behind one port, each a child process the router starts and stops on request.
+
+swapgate makes every choice the router would otherwise make by itself: it picks each victim by
+its own eviction rules and unloads it (waiting until the child has exited) before it loads, so
+the router's LRU never chooses and its ``500 model limit reached`` never reaches a client.
+Proxied requests carry ``?autoload=false`` so that a request can never load a model swapgate did
+not ask for (docs/configuration.md, ``kind: llama-router``).
+
+The router's own API, as of llama.cpp b11434 (tools/server/server-models.cpp):
+``GET /models`` lists every model with ``status.value`` (``loaded``, ``loading``, ``sleeping``,
+``unloaded``; a failed load is ``unloaded`` with ``failed: true`` and ``exit_code``);
+``POST /models/load`` and ``/models/unload`` answer at once (``400`` when the model already
+runs / does not run); ``GET /models/sse`` streams each status change; ``GET /props`` says
+``max_instances`` (``--models-max``) and ``models_autoload``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from swapgate.drivers.base import LOAD_TIMEOUT, Driver
+from swapgate.errors import DriverError
+from swapgate.state import InstanceReport, WarmState
+
+log = logging.getLogger("swapgate.drivers.llama_router")
+
+_STATES = {"loaded": WarmState.WARM, "loading": WarmState.LOADING, "sleeping": WarmState.ASLEEP}
+STATUS_PAUSE = 0.1  # between looks at a model's status while it loads or stops
+# A stopping child gets the preset's stop-timeout (10 s by default) before the router kills it.
+STOP_WAIT = 30.0
+RECONNECT_PAUSE = 1.0  # after the event stream broke, before it is followed again
+# Query parameters every proxied request carries: never load on a request's behalf.
+PROXY_QUERY = "autoload=false"
+
+
+class LimitReached(DriverError):
+    """The router already runs ``--models-max`` models."""
+
+
+class LlamaRouterDriver(Driver):
+    proxy_query = PROXY_QUERY
+
+    async def state(self) -> InstanceReport:
+        entries = await self._models()
+        running = {}
+        for model, status in entries.items():
+            state = _STATES.get(str(status.get("value")))
+            if state is not None:
+                running[model] = state
+        available = frozenset(entries) if self._discover else None
+        return InstanceReport(running=running, available=available, capacity=await self._limit())
+
+    async def load(self, model: str) -> None:
+        """Ask the router to start ``model``'s child and wait until it serves."""
+        try:
+            await self._post("/models/load", model, ok_when="already running")
+        except LimitReached:
+            # A child the router put to sleep (--sleep-idle-seconds) keeps its place in
+            # --models-max although swapgate counts it asleep, taking none: stop those.
+            for sleeper in await self._sleeping():
+                await self.unload(sleeper)
+            await self._post("/models/load", model, ok_when="already running")
+        while True:
+            status = (await self._models()).get(model)
+            if status is None:
+                raise DriverError(f"the router no longer lists {model!r}")
+            value = status.get("value")
+            if value == "loaded":
+                return
+            if value == "unloaded":
+                code = status.get("exit_code")
+                raise DriverError(f"the router's {model!r} exited while loading (exit code {code})")
+            await asyncio.sleep(STATUS_PAUSE)
+
+    async def unload(self, model: str) -> None:
+        """Stop ``model``'s child and wait until it exited: only then is its place free."""
+        await self._post("/models/unload", model, ok_when="not running")
+        try:
+            async with asyncio.timeout(STOP_WAIT):
+                while await self._running(model):  # noqa: ASYNC110 (another process's state)
+                    await asyncio.sleep(STATUS_PAUSE)
+        except TimeoutError:
+            raise DriverError(
+                f"the router's {model!r} still runs {STOP_WAIT:g}s after unload"
+            ) from None
+
+    async def changes(self) -> AsyncIterator[None]:
+        """Yields at every status change the router announces on ``GET /models/sse``, so a
+        model loaded or unloaded there by hand shows at once; reconnects when it breaks."""
+        while True:
+            try:
+                async for _ in self._events():
+                    yield None
+            except (httpx.HTTPError, DriverError) as exc:
+                log.debug("%s/models/sse: %s; following it again", self.url, exc)
+            await asyncio.sleep(RECONNECT_PAUSE)
+
+    async def _events(self) -> AsyncIterator[dict[str, Any]]:
+        timeout = httpx.Timeout(None, connect=5.0)
+        url = self.url + "/models/sse"
+        async with self._client.stream("GET", url, headers=self._headers, timeout=timeout) as r:
+            if r.status_code != 200:
+                raise DriverError(f"GET /models/sse answered {r.status_code}")
+            async for line in r.aiter_lines():
+                if line.startswith("data:"):
+                    try:
+                        yield dict(json.loads(line[5:]))
+                    except (ValueError, TypeError):
+                        continue
+
+    async def _models(self) -> dict[str, dict[str, Any]]:
+        body = await self._json("/models")
+        try:
+            return {str(m["id"]): dict(m.get("status") or {}) for m in body["data"]}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DriverError("GET /models: expected {'data': [{'id', 'status'}]}") from exc
+
+    async def _running(self, model: str) -> bool:
+        return str((await self._models()).get(model, {}).get("value")) in _STATES
+
+    async def _sleeping(self) -> list[str]:
+        return [m for m, s in (await self._models()).items() if s.get("value") == "sleeping"]
+
+    async def _limit(self) -> int | None:
+        """``--models-max``: how many models the router runs at once (0: no limit)."""
+        try:
+            limit = int((await self._json("/props"))["max_instances"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        return limit if limit > 0 else None
+
+    async def _post(self, path: str, model: str, ok_when: str) -> None:
+        response = await self._request("POST", path, json={"model": model}, timeout=LOAD_TIMEOUT)
+        if response.status_code == 200 or ok_when in response.text:
+            return
+        if "model limit reached" in response.text:
+            raise LimitReached(f"POST {path} {model!r}: the router runs --models-max models")
+        raise DriverError(f"POST {path} {model!r} answered {response.status_code}: {response.text}")
