@@ -164,8 +164,8 @@ class LlamaServerEngine:
         """The command that serves the GGUF alone under ``alias`` (what llama-swap runs)."""
         return [
             str(self.binary), "-m", str(self.gguf), "--alias", alias, "--host", "127.0.0.1",
-            "--port", str(port), "-c", str(ctx), "-t", "1", "-np", "1", "--chat-template",
-            CHAT_FORMAT, "--no-webui",
+            "--port", str(port), "-c", str(ctx), "-t", "1", "-np", "1", "--no-jinja",
+            "--chat-template", CHAT_FORMAT, "--no-webui",
         ]  # fmt: skip
 
     def router(self, preset: Path, port: int, max_models: int, autoload: bool = False) -> list[str]:
@@ -178,11 +178,15 @@ class LlamaServerEngine:
 
     def write_preset(self, path: Path, models: dict[str, int]) -> Path:
         """A ``--models-preset`` INI serving the GGUF under each name of ``models`` at its
-        context size. Without a chat template Gemma's GGUF answers template junk."""
+        context size.
+
+        Gemma's GGUF carries no chat template: without one the model answers template junk.
+        ``--chat-template gemma`` names llama.cpp's built-in template only without Jinja (on
+        by default, where it would be taken as the literal template text "gemma")."""
         sections = ["version = 1", "", "[*]", "t = 1", "np = 1", "stop-timeout = 5"]
         for name, ctx in models.items():
             sections += ["", f"[{name}]", f"model = {self.gguf}", f"c = {ctx}"]
-            sections.append(f"chat-template = {CHAT_FORMAT}")
+            sections += ["jinja = false", f"chat-template = {CHAT_FORMAT}"]
         path.write_text("\n".join(sections) + "\n")
         return path
 

