@@ -87,9 +87,9 @@ def warm_states(gw: Gateway) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def routed(server: LlamaServerEngine, tmp_path_factory) -> Iterator[tuple[Router, Gateway]]:
-    with Router(server, tmp_path_factory.mktemp("router")) as router:
-        with gateway(router_config(router), ENV) as gw:
-            yield router, gw
+    router = Router(server, tmp_path_factory.mktemp("router"))
+    with router, gateway(router_config(router), ENV) as gw:
+        yield router, gw
 
 
 def ask(url: str, model: str, stream: bool) -> str:
@@ -125,7 +125,8 @@ def test_alternating_concurrent_requests_all_answer_and_swapgate_counts_every_sw
     # swapgate picked every victim: the router never had to refuse a load or evict by its LRU
     assert "model limit reached" not in router.said()
     loaded = [m for m, s in router.statuses().items() if s == "loaded"]
-    assert len(loaded) == 1 and warm_states(gw)[loaded[0]] == "warm"
+    assert len(loaded) == 1
+    assert warm_states(gw)[loaded[0]] == "warm"
 
 
 def test_a_load_and_an_unload_made_on_the_router_by_hand_show_within_a_second(routed) -> None:
@@ -142,16 +143,19 @@ def test_a_load_and_an_unload_made_on_the_router_by_hand_show_within_a_second(ro
     assert time.monotonic() - loaded < 1.0  # the poll interval is 5 s: the event told it
 
 
-def test_proxied_requests_never_make_the_router_load_by_itself(routed) -> None:
+def test_autoload_false_keeps_a_post_from_loading_its_bodys_model(routed) -> None:
+    """What swapgate adds to every request it proxies to a router (tests/unit/test_router.py
+    shows it added): the router, which reads the model of a POST from its body, then refuses
+    to load it instead of evicting by its own LRU."""
     router, gw = routed
     assert ask(gw.url, "gemma-b", stream=False).strip()
-    # swapgate's requests carry autoload=false: the router refuses to load on their behalf
     refused = httpx.post(
         f"{router.url}/v1/chat/completions?autoload=false",
         json={"model": "gemma-a", **CHAT},
         timeout=30,
     )
-    assert refused.status_code == 400 and "not loaded" in refused.text
+    assert refused.status_code == 400
+    assert "not loaded" in refused.text
     assert router.statuses()["gemma-a"] == "unloaded"
 
 

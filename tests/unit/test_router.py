@@ -7,12 +7,21 @@ import asyncio
 import time
 from typing import Any
 
+import httpx
 import pytest
 
+from swapgate.catalog import Catalog
+from swapgate.config import parse_config
+from swapgate.drivers import make_driver
 from swapgate.errors import NoCapacity, QueueFull
 from swapgate.failover import Attempts
 from swapgate.lease import Progress
-from swapgate.state import WarmState
+from swapgate.metrics import Metrics
+from swapgate.proxy.handler import _query
+from swapgate.registry import Registry
+from swapgate.router import Router
+from swapgate.state import InstanceReport, WarmState
+from swapgate.swaps import SwapCoordinator, SwapTimes
 from tests.unit.fakes import world
 
 RELAY = {"hosted": {"url": "https://relay.example/v1"}}
@@ -229,3 +238,21 @@ async def test_a_preload_nobody_waits_for_is_not_abandoned() -> None:
     lease = await asyncio.wait_for(queued, 3)
     assert w.drivers["x"].calls == [("load", "a"), ("unload", "a"), ("load", "b")]
     w.router.release(lease)
+
+
+async def test_a_llama_router_lease_carries_autoload_false_after_the_clients_query() -> None:
+    config = {"instances": [{"name": "r", "kind": "llama-router", "url": "http://r:8080"}]}
+    settings = parse_config(config)
+    catalog = Catalog(settings)
+    registry = Registry(settings.instances, catalog)
+    async with httpx.AsyncClient() as client:
+        driver = make_driver(settings.instances[0], client)
+        times = SwapTimes(settings.routing.expected_swap)
+        swaps = SwapCoordinator(registry, {"r": driver}, catalog, times, Metrics(), 60.0)
+        router = Router(settings, registry, swaps, catalog, Metrics(), {"r": driver})
+        registry.apply_report("r", InstanceReport({"a": WarmState.WARM}, frozenset("a")), 0)
+        lease = await router.acquire("a")
+    assert lease.upstream.query == "autoload=false"
+    assert _query({"query_string": b"x=1"}, lease.upstream.query) == "?x=1&autoload=false"
+    assert _query({"query_string": b""}, lease.upstream.query) == "?autoload=false"
+    assert _query({"query_string": b""}) == ""
