@@ -1,0 +1,75 @@
+"""A busy engine is not a dead one: llama-cpp-python answers no ``GET /v1/models`` while it
+generates (measured here: 7.7 s during a 300-token answer), so swapgate's 5 s poll times out.
+While the instance's answers stream, such a poll says "busy": the instance stays up, its model
+stays warm, and other requests for it are served, not answered 503 and reloaded."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from swapgate.engines import LlamaCppEngine
+from tests.e2e.processes import gateway
+from tests.e2e.test_process import ENV, TOKEN
+from tests.engine.conftest import llama_server, swap_on_request
+
+pytestmark = pytest.mark.engine
+# Gemma's end tokens (<eos>, <end_of_turn>) barred: the answer runs its whole length, ~15 s
+# here, longer than two timed-out polls (2 x 5 s) take.
+LONG = {
+    "messages": [{"role": "user", "content": "Tell a long story."}],
+    "max_tokens": 450,
+    "stream": True,
+    "logit_bias": {"1": -100, "106": -100},
+}
+
+
+def test_polls_that_time_out_while_a_real_engine_streams_leave_it_up(
+    engine: LlamaCppEngine, tmp_path: Path
+) -> None:
+    with llama_server(engine, tmp_path, {"gemma-a": 2048}) as server:
+        config = {
+            "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
+            "routing": {"poll_interval": "500ms"},
+            "instances": [swap_on_request("llama", server, ["gemma-a"])],
+        }
+        with gateway(config, ENV) as gw, gw.admin(TOKEN) as admin:
+            url = f"{gw.url}/v1/chat/completions"
+            warm = httpx.post(url, json={"model": "gemma-a", **_hello()}, timeout=60)
+            assert warm.status_code == 200, warm.text
+            events: list[dict[str, object]] = []
+            streaming = threading.Thread(target=_stream, args=(url, events))
+            streaming.start()
+            ups, second = [], None
+            started = time.monotonic()
+            while streaming.is_alive():
+                instance = admin.get("/admin/state").json()["instances"][0]
+                ups.append(instance["up"])
+                if second is None and time.monotonic() - started > 11:  # two polls timed out
+                    second = httpx.post(url, json={"model": "gemma-a", **_hello()}, timeout=60)
+                time.sleep(0.25)
+            streaming.join()
+            busy = gw.metric("swapgate_upstream_errors_total", instance="llama", kind="poll_busy")
+            swaps = gw.metric("swapgate_swaps_total", instance="llama")
+    assert all(ups), f"the instance went down while it streamed ({ups.count(False)} samples)"
+    assert busy >= 2, "the polls did not time out: the test shows nothing"
+    assert second is not None
+    assert second.status_code == 200, second.text
+    assert events[-1]["choices"][0]["finish_reason"] == "length"  # type: ignore[index]
+    assert swaps == 1  # the first load only: nothing was reloaded
+
+
+def _hello() -> dict[str, object]:
+    return {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8}
+
+
+def _stream(url: str, events: list[dict[str, object]]) -> None:
+    with httpx.stream("POST", url, json={"model": "gemma-a", **LONG}, timeout=120) as answer:
+        for line in answer.iter_lines():
+            if line.startswith("data: {"):
+                events.append(json.loads(line.removeprefix("data: ")))
