@@ -6,7 +6,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint typecheck pytest system-packages engine bench bench-swaps bench-cluster clean
 PEERS ?=
-# `make run ENGINE=llama.cpp`: the demo with two real llama-cpp-python servers.
+# `make run ENGINE=llama.cpp`: the demo with two real llama-cpp-python servers;
+# `make run ENGINE=llama-server`: with llama.cpp's own llama-server in router mode.
 ENGINE ?=
 
 run: $(STAMP)
@@ -33,8 +34,9 @@ PYTEST_WORKERS ?= 3
 pytest: $(STAMP) system-packages engine
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
 
-# The real engine the tests run (llama-cpp-python + Gemma-3-270M): built once per machine into
-# ~/.cache/swapgate (or $$SWAPGATE_ENGINE_CACHE), outside .venv; ~7 min the first time.
+# The real engines the tests run with Gemma-3-270M, llama-cpp-python and llama.cpp's llama-server:
+# built once per machine into ~/.cache/swapgate (or $$SWAPGATE_ENGINE_CACHE), outside .venv;
+# ~5.5 + ~6 min the first time on 2 cores, about a second once cached.
 engine: $(STAMP)
 	$(BIN)/python -m swapgate.engines
 

@@ -80,13 +80,14 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="two simulated llama-swap instances + the gateway")
     demo.add_argument(
         "--config",
-        help="YAML file of the demo (default: config/demo.yaml, or config/demo-llama-cpp.yaml "
-        "with --engine llama.cpp)",
+        help="YAML file of the demo (default: config/demo.yaml, or config/demo-ENGINE.yaml "
+        "with --engine: demo-llama-cpp.yaml, demo-llama-server.yaml)",
     )
     demo.add_argument(
         "--engine",
-        choices=("llama.cpp",),
-        help="real llama-cpp-python servers instead of simulators (built once per machine)",
+        choices=("llama.cpp", "llama-server"),
+        help="real engines instead of simulators (built once per machine): llama-cpp-python "
+        "servers, or llama.cpp's llama-server in router mode",
     )
     demo.add_argument("--load-time", type=_duration, default=4.0)
     demo.set_defaults(run=_demo)
@@ -257,10 +258,16 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
+DEMO_CONFIGS = {
+    "llama.cpp": "config/demo-llama-cpp.yaml",
+    "llama-server": "config/demo-llama-server.yaml",
+}
+
+
 def _demo(args: argparse.Namespace) -> int:
     from swapgate.demo import run_demo
 
-    config = args.config or ("config/demo-llama-cpp.yaml" if args.engine else "config/demo.yaml")
+    config = args.config or DEMO_CONFIGS.get(args.engine, "config/demo.yaml")
     settings = _load(config)
     if settings is None:
         return 1

@@ -1,5 +1,5 @@
-"""``swapgate demo``: a simulator (or a real llama-cpp-python server) for every instance of a
-config, and the gateway in front."""
+"""``swapgate demo``: a simulator (or a real engine: llama-cpp-python, or llama.cpp's own
+llama-server in router mode) for every instance of a config, and the gateway in front."""
 
 from __future__ import annotations
 
@@ -27,11 +27,14 @@ def run_demo(
     engine: str | None = None,
 ) -> int:
     """Serve the gateway in front of a simulator per instance, or, with ``engine``, a real
-    llama-cpp-python server per instance (built once per machine: swapgate/engines.py)."""
+    server per instance: llama-cpp-python (``llama.cpp``) or a llama-server router
+    (``llama-server``), each built once per machine (swapgate/engines.py)."""
     with ExitStack() as stack:
         for instance in settings.instances:
             if engine is None:
                 stack.enter_context(simulator(instance, load_time))
+            elif engine == "llama-server":
+                stack.enter_context(llama_router(instance))
             else:
                 stack.enter_context(llama_cpp_server(instance))
         print(_instructions(settings, load_time, engine), flush=True)
@@ -54,6 +57,23 @@ def llama_cpp_server(instance: InstanceConfig) -> Iterator[None]:
         url = instance.url + "/v1/models"
         log = subprocess.DEVNULL
         with serving(command, url, engine.env(), log=log, clean_env=True, timeout=ENGINE_STARTUP):
+            yield
+
+
+@contextmanager
+def llama_router(instance: InstanceConfig) -> Iterator[None]:
+    """A llama-server router where the instance's URL points, serving Gemma-3-270M under each
+    of the instance's model names, one loaded at a time."""
+    from swapgate.engines import ensure_llama_server
+
+    engine = ensure_llama_server()
+    models = {m: DEFAULT_N_CTX * (2 if i else 1) for i, m in enumerate(instance.models or ("a",))}
+    port = urlsplit(instance.url).port or 80
+    with tempfile.TemporaryDirectory(prefix="swapgate-demo-") as root:
+        preset = engine.write_preset(Path(root) / "models.ini", models)
+        command = engine.router(preset, port, max_models=1)
+        log = subprocess.DEVNULL
+        with serving(command, instance.url + "/models", log=log, timeout=ENGINE_STARTUP):
             yield
 
 
