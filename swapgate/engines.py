@@ -205,9 +205,7 @@ def ensure_llama_server(say: bool = True) -> LlamaServerEngine:
 def _build_llama_server(root: Path, engine: LlamaServerEngine, say: bool) -> None:
     if say:
         what = f"llama-server (llama.cpp {LLAMA_SERVER_VERSION}) into {root}"
-        print(
-            f"building {what} (once per machine; ~7 min on 2 cores)", file=sys.stderr, flush=True
-        )
+        print(f"building {what} (once per machine; ~7 min on 2 cores)", file=sys.stderr, flush=True)
     started = time.monotonic()
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="llama-server-build-", dir=root) as work:

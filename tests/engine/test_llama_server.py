@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import psutil
@@ -127,6 +128,23 @@ def test_alternating_concurrent_requests_all_answer_and_swapgate_counts_every_sw
     loaded = [m for m, s in router.statuses().items() if s == "loaded"]
     assert len(loaded) == 1
     assert warm_states(gw)[loaded[0]] == "warm"
+
+
+def test_messages_and_responses_reach_the_router_as_they_are(routed) -> None:
+    """llama-server speaks both APIs itself: a llama-router instance takes them untranslated."""
+    _, gw = routed
+    with anthropic.Anthropic(base_url=gw.url, api_key="x", max_retries=0) as claude:
+        message = claude.messages.create(
+            model="gemma-a", max_tokens=8, messages=[{"role": "user", "content": "Say hello."}]
+        )
+    assert message.type == "message"
+    assert message.content[0].type == "text"
+    assert message.content[0].text.strip()
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="x", max_retries=0, timeout=120)
+    with client:
+        response = client.responses.create(model="gemma-b", input="Say hello.", max_output_tokens=8)
+    assert response.status == "completed"
+    assert response.output_text.strip()
 
 
 def test_a_load_and_an_unload_made_on_the_router_by_hand_show_within_a_second(routed) -> None:
