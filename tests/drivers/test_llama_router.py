@@ -5,7 +5,7 @@ standing in for the server. The real router is met in tests/engine/test_llama_ro
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -34,12 +34,6 @@ def models(**states: str | dict[str, Any]) -> dict[str, Any]:
 @pytest.fixture(autouse=True)
 def quick(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(llama_router, "STATUS_PAUSE", 0.0)
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as http:
-        yield http
 
 
 @pytest.fixture

@@ -58,6 +58,16 @@ def llama_server(
         stop(process)
 
 
+def process_node(commands: dict[str, object]) -> dict[str, object]:
+    """A gateway config with one ``kind: process`` instance of capacity 1 running ``commands``."""
+    return {
+        "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
+        "routing": {"min_residency": 0, "poll_interval": "500ms"},
+        "instances": [{"name": "node", "kind": "process", "capacity": 1,
+                       "start_port": free_port(), "commands": commands}],
+    }  # fmt: skip
+
+
 def swap_on_request(name: str, server: LlamaServer, models: list[str]) -> dict[str, object]:
     return {"name": name, "kind": "swap-on-request", "url": server.url, "models": models,
             "capacity": 1}  # fmt: skip

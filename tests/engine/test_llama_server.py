@@ -27,6 +27,7 @@ from tests.e2e.nginx import nginx
 from tests.e2e.processes import Gateway, free_port, gateway, start, stop, wait_for
 from tests.e2e.processes import wait_until_serving as serving
 from tests.e2e.test_process import ENV, TOKEN, processes, stream_and_kill
+from tests.engine.conftest import process_node
 
 pytestmark = pytest.mark.engine
 MODELS = ("gemma-a", "gemma-b")
@@ -207,22 +208,8 @@ def test_behind_nginx_with_a_short_read_timeout_no_request_fails_during_loads(
 
 
 def process_config(engine: LlamaServerEngine) -> dict[str, Any]:
-    return {
-        "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
-        "routing": {"min_residency": 0, "poll_interval": "500ms"},
-        "instances": [
-            {
-                "name": "node",
-                "kind": "process",
-                "capacity": 1,
-                "start_port": free_port(),
-                "commands": {
-                    alias: {"cmd": " ".join(engine.single(alias)), "ready": "/health"}
-                    for alias in MODELS
-                },
-            }
-        ],
-    }
+    single = {m: {"cmd": " ".join(engine.single(m)), "ready": "/health"} for m in MODELS}
+    return process_node(dict(single))
 
 
 def llama_servers_under(pid: int) -> list[psutil.Process]:

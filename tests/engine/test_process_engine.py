@@ -22,8 +22,9 @@ import psutil
 import pytest
 
 from swapgate.engines import LlamaCppEngine
-from tests.e2e.processes import Gateway, free_port, gateway, wait_for
+from tests.e2e.processes import Gateway, gateway, wait_for
 from tests.e2e.test_process import ENV, processes, stream_and_kill
+from tests.engine.conftest import process_node
 
 pytestmark = pytest.mark.engine
 MODELS = ("gemma-a", "gemma-b")
@@ -42,19 +43,7 @@ def engine_command(engine: LlamaCppEngine, alias: str) -> str:
 
 
 def engine_config(engine: LlamaCppEngine) -> dict[str, Any]:
-    return {
-        "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
-        "routing": {"min_residency": 0, "poll_interval": "500ms"},
-        "instances": [
-            {
-                "name": "node",
-                "kind": "process",
-                "capacity": 1,
-                "start_port": free_port(),
-                "commands": {alias: engine_command(engine, alias) for alias in MODELS},
-            }
-        ],
-    }
+    return process_node({alias: engine_command(engine, alias) for alias in MODELS})
 
 
 def engines_under(pid: int) -> list[psutil.Process]:
