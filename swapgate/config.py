@@ -88,10 +88,12 @@ FallbackPolicy = Annotated[Literal["off", "error", "slow", "swap"], BeforeValida
 InstanceKind = Literal[
     "llama-swap", "ollama", "openai", "swap-on-request", "process", "vllm-sleep", "llama-router"
 ]
-# The APIs an upstream speaks besides OpenAI's: a Messages request for one that does not speak
-# ``anthropic`` is translated to chat completions (SPEC §19).
+# The APIs an upstream speaks besides OpenAI's chat, completions and embeddings: a Messages
+# request for one that does not speak ``anthropic``, or a Responses request for one that does
+# not speak ``responses``, is translated to chat completions (docs/compatibility.md).
 Protocols = Annotated[
-    list[Literal["openai", "anthropic"]], Field(default_factory=lambda: ["openai"], min_length=1)
+    list[Literal["openai", "anthropic", "responses"]],
+    Field(default_factory=lambda: ["openai"], min_length=1),
 ]
 
 
@@ -193,8 +195,8 @@ class InstanceConfig(_Section):
     def _process_defaults(cls, data: object) -> object:
         """A process instance's models are its commands', at swapgate's own loopback."""
         if isinstance(data, dict) and data.get("kind") == "llama-router":
-            # llama-server speaks Messages itself: no translation to chat completions
-            data = {"protocols": ["openai", "anthropic"], **data}
+            # llama-server speaks Messages and Responses itself: no translation to chat
+            data = {"protocols": ["openai", "anthropic", "responses"], **data}
         if isinstance(data, dict) and data.get("kind") in ("process", "vllm-sleep"):
             own = data.get("commands" if data["kind"] == "process" else "servers")
             data = {"url": "http://127.0.0.1", **data}

@@ -3,14 +3,12 @@ translates the rest of a Messages request and its answer)."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 
 from swapgate.proxy.anthropic import (
     _compact,
     _dict,
-    _error_message,
     _list,
     _message,
     _stop_reason,
@@ -18,69 +16,36 @@ from swapgate.proxy.anthropic import (
     _usage,
     error_body,
 )
+from swapgate.proxy.chat_stream import ChatStreamReader
 
 
-class StreamTranslator:
-    """Chat completion SSE bytes (arbitrary chunk boundaries) -> Anthropic Messages SSE bytes.
+class StreamTranslator(ChatStreamReader):
+    """Chat completion SSE bytes -> Anthropic Messages SSE bytes.
 
     Blocks are numbered in the order they open; at most one is open. A finish_reason closes
     it; ``[DONE]`` (or the end of the body) sends message_delta and message_stop, once. An
     upstream error, or data that is not JSON, becomes one ``error`` event that ends the stream.
+    ``input_tokens`` is the engine's count where it sends one, else ``prompt_estimate``: never
+    0 for a prompt (an engine that ignores ``stream_options`` sends no usage).
     """
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, prompt_estimate: int = 0) -> None:
+        super().__init__()
         self._model = model
-        self._buffer = b""
-        self._data: list[str] = []  # the data lines of the event being read
         self._started = False
-        self._done = False
         self._blocks = 0
         self._open: str | None = None  # "text" or "tool_use"
         self._tool: tuple[Any, str] = (None, "")  # the open call's index and id
         self._called_tools = False
-        self._finish: Any = None
-        self._usage = {"input_tokens": 0, "output_tokens": 0}
+        self._finish_reason: Any = None
+        self._usage = {"input_tokens": prompt_estimate, "output_tokens": 0}
         self._deltas = 0  # the output's chunks: its token count where the engine gives none
 
-    def feed(self, chunk: bytes) -> bytes:
-        """The Anthropic events ``chunk`` completes (b"" if none yet)."""
-        if self._done:
-            return b""
-        self._buffer += chunk
-        *lines, self._buffer = self._buffer.split(b"\n")
-        return b"".join(self._line(line) for line in lines)
-
-    def close(self) -> bytes:
-        """The upstream's body ended: its last unterminated event, then what is still owed."""
-        out = self._line(self._buffer) + self._line(b"")
-        self._buffer = b""
-        return out + (b"" if self._done else self._end())
-
-    def _line(self, raw: bytes) -> bytes:
-        if self._done:
-            return b""
-        line = raw.removesuffix(b"\r").decode("utf-8", errors="replace")
-        if line.startswith("data:"):
-            self._data.append(line[5:].removeprefix(" "))
-        elif not line and self._data:
-            data, self._data = "\n".join(self._data), []
-            return self._event(data)
-        return b""  # comments, other fields, blank lines between events
-
-    def _event(self, data: str) -> bytes:
-        if data.strip() == "[DONE]":
-            return self._end()
-        try:
-            chunk = json.loads(data)
-        except (ValueError, RecursionError):
-            return self._fail("the backend's stream sent data that is not JSON")
-        if not isinstance(chunk, dict):
-            return self._fail("the backend's stream sent data that is not a JSON object")
-        if chunk.get("error") is not None:
-            return self._fail(_error_message(chunk) or "the backend's stream failed")
+    def _chunk(self, chunk: dict[str, Any]) -> bytes:
         out = self._start(chunk.get("id"))
         if isinstance(chunk.get("usage"), dict):  # the last chunk's, often with no choices
-            self._usage = _usage(chunk["usage"])
+            counted = _usage(chunk["usage"])
+            self._usage = {k: v or self._usage[k] for k, v in counted.items()}
         choices = _list(chunk.get("choices"))  # one choice: a request from /v1/messages has no n
         return out + (self._choice(_dict(choices[0])) if choices else b"")
 
@@ -94,7 +59,7 @@ class StreamTranslator:
         for call in map(_dict, _list(delta.get("tool_calls"))):
             out += self._tool_call(call)
         if choice.get("finish_reason") is not None:
-            self._finish = choice["finish_reason"]
+            self._finish_reason = choice["finish_reason"]
             out += self._close_block()
         return out
 
@@ -119,6 +84,7 @@ class StreamTranslator:
             return b""
         self._started = True
         message = _message(chunk_id, self._model, [], None, {})
+        message["usage"] = dict(self._usage)  # the prompt's size, estimated until counted
         return _sse({"type": "message_start", "message": message})
 
     def _open_block(self, block: dict[str, Any]) -> bytes:
@@ -141,9 +107,8 @@ class StreamTranslator:
 
     def _end(self) -> bytes:
         out = self._start(None) + self._close_block()
-        self._done = True
         delta = {
-            "stop_reason": _stop_reason(self._finish, self._called_tools),
+            "stop_reason": _stop_reason(self._finish_reason, self._called_tools),
             "stop_sequence": None,
         }
         usage = dict(self._usage)
@@ -153,7 +118,6 @@ class StreamTranslator:
         return out + _sse({"type": "message_stop"})
 
     def _fail(self, message: str) -> bytes:
-        self._done = True
         return b"event: error\ndata: " + error_body(500, message) + b"\n\n"
 
 

@@ -15,7 +15,7 @@ from typing import ClassVar, Literal
 from swapgate.errors import SwapgateError
 from swapgate.proxy import anthropic
 
-Protocol = Literal["openai", "anthropic"]
+Protocol = Literal["openai", "anthropic", "responses"]
 
 
 class Dialect:
@@ -89,7 +89,7 @@ ENDPOINTS = {
         Endpoint("/v1/chat/completions", "chat", chat=True),
         Endpoint("/v1/completions", "completions"),
         Endpoint("/v1/embeddings", "embeddings"),
-        Endpoint("/v1/responses", "responses", RESPONSES),
+        Endpoint("/v1/responses", "responses", RESPONSES, "responses"),
         Endpoint("/v1/messages", "messages", ANTHROPIC, "anthropic"),
         Endpoint("/v1/messages/count_tokens", "count_tokens", ANTHROPIC, "anthropic"),
         Endpoint("/v1/rerank", "rerank"),

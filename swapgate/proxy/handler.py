@@ -101,7 +101,7 @@ class ProxyEndpoint:
             ex.model = self._catalog.known(requested, self._registry.known_models())
             if requested != ex.model:
                 request.rename(ex.model)
-            if endpoint.protocol == "anthropic":
+            if endpoint.protocol != "openai":  # for an upstream that speaks chat only
                 request.translation = Translated(endpoint, request.payload, ex.model)
             ex.want = self._router.want(ex.model, request.payload, pools.budget(headers))
             if ex.want.pool is not None:

@@ -1,9 +1,11 @@
-"""An Anthropic Messages request served by an upstream that speaks only chat completions.
+"""An Anthropic Messages or OpenAI Responses request served by an upstream that speaks only
+chat completions.
 
 The request goes to ``/v1/chat/completions`` as chat (``count_tokens`` as a one-token chat
-whose usage counts the prompt), and the answer comes back as Messages: a stream event by
-event as its chunks arrive, a JSON body (or an upstream's error) once it is whole. What is
-carried and what is dropped is swapgate/proxy/anthropic.py's, listed in docs/compatibility.md.
+whose usage counts the prompt), and the answer comes back in the client's API: a stream event
+by event as its chunks arrive, a JSON body (or an upstream's error) once it is whole. What is
+carried and what is dropped is swapgate/proxy/anthropic.py's and responses.py's, listed in
+docs/compatibility.md.
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from swapgate import pools
 from swapgate.errors import UpstreamError
-from swapgate.proxy import anthropic
+from swapgate.proxy import anthropic, responses
 from swapgate.proxy.anthropic_stream import StreamTranslator
+from swapgate.proxy.chat_stream import ChatStreamReader
 from swapgate.proxy.endpoints import Endpoint
+from swapgate.proxy.responses_stream import ResponsesStream
 
 CHAT_PATH = "/v1/chat/completions"
 HEADER = (b"x-swapgate-translated", b"chat-completions")
@@ -28,11 +33,18 @@ class Translated:
         """Translate the request now, so a body that cannot be carried is a 400 before any
         swap starts for it."""
         self._counting = endpoint.label == "count_tokens"
-        self._chat = (
-            anthropic.count_request(payload) if self._counting else anthropic.to_chat(payload)
-        )
+        self._responses = endpoint.protocol == "responses"
+        self._custom = responses.custom_tools(payload) if self._responses else frozenset()
+        if self._responses:
+            self._chat = responses.to_chat(payload)
+        elif self._counting:
+            self._chat = anthropic.count_request(payload)
+        else:
+            self._chat = anthropic.to_chat(payload)
+        # what a stream reports as its input tokens until (unless) the engine counts them
+        self._estimate = max(1, pools.prompt_tokens(self._chat))
         self._model = model  # the name the client asked for, which its answer carries
-        self._stream: StreamTranslator | None = None
+        self._stream: ChatStreamReader | None = None
         self._status = 0
         self._whole: list[bytes] = []
         self._size = 0
@@ -46,8 +58,10 @@ class Translated:
         """Begin the answer: the upstream's ``headers`` less what the translation changes."""
         self._status = status
         streaming = event_stream and 200 <= status < 300
-        if streaming:
-            self._stream = StreamTranslator(self._model)
+        if streaming and self._responses:
+            self._stream = ResponsesStream(self._model, self._custom, self._estimate)
+        elif streaming:
+            self._stream = StreamTranslator(self._model, self._estimate)
         kept = [(k, v) for k, v in headers if k.lower() not in (b"content-type", b"content-length")]
         kind = b"text/event-stream" if streaming else b"application/json"
         return [*kept, (b"content-type", kind), HEADER]
@@ -66,6 +80,8 @@ class Translated:
             return self._stream.close()
         body = b"".join(self._whole)
         if not 200 <= self._status < 300:
+            if self._responses:
+                return responses.error_from_chat(self._status, body)
             return anthropic.error_from_chat(self._status, body)
         try:
             answer = json.loads(body)
@@ -73,9 +89,10 @@ class Translated:
             raise UpstreamError("the upstream's chat answer is not JSON") from None
         if not isinstance(answer, dict):
             raise UpstreamError("the upstream's chat answer is not a JSON object")
-        translated = (
-            anthropic.count_answer(answer)
-            if self._counting
-            else anthropic.from_chat(answer, self._model)
-        )
+        if self._responses:
+            translated = responses.from_chat(answer, self._model, self._custom)
+        elif self._counting:
+            translated = anthropic.count_answer(answer)
+        else:
+            translated = anthropic.from_chat(answer, self._model)
         return json.dumps(translated, separators=(",", ":")).encode()
