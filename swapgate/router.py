@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from swapgate import pools, timing
 from swapgate.catalog import Catalog
 from swapgate.config import Settings, secret
-from swapgate.errors import NoCapacity, QueueFull, SwapFailed
+from swapgate.errors import NoCapacity, PathNotFound, QueueFull, SwapFailed
 from swapgate.fallback import Reason, allows, relay_reason
 from swapgate.lease import Lease, Progress, Pulse, Upstream
 from swapgate.metrics import Metrics
@@ -39,6 +39,8 @@ from swapgate.swaps import Swaps
 from swapgate.waiting import until
 
 log = logging.getLogger("swapgate.router")
+# The APIs swapgate translates to chat completions for an instance that does not speak them
+TRANSLATED = frozenset({"anthropic", "responses"})
 _STATES = {Serve: "waiting", Join: "loading", Swap: "loading", Queue: "queued"}
 # How a request found its model (swapgate_placements_total), by its first decision
 _PLACEMENT = {Serve: "warm", Join: "swap", Swap: "swap", Queue: "queued", Unavailable: "swap"}
@@ -105,6 +107,7 @@ class Router:
             )
             for inst in settings.instances
         }
+        self._all_speak_openai = all("openai" in inst.protocols for inst in settings.instances)
         self._relays = {
             name: Upstream(
                 relay.url,
@@ -116,6 +119,23 @@ class Router:
             )
             for name, relay in settings.relays.items()
         }
+
+    def check_speaks(self, model: str, protocol: str, path: str) -> None:
+        """Refuse at once, before any swap, a request none of ``model``'s instances can take:
+        its API spoken natively, or chat completions to translate it to (``openai``)."""
+        if protocol == "openai" and self._all_speak_openai:
+            return  # the warm path: no snapshot for the common case
+        if self._settings.model_settings(model).relay is not None:
+            return  # the relay may speak it
+        can = {protocol, "openai"} if protocol in TRANSLATED else {protocol}
+        serving = [i.name for i in self._registry.snapshot().instances if model in i.serves]
+        if not serving or any(can & self._upstreams[name].protocols for name in serving):
+            return
+        raise PathNotFound(
+            f"no instance of {model!r} speaks {path} ({', '.join(serving)} speak "
+            f"{sorted(self._upstreams[serving[0]].protocols)}); add {protocol!r} to an "
+            "instance's protocols, or send the request where it is spoken"
+        )
 
     def want(self, model: str, payload: dict[str, Any], budget: float | None) -> Want:
         """What a request asks for besides its model: its pool (by its prompt, SPEC §17)

@@ -16,6 +16,8 @@ measured swap times it guards instead; a value in the config is used as it is.
 
 from __future__ import annotations
 
+import math
+
 EXPECTED_SWAP = 30.0  # before any swap was measured (SPEC §3's expected_swap)
 RESIDENCY_SWAPS = 1.0
 RESIDENCY_BOUNDS = (0.25, 300.0)  # the floor guards against a load measured at ~0 s
@@ -38,3 +40,14 @@ def starvation_point(starvation_after: float | None, max_wait: float, swap_secon
         return max_wait * starvation_after
     latest = max_wait * STARVATION_AFTER
     return min(latest, max(STARVATION_FLOOR, STARVATION_SWAPS * swap_seconds))
+
+
+def remaining(done_by: float, began: float, now: float) -> int:
+    """Whole seconds a running swap is still expected to take, as keep-alives tell it: the
+    expected end counted down, never 0 while it runs. One that outlasts its expectation is
+    expected to take half as long again as it has run (the estimate was wrong; how long it
+    has already run is the best guide left)."""
+    left = done_by - now
+    if left >= 1.0:
+        return math.ceil(left)
+    return max(1, math.ceil((now - began) / 2))

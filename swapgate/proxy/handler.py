@@ -101,6 +101,7 @@ class ProxyEndpoint:
             ex.model = self._catalog.known(requested, self._registry.known_models())
             if requested != ex.model:
                 request.rename(ex.model)
+            self._router.check_speaks(ex.model, endpoint.protocol, endpoint.path)
             if endpoint.protocol != "openai":  # for an upstream that speaks chat only
                 request.translation = Translated(endpoint, request.payload, ex.model)
             ex.want = self._router.want(ex.model, request.payload, pools.budget(headers))

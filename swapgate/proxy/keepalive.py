@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
+from swapgate import timing
 from swapgate.config import KeepaliveConfig
 from swapgate.lease import Progress
 from swapgate.metrics import Metrics
@@ -129,10 +130,13 @@ class Pinger:
         name = self._progress.instance
         if name is None or self._progress.state == "waiting":
             return None
-        view = self._registry.snapshot().instance(name)
+        snap = self._registry.snapshot()
+        view = snap.instance(name)
         if view.swapping is None:
             return None
-        return max(0, math.ceil(view.swap_done_by - time.monotonic()))
+        swap = view.models.get(view.swapping)
+        began = swap.since if swap is not None else snap.now
+        return timing.remaining(view.swap_done_by, began, snap.now)
 
     def _reasoning_chunk(self) -> bytes:
         elapsed = math.floor(time.monotonic() - self._started)

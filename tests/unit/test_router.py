@@ -14,6 +14,7 @@ from swapgate.catalog import Catalog
 from swapgate.config import parse_config
 from swapgate.drivers import make_driver
 from swapgate.errors import NoCapacity, QueueFull
+from swapgate.errors import PathNotFound as NotFound
 from swapgate.failover import Attempts
 from swapgate.lease import Progress
 from swapgate.metrics import Metrics
@@ -256,3 +257,39 @@ async def test_a_llama_router_lease_carries_autoload_false_after_the_clients_que
     assert _query({"query_string": b"x=1"}, lease.upstream.query) == "?x=1&autoload=false"
     assert _query({"query_string": b""}, lease.upstream.query) == "?autoload=false"
     assert _query({"query_string": b""}) == ""
+
+
+def speaking(protocols: list[str], **model: Any) -> Router:
+    config = {
+        "instances": [{"name": "x", "url": "http://x", "models": ["a"], "protocols": protocols}],
+        "relays": RELAY,
+        "models": {"a": model},
+    }
+    settings = parse_config(config)
+    catalog = Catalog(settings)
+    registry = Registry(settings.instances, catalog)
+    swaps = SwapCoordinator(registry, {}, catalog, SwapTimes(None), Metrics(), 60.0)
+    return Router(settings, registry, swaps, catalog, Metrics())
+
+
+@pytest.mark.parametrize(
+    ("protocols", "protocol", "served"),
+    [
+        (["openai"], "responses", True),  # translated to chat
+        (["openai"], "anthropic", True),
+        (["anthropic"], "anthropic", True),
+        (["anthropic"], "responses", False),  # no chat to translate it to
+        (["anthropic"], "openai", False),
+        (["openai", "responses"], "responses", True),
+    ],
+)
+def test_a_request_no_instance_can_take_is_refused_before_any_swap(
+    protocols, protocol, served
+) -> None:
+    router = speaking(protocols)
+    if served:
+        router.check_speaks("a", protocol, "/v1/x")
+    else:
+        with pytest.raises(NotFound, match="no instance of 'a' speaks /v1/x"):
+            router.check_speaks("a", protocol, "/v1/x")
+    speaking(protocols, relay="hosted").check_speaks("a", protocol, "/v1/x")  # the relay may

@@ -83,3 +83,16 @@ def test_the_starvation_point(routing: dict[str, object], swap: float, point: fl
 
     settings = parse_config({"instances": [{"name": "x", "url": "http://x"}], "routing": routing})
     assert starvation_point(settings, lambda m: times.eta("x", m), "a") == pytest.approx(point)
+
+
+@pytest.mark.parametrize(
+    ("done_by", "now", "told"),
+    [
+        (107.0, 100.0, 7),  # a 7 s load at its start: the expected 7 s
+        (107.0, 103.5, 4),  # counted down, rounded up
+        (100.3, 100.1, 1),  # unmeasured and expected quicker than it runs: never 0
+        (101.0, 112.0, 6),  # 12 s in, 11 s past its expected end: half as long again
+    ],
+)
+def test_a_running_swaps_eta_counts_down_and_is_never_0(done_by, now, told) -> None:
+    assert timing.remaining(done_by, began=100.0, now=now) == told
