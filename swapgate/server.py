@@ -84,4 +84,11 @@ def configure_logging(level: str) -> None:
     )
     # One line per control-plane poll would drown the access log.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("uvicorn.error").addFilter(_cut_on_purpose)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
+
+
+def _cut_on_purpose(record: logging.LogRecord) -> bool:
+    """uvicorn's error for an answer left unended is swapgate's own doing (a failure after
+    the status went out, swapgate/proxy/messages.py), already logged with its cause."""
+    return record.msg != "ASGI callable returned without completing response."

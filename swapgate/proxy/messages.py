@@ -162,15 +162,18 @@ class ResponseWriter:
 
     async def fail(self, exc: SwapgateError) -> None:
         """Tell ``exc`` in the client's dialect: as the status if none went out; after SSE, as
-        one error event; after whitespace, as the error object. A body of the upstream's half
-        sent is left unended, which makes the ASGI server cut the connection: never a short
-        body that looks whole."""
+        one error event; after whitespace, as the error object, left unended. A body left
+        unended (that one, or the upstream's half sent) makes the ASGI server cut the
+        connection: never a short body that looks whole. After whitespace that cut is what
+        makes every SDK raise (a connection error) where a whole 200 would be read as an empty
+        answer; a plain client still reads the error object before it."""
         if not self.started:
             await self.error(exc)
             return
         if self.mode == "body":
             return
-        dialect = self.dialect
-        body = dialect.error_body(exc) if self.mode == "whitespace" else dialect.error_event(exc)
         with contextlib.suppress(Exception):  # the client may be gone too
-            await self.end(body)
+            if self.mode == "whitespace":
+                await self.write(self.dialect.error_body(exc))
+            else:
+                await self.end(self.dialect.error_event(exc))

@@ -133,7 +133,9 @@ async def _failed_after_pings(mode: BodyMode, dialect: Dialect | None = None) ->
     writer = ResponseWriter(send, [], dialect) if dialect else ResponseWriter(send, [])
     await writer.start(200, [], mode)
     await writer.fail(SwapFailed("boom"))
-    assert sent[-1]["more_body"] is False
+    # after whitespace the error object is left unended: the server cuts the connection, so
+    # no SDK takes the 200 for a whole (empty) answer; an event stream ends after its event
+    assert sent[-1]["more_body"] is (mode == "whitespace")
     body: bytes = sent[-1]["body"]
     return body
 
