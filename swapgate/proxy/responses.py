@@ -7,9 +7,11 @@ Responses event sequence (``ResponsesStream``, in swapgate/proxy/responses_strea
 dicts in, dicts out. docs/compatibility.md lists what is carried.
 
 swapgate keeps no responses: ``previous_response_id``, ``conversation`` and ``background`` are
-refused (send the whole conversation in ``input``), as are hosted tools (web search, file
-search, …) no engine can run. What has no counterpart in chat and does not change the question
-is dropped: the fields in ``DROPPED`` and ``reasoning`` items of earlier turns.
+refused (send the whole conversation in ``input``). What has no counterpart in chat is dropped:
+the fields in ``DROPPED`` (and any other field not carried), ``reasoning`` items of earlier
+turns, and tools no engine can run — hosted ones (``web_search``, ``file_search``, …) and
+``namespace`` groups (Codex's sub-agent tools): the engine is simply not offered them, as
+Codex offers web search to every model.
 """
 
 from __future__ import annotations
@@ -179,10 +181,10 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
     chat = []
     for i, tool in enumerate(tools):
         kind = _dict(tool).get("type")
-        if kind not in ("function", "custom") or not isinstance(tool.get("name"), str):
-            raise BadRequest(
-                f"tools[{i}]: a {kind!r} tool cannot run on this backend; send function tools"
-            )
+        if kind not in ("function", "custom"):
+            continue  # hosted or grouped tools: not offered to an engine that cannot run them
+        if not isinstance(tool.get("name"), str):
+            raise BadRequest(f"tools[{i}]: a {kind} tool needs a string 'name'")
         if kind == "custom":
             parameters = {"type": "object", "properties": {CUSTOM_INPUT: {"type": "string"}},
                           "required": [CUSTOM_INPUT]}  # fmt: skip

@@ -99,7 +99,7 @@ def test_a_json_schema_format_becomes_chats_response_format() -> None:
         ({"previous_response_id": "resp_1"}, "previous_response_id: swapgate keeps no responses"),
         ({"conversation": "conv_1"}, "conversation"),
         ({"background": True}, "background"),
-        ({"tools": [{"type": "web_search"}]}, "tools[0]: a 'web_search' tool cannot run"),
+        ({"tools": [{"type": "function"}]}, "tools[0]: a function tool needs a string 'name'"),
         ({"input": [{"type": "file_search_call", "id": "x"}]}, "input[0]: a 'file_search_call'"),
         ({"input": [{"type": "message", "role": "robot", "content": "x"}]}, "input[0].role"),
         ({"input": 3}, "input: send a string or a list"),
@@ -108,6 +108,18 @@ def test_a_json_schema_format_becomes_chats_response_format() -> None:
 def test_what_cannot_be_carried_is_a_400_that_says_what_to_send(request_fields, says) -> None:
     with pytest.raises(BadRequest, match=says.replace("[", r"\[").replace("]", r"\]")):
         to_chat({"model": "m", "input": "x", **request_fields})
+
+
+def test_tools_no_engine_can_run_are_not_offered_to_it() -> None:
+    shell = {"type": "function", "name": "shell", "parameters": {"type": "object"}}
+    agents = {"type": "namespace", "name": "multi_agent_v1", "tools": [shell]}
+    hosted = {"type": "web_search", "external_web_access": False}
+    chat = to_chat({"model": "m", "input": "x", "tools": [shell, agents, hosted],
+                    "tool_choice": "auto"})  # fmt: skip
+    assert [t["function"]["name"] for t in chat["tools"]] == ["shell"]
+    only_hosted = to_chat({"model": "m", "input": "x", "tools": [hosted], "tool_choice": "auto"})
+    assert "tools" not in only_hosted
+    assert "tool_choice" not in only_hosted
 
 
 def test_dropped_fields_do_not_reach_the_engine() -> None:
