@@ -39,6 +39,10 @@ http {{
   uwsgi_temp_path {root}/uwsgi;
   scgi_temp_path {root}/scgi;
   keepalive_requests 1000000;
+  # Request bodies stay in memory: one written to {root}/body fails with "Permission denied"
+  # when nginx runs as root with workers as nobody (coding clients send 40-100 KB prompts).
+  client_body_buffer_size 8m;
+  client_max_body_size 64m;
 {servers}
 }}
 """

@@ -166,12 +166,35 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+# Gemma's turns as a Jinja chat template: llama-server takes ``tools`` only with ``--jinja``,
+# and Gemma's GGUF carries no template of its own. llama.cpp adds the tool instructions itself.
+GEMMA_JINJA = """{{ bos_token }}{% for message in messages %}\
+{% set role = 'model' if message['role'] == 'assistant' else 'user' %}<start_of_turn>{{ role }}
+{% if message['content'] is string %}{{ message['content'] | trim }}\
+{% elif message['content'] %}{% for part in message['content'] %}\
+{% if part['type'] == 'text' %}{{ part['text'] | trim }}{% endif %}{% endfor %}{% endif %}\
+<end_of_turn>
+{% endfor %}{% if add_generation_prompt %}<start_of_turn>model
+{% endif %}"""
+
+
 @dataclass(frozen=True, slots=True)
 class LlamaServerEngine:
     """llama.cpp's ``llama-server`` binary and the GGUF it serves."""
 
     binary: Path
     gguf: Path
+
+    def with_tools(self, alias: str, port: int, ctx: int, max_tokens: int) -> list[str]:
+        """A server that takes ``tools`` (Jinja with Gemma's template), as coding clients send
+        them, and ends every answer after ``max_tokens`` (they ask for no limit)."""
+        template = self.binary.parent / "gemma-tools.jinja"
+        if not template.exists():
+            template.write_text(GEMMA_JINJA)
+        command = self.single(alias, port, ctx)
+        plain = command.index("--no-jinja")
+        del command[plain : plain + 3]  # --no-jinja --chat-template gemma
+        return [*command, "--jinja", "--chat-template-file", str(template), "-n", str(max_tokens)]
 
     def single(self, alias: str, port: str | int = "${PORT}", ctx: int = 2048) -> list[str]:
         """The command that serves the GGUF alone under ``alias`` (what llama-swap runs)."""
