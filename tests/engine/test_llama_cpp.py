@@ -199,13 +199,47 @@ def test_anthropic_messages_reach_the_engine_as_chat_and_come_back_as_messages(f
     assert message.usage.input_tokens > 5  # the engine's own count of the templated prompt
     assert "".join(texts).strip()
     assert streamed.stop_reason in ("end_turn", "max_tokens")
+    # llama-cpp-python sends no usage in a stream: never 0 input tokens (Claude Code's context
+    # accounting), swapgate's estimate instead
+    assert streamed.usage.input_tokens > 0
     # count_tokens is a one-token chat of the same prompt: the engine counts it the same
     assert counted.input_tokens == message.usage.input_tokens
 
 
-def test_an_endpoint_the_engine_lacks_answers_with_its_own_404(fleet) -> None:
+def test_responses_reach_the_engine_as_chat_and_come_back_as_responses(fleet) -> None:
+    """llama-cpp-python speaks no Responses API: the openai SDK's requests go to it translated,
+    streamed and not (Codex's path to a chat-only engine)."""
     gw, _ = fleet
-    body = {"model": "gemma-a", "input": "hello"}
-    answer = httpx.post(f"{gw.url}/v1/responses", json=body, headers=QUIET, timeout=60)
+    with openai.OpenAI(base_url=f"{gw.url}/v1", api_key="x", max_retries=0, timeout=60) as client:
+        raw = client.responses.with_raw_response.create(
+            model="gemma-a", input="Say hello to Paris.", max_output_tokens=8, extra_headers=QUIET
+        )
+        events = list(
+            client.responses.create(
+                model="gemma-b", input="Say hello to Paris.", max_output_tokens=8, stream=True
+            )
+        )
+    response = raw.parse()
+    assert raw.headers["x-swapgate-translated"] == "chat-completions"
+    assert response.model == "gemma-a"
+    assert response.status in ("completed", "incomplete")
+    assert response.output_text.strip()
+    assert response.usage is not None
+    assert response.usage.input_tokens > 5  # the engine's own count of the templated prompt
+    last = events[-1]
+    assert last.type in ("response.completed", "response.incomplete")
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    assert "".join(deltas).strip()
+    assert last.response.usage is not None
+    assert last.response.usage.input_tokens > 0  # the engine sent none: swapgate's estimate
+
+
+def test_without_the_translation_the_engine_answers_its_own_404(fleet) -> None:
+    """The same engine declared as speaking Responses itself: its 404 comes back, as before."""
+    _, servers = fleet
+    native = {**swap_on_request("llama-1", servers[0], list(MODELS)),
+              "protocols": ["openai", "responses"]}  # fmt: skip
+    with gateway({"instances": [native]}) as gw:
+        body = {"model": "gemma-a", "input": "hello"}
+        answer = httpx.post(f"{gw.url}/v1/responses", json=body, headers=QUIET, timeout=60)
     assert answer.status_code == 404  # llama-cpp-python serves no Responses API
-    assert answer.headers["x-swapgate-route"].startswith("instance/llama-")
