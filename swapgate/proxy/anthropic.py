@@ -332,12 +332,17 @@ def error_body(status: int, message: str) -> bytes:
 
 def error_from_chat(status: int, body: bytes) -> bytes:
     """An upstream's error body, OpenAI-shaped or not, as Anthropic's error for ``status``."""
+    return error_body(status, message_of(status, body))
+
+
+def message_of(status: int, body: bytes) -> str:
+    """What an upstream's error body says: its message, OpenAI-shaped or not, else the text."""
     text = body.decode("utf-8", errors="replace").strip()
     try:
         payload = json.loads(text)
     except (ValueError, RecursionError):
         payload = None
-    return error_body(status, _error_message(payload) or text or f"the backend answered {status}")
+    return _error_message(payload) or text or f"the backend answered {status}"
 
 
 def _error_message(payload: Any) -> str:

@@ -22,7 +22,7 @@ import uuid
 from typing import Any
 
 from swapgate.errors import BadRequest
-from swapgate.proxy.anthropic import _dict, _int, _list, _str
+from swapgate.proxy.anthropic import _dict, _int, _list, _str, message_of
 
 DROPPED = (
     "include", "metadata", "prompt_cache_key", "reasoning", "safety_identifier", "service_tier",
@@ -295,14 +295,6 @@ def new_id(prefix: str) -> str:
 
 def error_from_chat(status: int, body: bytes) -> bytes:
     """An upstream's error body as OpenAI's error object (what Responses answers too)."""
-    text = body.decode("utf-8", errors="replace").strip()
-    try:
-        payload = json.loads(text)
-    except (ValueError, RecursionError):
-        payload = None
-    error = _dict(_dict(payload).get("error"))
-    message = _str(error.get("message")) or _str(_dict(payload).get("error")) or text
-    body_out = {"error": {"message": message or f"the backend answered {status}",
-                          "type": _str(error.get("type")) or "upstream_error",
-                          "param": None, "code": error.get("code") or status}}  # fmt: skip
-    return json.dumps(body_out, separators=(",", ":")).encode()
+    error = {"message": message_of(status, body), "type": "upstream_error", "param": None,
+             "code": status}  # fmt: skip
+    return json.dumps({"error": error}, separators=(",", ":")).encode()
