@@ -1,4 +1,4 @@
-"""``GET /v1/models``, ``/healthz``, ``/readyz`` and the metrics endpoint."""
+"""``GET /`` (what this is), ``/v1/models``, ``/healthz``, ``/readyz`` and the metrics."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from swapgate import __version__
 from swapgate.metrics import Metrics
 from swapgate.runtime import Configured
 from swapgate.snapshot import Snapshot
@@ -38,6 +39,23 @@ class Served(Protocol):
 
 def public_routes(runtime: Served) -> APIRouter:
     router = APIRouter()
+
+    # Claude Code sends HEAD / before its first request: a 404 there reads as a wrong base URL.
+    @router.api_route("/", methods=["GET", "HEAD"])
+    async def root() -> dict[str, Any]:
+        metrics = runtime.configured.settings.metrics
+        return {
+            "name": "swapgate",
+            "version": __version__,
+            "what": "a model-swapping gateway: one OpenAI-compatible API in front of many "
+            "inference servers",
+            "api": "/v1 (chat/completions, completions, embeddings, responses, messages, "
+            "models, ...)",
+            "health": {"alive": "/healthz", "ready": "/readyz"},
+            "metrics": metrics.path if metrics.enabled else None,
+            "admin": "/admin (with the admin token)",
+            "docs": "README.md and docs/ in the swapgate source",
+        }
 
     @router.get("/v1/models")
     async def list_models(request: Request) -> dict[str, Any]:
