@@ -170,6 +170,8 @@ def _check_config(args: argparse.Namespace) -> int:
         return 1
     names = ", ".join(i.name for i in settings.instances)
     print(f"{args.path}: OK ({len(settings.instances)} instances: {names})")
+    for inst in settings.instances:
+        print(f"  {inst.name}: resident models limited by {inst.limited_by}")
     return 0
 
 

@@ -209,6 +209,23 @@ class InstanceConfig(_Section):
         """Whether the operator set ``capacity`` (else a backend's own limit may replace it)."""
         return "capacity" in self.model_fields_set
 
+    @property
+    def count_limit(self) -> int | None:
+        """How many models may be resident at once by count: ``capacity`` when set; none when
+        ``memory`` alone limits (it is set and ``capacity`` is not); else 1."""
+        if self.capacity_set or self.memory is None:
+            return self.capacity
+        return None
+
+    @property
+    def limited_by(self) -> str:
+        """Which limit applies, in words, for check-config and plan."""
+        count = self.count_limit
+        if self.memory is None:
+            return f"capacity {count}"
+        memory = f"memory {self.memory / 2**30:g} GiB"
+        return memory if count is None else f"capacity {count} and {memory}"
+
     @model_validator(mode="after")
     def _fits_its_kind(self) -> InstanceConfig:
         if self.kind == "process":

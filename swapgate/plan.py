@@ -59,7 +59,7 @@ def _instance(inst: InstanceConfig, found: dict[str, Size], settings: Settings) 
     together: list[str] = []  # the most models at once: the smallest first
     used = 0
     for model in sorted(fitting, key=lambda m: found[m].total):
-        if len(together) < inst.capacity and (
+        if (inst.count_limit is None or len(together) < inst.count_limit) and (
             inst.memory is None or used + found[model].total <= inst.memory
         ):
             together.append(model)
@@ -67,7 +67,8 @@ def _instance(inst: InstanceConfig, found: dict[str, Size], settings: Settings) 
     return {
         "name": inst.name,
         "memory": inst.memory,
-        "capacity": inst.capacity,
+        "capacity": inst.count_limit,
+        "limited_by": inst.limited_by,
         "fits_alone": fitting,
         "fits_at_once": together,
         "too_large": [m for m in served if m not in fitting],
@@ -115,11 +116,10 @@ def render(plan: Plan) -> str:
             human(size.kv_per_seq), str(size.max_seqs), human(size.kv), human(size.total),
         ))  # fmt: skip
     out = [table(rows), ""]
-    places = [("INSTANCE", "MEMORY", "FITS AT ONCE", "TOO LARGE")]
+    places = [("INSTANCE", "LIMITED BY", "FITS AT ONCE", "TOO LARGE")]
     for inst in plan.instances:
-        memory = human(inst["memory"]) if inst["memory"] else "no limit"
         places.append((
-            inst["name"], memory, " + ".join(inst["fits_at_once"]) or "-",
+            inst["name"], inst["limited_by"], " + ".join(inst["fits_at_once"]) or "-",
             ", ".join(inst["too_large"]) or "-",
         ))  # fmt: skip
     out.append(table(places))

@@ -22,6 +22,7 @@ from swapgate.snapshot import InstanceView, ModelView, Snapshot
 from swapgate.state import InstanceReport, WarmState
 
 REPLICA_TTL = 3.0  # a replica unheard this long has nothing in flight any more (SPEC §18)
+NO_COUNT_LIMIT = 1 << 30  # an instance whose memory alone limits what is resident
 
 
 @dataclass(slots=True)
@@ -68,9 +69,12 @@ class _Instance:
 
     @property
     def capacity(self) -> int:
-        if self.reported_capacity is None or self.config.capacity_set:
-            return self.config.capacity
-        return self.reported_capacity
+        """Models resident at once by count: the config's, else what the backend reports,
+        else none at all where memory alone limits (docs/memory.md)."""
+        if self.reported_capacity is not None and not self.config.capacity_set:
+            return self.reported_capacity
+        count = self.config.count_limit
+        return count if count is not None else NO_COUNT_LIMIT
 
     def slot(self, model: str) -> _Slot:
         return self.slots.setdefault(model, _Slot())

@@ -48,7 +48,8 @@ def to_chat(request: dict[str, Any]) -> dict[str, Any]:
     """An Anthropic Messages request body -> an OpenAI chat completions request body."""
     if not isinstance(request, dict):
         raise BadRequest("the body must be a JSON object")
-    chat: dict[str, Any] = {"model": request["model"]} if "model" in request else {}
+    model = request.get("model")  # a string, as parsed; the upstream's name replaces it
+    chat: dict[str, Any] = {"model": model} if isinstance(model, str) else {}
     chat["messages"] = _system(request.get("system")) + _messages(request.get("messages"))
     chat.update({name: request[name] for name in _PASSED if name in request})
     if "stop_sequences" in request:

@@ -50,7 +50,8 @@ def to_chat(request: dict[str, Any]) -> dict[str, Any]:
             raise BadRequest(f"{name}: {why}", param=name)
     if request.get("background") is True:
         raise BadRequest("background: this backend answers in the foreground only")
-    chat: dict[str, Any] = {"model": request["model"]} if "model" in request else {}
+    model = request.get("model")  # a string, as parsed; the upstream's name replaces it
+    chat: dict[str, Any] = {"model": model} if isinstance(model, str) else {}
     chat["messages"] = _instructions(request.get("instructions")) + _input(request.get("input"))
     chat.update({name: request[name] for name in _PASSED if name in request})
     if isinstance(request.get("max_output_tokens"), int):

@@ -7,12 +7,18 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from swapgate.errors import BadRequest
 from swapgate.proxy.responses import custom_tools, from_chat, to_chat
 from swapgate.proxy.responses_stream import ResponsesStream
+from tests.unit.test_anthropic_translation import BOUNDED, JSON
+
+FIELDS = ["model", "input", "instructions", "tools", "tool_choice", "text", "max_output_tokens",
+          "stream", "previous_response_id", "store", "reasoning"]  # fmt: skip
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 
@@ -252,3 +258,22 @@ def test_an_upstream_error_mid_stream_is_one_response_failed() -> None:
 def test_a_body_that_ends_without_done_still_completes() -> None:
     body = chat_stream({"choices": [{"delta": {"content": "a"}}]}, done=False)
     assert translated(body)[-1]["type"] == "response.completed"
+
+
+@BOUNDED
+@given(st.dictionaries(st.sampled_from(FIELDS), JSON) | JSON)
+def test_any_request_translates_to_json_or_is_a_bad_request(request: Any) -> None:
+    try:
+        chat = to_chat(request)
+    except BadRequest:
+        return
+    json.dumps(chat, allow_nan=False)
+
+
+@BOUNDED
+@given(JSON, st.binary(max_size=300))
+def test_any_answer_or_stream_translates(answer: Any, stream: bytes) -> None:
+    json.dumps(from_chat(answer, "m", frozenset({"x"})))
+    translator = ResponsesStream("m", frozenset(), 1)
+    translator.feed(stream)
+    translator.close()

@@ -293,3 +293,19 @@ def test_a_request_no_instance_can_take_is_refused_before_any_swap(
         with pytest.raises(NotFound, match="no instance of 'a' speaks /v1/x"):
             router.check_speaks("a", protocol, "/v1/x")
     speaking(protocols, relay="hosted").check_speaks("a", protocol, "/v1/x")  # the relay may
+
+
+async def test_memory_alone_limits_what_is_resident_when_capacity_is_unset() -> None:
+    """docs/memory.md's instance with `memory` and no `capacity`: two 10 GiB models share
+    24 GiB; a third that does not fit evicts one."""
+    w = world({
+        "instances": [{"name": "x", "url": "http://x", "models": ["a", "b", "c"],
+                       "memory": "24GiB"}],
+        "models": {m: {"memory": "10GiB"} for m in "abc"},
+        "routing": {"min_residency": 0},
+    })  # fmt: skip
+    w.warm("x")  # up, nothing loaded
+    for model in ("a", "b", "c"):
+        w.router.release(await w.router.acquire(model))
+    assert w.drivers["x"].calls == [("load", "a"), ("load", "b"), ("unload", "a"), ("load", "c")]
+    assert w.settings.instances[0].limited_by == "memory 24 GiB"
