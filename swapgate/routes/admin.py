@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from swapgate.config import ConfigError, Duration, Settings
 from swapgate.errors import BadRequest, Conflict, DriverError, PathNotFound, SwapgateError
 from swapgate.preload import PreloadResult
+from swapgate.registry import NO_COUNT_LIMIT
 from swapgate.runtime import Configured
 from swapgate.scheduler import describe_result
 from swapgate.snapshot import InstanceView, ModelView, Snapshot
@@ -188,7 +189,7 @@ def _describe_instance(inst: InstanceView, runtime: Operated, wall: _WallClock) 
         "url": conf.url,
         "up": inst.up,
         "drained": inst.drained,
-        "capacity": inst.capacity,
+        "capacity": inst.capacity if inst.capacity < NO_COUNT_LIMIT else None,  # null: memory
         "memory": inst.memory,  # bytes its models may take at once; null: no limit
         "memory_used": inst.used if inst.memory is not None else None,
         "model_sizes": runtime.registry.sizes(inst.name),  # estimate and learned, in bytes
