@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
+
+from swapgate.drivers.ledger import explicit_directory, state_root
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 PROGRESS_INTERVAL = 0.5
@@ -57,6 +61,35 @@ def _connection(parser: argparse.ArgumentParser) -> None:
                         help="the admin token (env SWAPGATE_ADMIN_TOKEN)")  # fmt: skip
 
 
+def demo_token_path() -> Path:
+    """Where a running demo keeps its admin token for the CLI (swapgate/demo.py)."""
+    # not .json: the process ledger sweeps those from the same directory
+    return (explicit_directory() or state_root()) / "demo-admin-token"
+
+
+def _demo_token(url: str) -> str | None:
+    """A running demo's own token (``make run``), when the CLI talks to that demo."""
+    try:
+        saved = json.loads(demo_token_path().read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(saved, dict) or saved.get("url") != url.rstrip("/"):
+        return None
+    token, pid = saved.get("token"), saved.get("pid")
+    return token if isinstance(token, str) and isinstance(pid, int) and _alive(pid) else None
+
+
+def _alive(pid: int) -> bool:
+    """Whether the demo that wrote a token still runs (a SIGTERMed one leaves its file)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class AdminClient:
     def __init__(self, url: str, token: str | None, timeout: float | None = 30.0) -> None:
         self.url = url.rstrip("/")
@@ -88,7 +121,7 @@ class AdminClient:
 
 
 def _run(args: argparse.Namespace, command: Any, timeout: float | None = 30.0) -> int:
-    client = AdminClient(args.url, args.token, timeout)
+    client = AdminClient(args.url, args.token or _demo_token(args.url), timeout)
     try:
         command(client, args)
     except AdminError as exc:

@@ -3,6 +3,9 @@ llama-server in router mode) for every instance of a config, and the gateway in 
 
 from __future__ import annotations
 
+import json
+import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -11,6 +14,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from swapgate.admin_cli import demo_token_path
 from swapgate.config import InstanceConfig, Settings
 from swapgate.processes import serving
 from swapgate.server import serve
@@ -30,6 +34,7 @@ def run_demo(
     server per instance: llama-cpp-python (``llama.cpp``) or a llama-server router
     (``llama-server``), each built once per machine (swapgate/engines.py)."""
     with ExitStack() as stack:
+        token = stack.enter_context(demo_admin_token(settings))
         for instance in settings.instances:
             if engine is None:
                 stack.enter_context(simulator(instance, load_time))
@@ -37,7 +42,7 @@ def run_demo(
                 stack.enter_context(llama_router(instance))
             else:
                 stack.enter_context(llama_cpp_server(instance))
-        print(_instructions(settings, load_time, engine), flush=True)
+        print(_instructions(settings, load_time, engine, token), flush=True)
         serve(settings, config_path=config_path)
     return 0
 
@@ -78,6 +83,26 @@ def llama_router(instance: InstanceConfig) -> Iterator[None]:
 
 
 @contextmanager
+def demo_admin_token(settings: Settings) -> Iterator[str]:
+    """The admin API on, for the demo: the operator's own token if its variable is set, else
+    one made for this run. It is written (0600) where ``swapgate status``, ``jobs`` and
+    ``preload`` look for a demo's token, so that they work in the demo with no flag; they
+    ignore it once the demo's process is gone."""
+    variable = settings.server.admin_token_env
+    token = os.environ.get(variable) or secrets.token_urlsafe(16)
+    os.environ[variable] = token  # the gateway below reads it as it starts
+    url = f"http://{settings.server.host}:{settings.server.port}"
+    path = demo_token_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.write_text(json.dumps({"url": url, "token": token, "pid": os.getpid()}))
+    try:
+        yield token
+    finally:
+        path.unlink(missing_ok=True)
+
+
+@contextmanager
 def simulator(instance: InstanceConfig, load_time: float) -> Iterator[None]:
     """Run ``swapgate sim`` where the instance's URL points, until the block ends."""
     address = urlsplit(instance.url)
@@ -94,7 +119,9 @@ def simulator(instance: InstanceConfig, load_time: float) -> Iterator[None]:
         yield
 
 
-def _instructions(settings: Settings, load_time: float, engine: str | None = None) -> str:
+def _instructions(
+    settings: Settings, load_time: float, engine: str | None = None, token: str = ""
+) -> str:
     base = f"http://{settings.server.host}:{settings.server.port}"
     models = sorted({m for i in settings.instances for m in i.models or ()})
     first = models[0] if models else "a"
@@ -128,6 +155,11 @@ swapgate demo: {what}.
 
   # swap durations and warm state
   curl -sS {base}/metrics | grep -E 'swapgate_(swap_duration_seconds_count|model_warm)'
+
+  # the admin API (token {token}): what is warm where, and a preload
+  swapgate status
+  swapgate preload {first}
+  curl -sS {base}/admin/state -H 'authorization: Bearer {token}'
 
 Ctrl-C stops the gateway and the simulators.
 """
