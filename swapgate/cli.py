@@ -172,7 +172,47 @@ def _check_config(args: argparse.Namespace) -> int:
     print(f"{args.path}: OK ({len(settings.instances)} instances: {names})")
     for inst in settings.instances:
         print(f"  {inst.name}: resident models limited by {inst.limited_by}")
+    for line in keepalive_advice(settings):
+        print(line)
     return 0
+
+
+# Read timeouts of the common fronts, in seconds (docs/operations.md); None: it has none.
+FRONT_TIMEOUTS = {
+    "nginx proxy_read_timeout": 60.0,
+    "AWS ALB idle timeout": 60.0,
+    "Cloudflare": 100.0,
+    "HAProxy timeout server": None,  # no default: whatever the config says
+    "Caddy": None,
+}
+
+
+def keepalive_advice(settings: Settings) -> list[str]:
+    """The rule for a proxy in front, and a warning for every keep-alive setting that breaks it
+    at a common front's default: each gap without a byte must stay under its read timeout."""
+    shortest = min(t for t in FRONT_TIMEOUTS.values() if t is not None)
+    fronts = ", ".join(
+        f"{name} {t:g}s" if t is not None else f"{name}: none by default"
+        for name, t in FRONT_TIMEOUTS.items()
+    )
+    lines = [f"  keep-alives: keep every gap without a byte well under the read timeout of any "
+             f"proxy in front ({fronts})"]  # fmt: skip
+    gaps = {"keepalive.early_headers_after": settings.keepalive.early_headers_after,
+            "keepalive.interval": settings.keepalive.interval}  # fmt: skip
+    for model, conf in settings.models.items():
+        own = conf.keepalive
+        for key in ("early_headers_after", "interval"):
+            value = getattr(own, key) if own is not None else None
+            if value is not None:
+                gaps[f"models.{model}.keepalive.{key}"] = value
+    for key, seconds in gaps.items():
+        if seconds >= shortest / 2:
+            lines.append(
+                f"warning: {key} {seconds:g}s is not well under the {shortest:g}s read timeout "
+                f"of nginx and AWS ALB by default: a request that waits behind one gets a cut "
+                f"200; keep it under {shortest / 4:g}s, or raise the front's timeout"
+            )
+    return lines
 
 
 def _plan(args: argparse.Namespace) -> int:

@@ -45,3 +45,24 @@ def test_serve_with_a_redis_url_that_is_not_one_says_so(
     err = capsys.readouterr().err
     assert "$SWAPGATE_REDIS_URL is not a Redis URL" in err
     assert "redis://host:6379/0" in err
+
+
+def test_check_config_gives_the_rule_for_a_proxy_in_front_and_warns_past_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "slow.yaml"
+    path.write_text(
+        "instances:\n  - {name: gpu-a, url: 'http://10.0.0.5:8000'}\n"
+        "keepalive: {interval: 90s}\n"
+        "models:\n  big: {keepalive: {early_headers_after: 45s}}\n"
+    )
+    assert main(["check-config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "nginx proxy_read_timeout 60s" in out
+    assert "Cloudflare 100s" in out
+    assert "warning: keepalive.interval 90s is not well under the 60s read timeout" in out
+    assert "warning: models.big.keepalive.early_headers_after 45s" in out
+    default = tmp_path / "default.yaml"
+    default.write_text("instances:\n  - {name: gpu-a, url: 'http://10.0.0.5:8000'}\n")
+    assert main(["check-config", str(default)]) == 0
+    assert "warning" not in capsys.readouterr().out  # 1 s and 5 s: well under every front
