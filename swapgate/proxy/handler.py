@@ -70,6 +70,9 @@ class Exchange:
     # A Messages request as chat completions, for an upstream that does not speak Messages
     translation: Translated | None = None
     want: Want | None = None  # its pool and wait budget (SPEC §17)
+    # Keep-alives committed the 200 before the upstream answered: its x-swapgate-wait-ms is
+    # the wait until then, and a stream tells the whole wait in a last comment.
+    committed_early: bool = False
 
 
 class ProxyEndpoint:
@@ -233,6 +236,7 @@ class ProxyEndpoint:
     ) -> None:
         """Pass the upstream's answer on: its status and headers if none went out yet, else
         (after keep-alives committed a 200) its body, or its failure in-band."""
+        ex.committed_early = writer.started
         if not writer.started:
             headers = self._response_headers(response, ex)
             events = response.is_event_stream
@@ -323,6 +327,9 @@ class ProxyEndpoint:
             await self._tell(ex, writer, exc)
             return
         response.release()
+        if ex.committed_early and writer.mode == "events":
+            # the header went out with the wait so far; an SSE comment, which parsers skip
+            last += b": swapgate waited %d ms\n\n" % round(ex.waited * 1000)
         await writer.end(last)
 
     async def _tell(self, ex: Exchange, writer: ResponseWriter, exc: SwapgateError) -> None:
