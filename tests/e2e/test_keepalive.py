@@ -75,7 +75,8 @@ def test_a_stream_waiting_for_a_swap_gets_early_headers_then_comments(fleet) -> 
     assert comments[0].startswith(": swapgate loading a on gpu-a, eta ")
     assert len(comments) >= 3, "one at commit, then one every interval of a 1.5 s swap"
     first_data = next(i for i, line in enumerate(lines) if line.startswith("data:"))
-    assert all(line.startswith("data:") for line in lines[first_data:]), "pings stop at data"
+    assert lines[-1].startswith(": swapgate waited ")  # the whole wait, after the engine's end
+    assert all(line.startswith("data:") for line in lines[first_data:-1]), "pings stop at data"
     payloads = [line.removeprefix("data: ") for line in response.data_lines()]
     assert payloads[-1] == "[DONE]"
     assert all(_is_json(p) for p in payloads[:-1])
@@ -100,8 +101,9 @@ def test_keepalives_go_on_until_the_engines_first_byte_not_just_its_headers() ->
     lines = [line for line in response.lines() if line]
     first_data = next(i for i, line in enumerate(lines) if line.startswith("data:"))
     assert lines[first_data - 1].startswith(": swapgate waiting for a on gpu-a")
-    assert all(line.startswith("data:") for line in lines[first_data:]), "pings stop at data"
-    assert lines[-1] == "data: [DONE]"
+    assert all(line.startswith("data:") for line in lines[first_data:-1]), "pings stop at data"
+    assert lines[-2:] == ["data: [DONE]", lines[-1]]
+    assert lines[-1].startswith(": swapgate waited ")
 
 
 def test_a_non_streaming_request_gets_newlines_then_the_json_body(fleet) -> None:

@@ -59,7 +59,8 @@ def test_through_swapgate_the_keepalives_then_the_engines_own_stream(fronts) -> 
     assert comments[0].startswith(": swapgate loading gemma-b on llama")
     first_data = next(i for i, line in enumerate(lines) if line.startswith("data:"))
     assert all(line.startswith(":") for line in lines[:first_data])
-    engine_lines = lines[first_data:]
+    assert lines[-1].startswith(": swapgate waited ")  # the whole wait, after the engine's end
+    engine_lines = lines[first_data:-1]
     assert engine_lines[-1] == "data: [DONE]"
     chunks = [json.loads(line.removeprefix("data: ")) for line in engine_lines[:-1]]
     assert all(c["object"] == "chat.completion.chunk" and c["model"] == "gemma-b" for c in chunks)
