@@ -77,6 +77,37 @@ def test_a_swap_that_fails_after_the_early_200_raises_in_the_sdk(failing, case) 
     assert isinstance(raised.value, openai.APIConnectionError | anthropic.APIConnectionError)
 
 
+STREAMS: dict[str, Callable[[openai.OpenAI, anthropic.Anthropic], Any]] = {
+    "openai chat": lambda o, _: list(
+        o.chat.completions.create(model="a", messages=HELLO, stream=True)  # type: ignore[arg-type]
+    ),
+    "openai completions": lambda o, _: list(
+        o.completions.create(model="a", prompt="hi", stream=True)
+    ),
+    "openai responses (translated)": lambda o, _: list(
+        o.responses.create(model="a", input="hi", stream=True)
+    ),
+    "anthropic messages (translated)": lambda _, a: list(
+        a.messages.create(model="a", max_tokens=8, messages=HELLO, stream=True)  # type: ignore[arg-type]
+    ),
+    "anthropic messages (native)": lambda _, a: list(
+        a.messages.create(model="c", max_tokens=8, messages=HELLO, stream=True)  # type: ignore[arg-type]
+    ),
+}
+
+
+@pytest.mark.parametrize("case", STREAMS)
+def test_a_stream_whose_swap_fails_after_the_early_200_raises_in_the_sdk(failing, case) -> None:
+    """Told in-band, in the endpoint's own dialect: each SDK raises its APIError."""
+    with (
+        openai.OpenAI(base_url=f"{failing.url}/v1", api_key="x", max_retries=0) as chat,
+        anthropic.Anthropic(base_url=failing.url, api_key="x", max_retries=0) as claude,
+        pytest.raises((openai.APIError, anthropic.APIError)) as raised,
+    ):
+        STREAMS[case](chat, claude)
+    assert not isinstance(raised.value, openai.APIConnectionError | anthropic.APIConnectionError)
+
+
 def _read_until_cut(answer: httpx.Response) -> bytes:
     received: list[bytes] = []
     with pytest.raises(httpx.RemoteProtocolError):  # the body never ends
