@@ -65,16 +65,22 @@ CASES: dict[str, Callable[[openai.OpenAI, anthropic.Anthropic], Any]] = {
 }
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_a_swap_that_fails_after_the_early_200_raises_in_the_sdk(failing, case) -> None:
+def _raised(gw: Gateway, call: Callable[[openai.OpenAI, anthropic.Anthropic], Any]) -> Exception:
+    """What ``call`` raises with each SDK pointed at ``gw`` (it must raise an API error)."""
     with (
-        openai.OpenAI(base_url=f"{failing.url}/v1", api_key="x", max_retries=0) as chat,
-        anthropic.Anthropic(base_url=failing.url, api_key="x", max_retries=0) as claude,
+        openai.OpenAI(base_url=f"{gw.url}/v1", api_key="x", max_retries=0) as chat,
+        anthropic.Anthropic(base_url=gw.url, api_key="x", max_retries=0) as claude,
         pytest.raises((openai.APIError, anthropic.APIError)) as raised,
     ):
-        CASES[case](chat, claude)
+        call(chat, claude)
+    return raised.value
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_swap_that_fails_after_the_early_200_raises_in_the_sdk(failing, case) -> None:
+    error = _raised(failing, CASES[case])
     # a connection error: the committed 200 was cut, so no SDK can take it for an answer
-    assert isinstance(raised.value, openai.APIConnectionError | anthropic.APIConnectionError)
+    assert isinstance(error, openai.APIConnectionError | anthropic.APIConnectionError)
 
 
 STREAMS: dict[str, Callable[[openai.OpenAI, anthropic.Anthropic], Any]] = {
@@ -99,13 +105,8 @@ STREAMS: dict[str, Callable[[openai.OpenAI, anthropic.Anthropic], Any]] = {
 @pytest.mark.parametrize("case", STREAMS)
 def test_a_stream_whose_swap_fails_after_the_early_200_raises_in_the_sdk(failing, case) -> None:
     """Told in-band, in the endpoint's own dialect: each SDK raises its APIError."""
-    with (
-        openai.OpenAI(base_url=f"{failing.url}/v1", api_key="x", max_retries=0) as chat,
-        anthropic.Anthropic(base_url=failing.url, api_key="x", max_retries=0) as claude,
-        pytest.raises((openai.APIError, anthropic.APIError)) as raised,
-    ):
-        STREAMS[case](chat, claude)
-    assert not isinstance(raised.value, openai.APIConnectionError | anthropic.APIConnectionError)
+    error = _raised(failing, STREAMS[case])
+    assert not isinstance(error, openai.APIConnectionError | anthropic.APIConnectionError)
 
 
 def _read_until_cut(answer: httpx.Response) -> bytes:
