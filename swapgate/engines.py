@@ -31,7 +31,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,17 +191,18 @@ class LlamaServerEngine:
         template = self.binary.parent / "gemma-tools.jinja"
         if not template.exists():
             template.write_text(GEMMA_JINJA)
-        command = self.single(alias, port, ctx)
-        plain = command.index("--no-jinja")
-        del command[plain : plain + 3]  # --no-jinja --chat-template gemma
-        return [*command, "--jinja", "--chat-template-file", str(template), "-n", str(max_tokens)]
+        chat = ("--jinja", "--chat-template-file", str(template), "-n", str(max_tokens))
+        return self.single(alias, port, ctx, chat)
 
-    def single(self, alias: str, port: str | int = "${PORT}", ctx: int = 2048) -> list[str]:
-        """The command that serves the GGUF alone under ``alias`` (what llama-swap runs)."""
+    def single(
+        self, alias: str, port: str | int = "${PORT}", ctx: int = 2048, chat: Sequence[str] = ()
+    ) -> list[str]:
+        """The command that serves the GGUF alone under ``alias`` (what llama-swap runs);
+        ``chat``: its chat-template flags, Gemma's built-in one without Jinja by default."""
+        chat = chat or ("--no-jinja", "--chat-template", CHAT_FORMAT)
         return [
             str(self.binary), "-m", str(self.gguf), "--alias", alias, "--host", "127.0.0.1",
-            "--port", str(port), "-c", str(ctx), "-t", "1", "-np", "1", "--no-jinja",
-            "--chat-template", CHAT_FORMAT, "--no-webui",
+            "--port", str(port), "-c", str(ctx), "-t", "1", "-np", "1", *chat, "--no-webui",
         ]  # fmt: skip
 
     def router(self, preset: Path, port: int, max_models: int, autoload: bool = False) -> list[str]:

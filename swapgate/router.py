@@ -123,8 +123,8 @@ class Router:
     def check_speaks(self, model: str, protocol: str, path: str) -> None:
         """Refuse at once, before any swap, a request none of ``model``'s instances can take:
         its API spoken natively, or chat completions to translate it to (``openai``)."""
-        if protocol == "openai" and self._all_speak_openai:
-            return  # the warm path: no snapshot for the common case
+        if self._all_speak_openai:
+            return  # every API translates to chat: nothing to refuse, and no snapshot
         if self._settings.model_settings(model).relay is not None:
             return  # the relay may speak it
         can = {protocol, "openai"} if protocol in TRANSLATED else {protocol}

@@ -46,6 +46,9 @@ class LimitReached(DriverError):
 
 class LlamaRouterDriver(Driver):
     proxy_query = PROXY_QUERY
+    # --models-max, read from GET /props once (and again after the router was unreachable)
+    _max_models: int | None = None
+    _max_read = False
 
     async def state(self) -> InstanceReport:
         entries = await self._models()
@@ -55,7 +58,9 @@ class LlamaRouterDriver(Driver):
             if state is not None:
                 running[model] = state
         available = frozenset(entries) if self._discover else None
-        return InstanceReport(running=running, available=available, capacity=await self._limit())
+        if not self._max_read:
+            self._max_models, self._max_read = await self._limit(), True
+        return InstanceReport(running=running, available=available, capacity=self._max_models)
 
     async def load(self, model: str) -> None:
         """Ask the router to start ``model``'s child and wait until it serves."""
@@ -116,7 +121,11 @@ class LlamaRouterDriver(Driver):
                         continue
 
     async def _models(self) -> dict[str, dict[str, Any]]:
-        body = await self._json("/models")
+        try:
+            body = await self._json("/models")
+        except DriverError:
+            self._max_read = False  # a router that comes back may run with other flags
+            raise
         try:
             return {str(m["id"]): dict(m.get("status") or {}) for m in body["data"]}
         except (KeyError, TypeError, ValueError) as exc:

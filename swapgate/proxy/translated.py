@@ -41,8 +41,6 @@ class Translated:
             self._chat = anthropic.count_request(payload)
         else:
             self._chat = anthropic.to_chat(payload)
-        # what a stream reports as its input tokens until (unless) the engine counts them
-        self._estimate = max(1, pools.prompt_tokens(self._chat))
         self._model = model  # the name the client asked for, which its answer carries
         self._stream: ChatStreamReader | None = None
         self._status = 0
@@ -58,10 +56,14 @@ class Translated:
         """Begin the answer: the upstream's ``headers`` less what the translation changes."""
         self._status = status
         streaming = event_stream and 200 <= status < 300
-        if streaming and self._responses:
-            self._stream = ResponsesStream(self._model, self._custom, self._estimate)
-        elif streaming:
-            self._stream = StreamTranslator(self._model, self._estimate)
+        if streaming:
+            # what the stream reports as its input tokens until (unless) the engine counts them
+            estimate = max(1, pools.prompt_tokens(self._chat))
+            self._stream = (
+                ResponsesStream(self._model, self._custom, estimate)
+                if self._responses
+                else StreamTranslator(self._model, estimate)
+            )
         kept = [(k, v) for k, v in headers if k.lower() not in (b"content-type", b"content-length")]
         kind = b"text/event-stream" if streaming else b"application/json"
         return [*kept, (b"content-type", kind), HEADER]
