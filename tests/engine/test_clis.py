@@ -11,6 +11,7 @@ from chat completions or passed to the engine's own Messages and Responses.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 from collections.abc import Iterator
@@ -136,6 +137,9 @@ def test_every_request_of_each_cli_is_answered_by_the_real_engine(
     endpoint = "messages" if client == "claude" else "responses"
     with gateway(config) as gw:
         done = (claude if client == "claude" else codex)(clis, gw.url, "gemma", tmp_path)
+        # a request is counted once its answer has gone out: the CLI may exit just before
+        with contextlib.suppress(TimeoutError):
+            wait_for(lambda: gw.metric("swapgate_requests_total", model="gemma") >= 1, timeout=5)
         answered = gw.metric("swapgate_requests_total", model="gemma", status="200")
         failed = gw.metric("swapgate_requests_total", model="gemma") - answered
         served = gw.metric("swapgate_endpoint_requests_total", endpoint=endpoint)
