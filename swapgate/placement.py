@@ -132,7 +132,11 @@ def _swap_target(
 ) -> Swap | None:
     """Where to swap ``model`` in: by expected time to its first byte, a copy asleep (its
     measured wake) before a cold one (its measured load) when that is sooner."""
-    idle = [i for i in candidates if i.swapping is None and i.reserved_for in (None, model)]
+    idle = [
+        i
+        for i in candidates
+        if i.swapping is None and not i.evicting and i.reserved_for in (None, model)
+    ]
     asleep = [i for i in idle if i.state_of(model) is WarmState.ASLEEP]
     cold = _target_among(model, [i for i in idle if i not in asleep], snap, policy)
     wake = _target_among(model, asleep, snap, policy, policy.wake)
@@ -265,6 +269,25 @@ def _evictable(
     if policy.eviction == "demand":  # kept while it is likely back soon and warm nowhere else
         return _chance(instance, name, snap, policy) < room.bar or _elsewhere(instance, name, snap)
     return m.last_used == 0 or snap.now - m.last_used >= policy.residency(instance.name, name)
+
+
+def overflow(instance: InstanceView, snap: Snapshot, policy: Policy) -> tuple[str, ...]:
+    """The warm models beyond ``instance``'s capacity, least wanted first: those to put back to
+    sleep where the engine keeps every copy awake until told (vLLM's servers start awake, come
+    back awake after a restart, and wake when anyone asks). Residency does not protect them
+    (the capacity is broken now); pinned and busy ones stay, and what stays over waits for
+    them to be done."""
+    excess = instance.resident - instance.capacity
+    if excess <= 0 or instance.swapping is not None:
+        return ()
+    idle = [
+        name
+        for name, m in instance.models.items()
+        if m.state is WarmState.WARM and m.pinned_until <= snap.now
+        and not (m.inflight or m.waiting)
+    ]  # fmt: skip
+    idle.sort(key=lambda name: _victim_cost(instance, name, snap, policy))
+    return tuple(idle[:excess])
 
 
 def _chance(instance: InstanceView, model: str, snap: Snapshot, policy: Policy) -> float:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Protocol
 
 from swapgate.errors import DriverError, DriverTimeout
@@ -42,11 +42,14 @@ class Poller:
         drivers: Mapping[str, Reports],
         metrics: Metrics,
         interval: float,
+        reconcile: Callable[[str], object] = lambda name: None,
     ) -> None:
         self._registry = registry
         self._drivers = drivers
         self._metrics = metrics
         self._interval = interval
+        # Told after each report applied: puts back what is awake beyond capacity (swaps.py).
+        self._reconcile = reconcile
         self._failures: dict[str, int] = {}  # failed polls in a row, per instance
 
     async def poll_all(self) -> None:
@@ -73,6 +76,7 @@ class Poller:
         self._registry.apply_report(name, report, generation)
         if not was_up:
             log.info("instance %s is up", name)
+        self._reconcile(name)
 
     def _failed(self, name: str, was_up: bool, exc: DriverError) -> None:
         self._metrics.upstream_errors.labels(name, "poll").inc()

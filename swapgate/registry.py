@@ -21,6 +21,8 @@ from swapgate.lease import Pulse
 from swapgate.snapshot import InstanceView, ModelView, Snapshot
 from swapgate.state import InstanceReport, WarmState
 
+# ``closing_until`` of a model being evicted: no new request goes to it until it is gone.
+LEAVING = float("inf")
 REPLICA_TTL = 3.0  # a replica unheard this long has nothing in flight any more (SPEC §18)
 NO_COUNT_LIMIT = 1 << 30  # an instance whose memory alone limits what is resident
 
@@ -59,6 +61,7 @@ class _Instance:
     inflight: int = 0
     swapping: str | None = None
     swap_done_by: float = 0.0
+    evicting: bool = False  # models leaving it (``leaving``): no swap may start meanwhile
     generation: int = 0
     reserved_for: str | None = None
     reserved_until: float = 0.0
@@ -100,6 +103,7 @@ class _Instance:
             backoff_until=self.backoff_until,
             reserved_for=self.reserved_for if self.reserved_until > now else None,
             memory=memory,
+            evicting=self.evicting,
             sizes={**estimates, **self.learned} if memory is not None else {},
         )
 
@@ -277,6 +281,28 @@ class Registry:
         inst.generation += 1
         inst.slot(model).set_state(to, self._clock())
 
+    def leaving(self, name: str, models: tuple[str, ...]) -> None:
+        """``models`` are being evicted from ``name``: no new requests for them go there (they
+        queue for the next swap) until the eviction ends (``stayed``)."""
+        if not models:
+            return
+        inst = self._instances[name]
+        inst.evicting = True
+        for model in models:
+            inst.slot(model).closing_until = LEAVING
+        self._notify()
+
+    def stayed(self, name: str) -> None:
+        """The evictions on ``name`` ended: a model still warm (its eviction failed) serves."""
+        inst = self._instances.get(name)
+        if inst is None:
+            return
+        inst.evicting = False
+        for slot in inst.slots.values():
+            if slot.closing_until == LEAVING:
+                slot.closing_until = 0.0
+        self._notify()
+
     def warmed(self, name: str, model: str) -> None:
         """``model`` is warm on ``name``: another replica's swap made it so."""
         inst = self._instances[name]
@@ -419,7 +445,8 @@ class Registry:
             return
         inst.reserved_for, inst.reserved_until = None, 0.0
         for slot in inst.slots.values():
-            slot.closing_until = 0.0
+            if slot.closing_until != LEAVING:
+                slot.closing_until = 0.0
         self._notify()
 
     # -- operators -----------------------------------------------------------------------------

@@ -166,7 +166,11 @@ class Runtime:
                 self.registry, self.coordinator, policy, settings.routing.swap_timeout
             ),
             poller=Poller(
-                self.registry, self.drivers, self.metrics, settings.routing.poll_interval
+                self.registry,
+                self.drivers,
+                self.metrics,
+                settings.routing.poll_interval,
+                lambda name: self.coordinator.reconcile(name, policy),
             ),
             auth=ClientAuth(_split_keys(secret(settings.server.api_keys_env))),
             admin_auth=AdminAuth(secret(settings.server.admin_token_env)),

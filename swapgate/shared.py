@@ -52,6 +52,7 @@ class Replicas(Protocol):
     async def publish(self, event: dict[str, Any]) -> bool: ...
     async def share(self, key: str, field: str, value: str | None) -> bool: ...
     async def shared(self, key: str) -> dict[str, str]: ...
+    async def leads(self) -> bool: ...
 
 
 class SharedSwaps(SwapCoordinator):
@@ -115,6 +116,10 @@ class SharedSwaps(SwapCoordinator):
         event = {"t": "done", "i": instance, "m": model, "ok": ok, "s": seconds, "b": backoff}
         await self.cluster.publish(event)
         await self.cluster.release(instance)
+
+    async def _may_trim(self) -> bool:
+        """One replica trims an instance over capacity: the one that runs scheduled preloads."""
+        return await self.cluster.leads()
 
     def _evicted(self, instance: str, model: str) -> None:
         super()._evicted(instance, model)

@@ -41,6 +41,7 @@ class InstanceView:
     reserved_for: str | None = None  # the starvation rule makes room here for this model only
     memory: int | None = None  # what its models may take at once (SPEC §16); None: no limit
     sizes: Mapping[str, int] = field(default_factory=dict)  # each model's, learned or estimated
+    evicting: bool = False  # models are leaving it (put to sleep beyond capacity): busy
 
     def state_of(self, model: str) -> WarmState:
         view = self.models.get(model)

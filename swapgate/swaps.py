@@ -20,6 +20,7 @@ from swapgate.catalog import Catalog
 from swapgate.drivers import Driver
 from swapgate.errors import DriverError
 from swapgate.metrics import Metrics
+from swapgate.placement import Policy, overflow
 from swapgate.registry import Registry
 from swapgate.state import WarmState
 from swapgate.timing import EXPECTED_SWAP
@@ -144,6 +145,24 @@ class SwapCoordinator:
         task.add_done_callback(lambda _: self._running.pop(instance, None))
         return True
 
+    def reconcile(self, instance: str, policy: Policy) -> bool:
+        """Put back to sleep what is awake on ``instance`` beyond its capacity, where the engine
+        keeps every copy awake until told (``Driver.trims_to_capacity``: vLLM's servers start
+        awake, and wake for anyone who asks). Runs in the instance's swap slot; False when
+        there is nothing to do, or a swap runs there (the next poll looks again)."""
+        driver = self._drivers.get(instance)
+        if driver is None or not driver.trims_to_capacity or instance in self._running:
+            return False
+        snap = self._registry.snapshot()
+        view = snap.instance(instance)
+        extra = overflow(view, snap, policy) if view.up else ()
+        if not extra:
+            return False
+        task = asyncio.create_task(self._trim(instance, extra), name=f"trim {instance}")
+        self._running[instance] = task
+        task.add_done_callback(lambda _: self._running.pop(instance, None))
+        return True
+
     def eta(self, instance: str, model: str) -> float:
         """Seconds a swap of ``model`` onto ``instance`` is expected to take."""
         return self.times.eta(instance, model)
@@ -200,11 +219,12 @@ class SwapCoordinator:
         started = time.monotonic()
         log.info("swap start: %s on %s (evicting %s)", model, instance, list(victims) or "none")
         warm = False
+        # No request goes to a victim any more: one sent to a vLLM server going to sleep
+        # would wait, unanswered, for its next wake.
+        self._registry.leaving(instance, victims)
         try:
             async with asyncio.timeout(self._swap_timeout):
-                for victim in victims:
-                    await driver.unload(self._catalog.upstream_name(instance, victim))
-                    self._evicted(instance, victim)
+                await self._evict(instance, victims, driver)
                 warm, wanted = await self._load(instance, model, driver)
         except (DriverError, TimeoutError) as exc:
             result = "timeout" if isinstance(exc, TimeoutError) else "failed"
@@ -214,7 +234,31 @@ class SwapCoordinator:
             raise
         else:
             result = "ok" if wanted else "abandoned"
+        finally:
+            self._registry.stayed(instance)
         return self._finish(instance, model, result, time.monotonic() - started, warm)
+
+    async def _evict(self, instance: str, models: tuple[str, ...], driver: Driver) -> None:
+        for model in models:
+            await driver.unload(self._catalog.upstream_name(instance, model))
+            self._evicted(instance, model)
+
+    async def _trim(self, instance: str, models: tuple[str, ...]) -> bool:
+        if not await self._may_trim():
+            return False
+        log.info("%s has %s awake beyond its capacity: putting %s to sleep", instance,
+                 ", ".join(models), "them" if len(models) > 1 else "it")  # fmt: skip
+        self._registry.leaving(instance, models)
+        try:
+            async with asyncio.timeout(self._swap_timeout):
+                await self._evict(instance, models, self._drivers[instance])
+        except (DriverError, TimeoutError) as exc:
+            log.warning("%s: putting %s to sleep failed: %s", instance, ", ".join(models),
+                        exc or "swap_timeout")  # fmt: skip
+            return False
+        finally:
+            self._registry.stayed(instance)
+        return True
 
     async def _load(self, instance: str, model: str, driver: Driver) -> tuple[bool, bool]:
         """Load ``model``: (warm, wanted). Unwanted once every request that waited for it went
@@ -253,6 +297,10 @@ class SwapCoordinator:
 
     async def _released(self, instance: str, model: str) -> None:
         """The swap ended (``_finish`` told the registry how)."""
+
+    async def _may_trim(self) -> bool:
+        """Whether this replica puts what is over capacity to sleep (alone: always)."""
+        return True
 
     def _evicted(self, instance: str, model: str) -> None:
         self._evicted_at[instance, model] = time.monotonic()

@@ -26,6 +26,10 @@ class Driver(ABC):
     cancels_loads = False
     # Query parameters added to every request proxied to the instance (a router's autoload=false)
     proxy_query = ""
+    # Whether swapgate puts what is awake beyond the instance's capacity back to sleep: the
+    # engine keeps every copy awake until told (vLLM); others evict by themselves, or only run
+    # what swapgate started.
+    trims_to_capacity = False
 
     def __init__(
         self,

@@ -64,6 +64,7 @@ class Backend:
         self.leaked: list[bytes] = []
         self._loading: dict[str, asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()
+        self.awake = asyncio.Event()  # flavour vllm: set while awake (sim/vllm.py)
         if config.flavor == "openai":  # fixed-model servers load everything at start
             self.resident = dict.fromkeys(config.models, "ready")
 
@@ -71,8 +72,11 @@ class Backend:
         return rate > 0 and self.dice.random() < rate
 
     async def ensure_loaded(self, model: str) -> None:
-        if self.config.flavor == "vllm" and self.resident.get(model) != "ready":
-            raise LoadFailed("the model is sleeping: POST /wake_up first")  # as vLLM refuses
+        if self.config.flavor == "vllm":
+            if not self.awake.is_set():  # as vLLM does: the request waits, silent, for a wake
+                self.counters["held_asleep"] += 1
+                await self.awake.wait()
+            return
         if self.resident.get(model) == "ready":
             self.resident[model] = self.resident.pop(model)  # most recently used last
             return
@@ -115,7 +119,7 @@ class Backend:
                 key: self.counters[key]
                 for key in (
                     "requests", "completed", "cancelled", "crashed", "hung", "active",
-                    "load_failures", "unloads", "sleeps", "wakes",
+                    "load_failures", "unloads", "sleeps", "wakes", "held_asleep", "wake_failures",
                 )
             },
         }  # fmt: skip

@@ -2,8 +2,11 @@
 
 ``POST /sleep?level=1`` keeps its weights in CPU RAM (a wake takes ``--wake-time``);
 ``level=2`` drops them (a wake takes ``--load-time``, a reload without a restart);
-``GET /is_sleeping`` says which. It starts awake, like vLLM, unless ``--asleep 1|2``. A request
-to a sleeping model is refused, as vLLM refuses it.
+``GET /is_sleeping`` says which. It starts awake, like vLLM, unless ``--asleep 1|2``. As a
+real vLLM server (docs/compatibility.md): a request to a sleeping model waits, silent, until a
+wake (counted as ``held_asleep``); ``/health`` and ``/v1/models`` answer while asleep; ``/sleep``
+and ``/wake_up`` answer JSON, and a sleep or a wake twice is no error. ``--fail-load-rate``
+makes wakes fail too (500).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class SleepMode:
         self._lock = asyncio.Lock()
         if not self.level:
             backend.resident = dict.fromkeys(config.models, "ready")
+            backend.awake.set()
 
     def routes(self) -> list[Route]:
         return [
@@ -51,9 +55,10 @@ class SleepMode:
             if not self.level:
                 self.level = int(level)
                 self.backend.resident.clear()
+                self.backend.awake.clear()
                 self.backend.counters["sleeps"] += 1
                 log.info("asleep (level %s)", level)
-        return Response(status_code=200)
+        return JSONResponse({"status": "sleeping", "level": self.level})
 
     async def wake_up(self, _: Request) -> Response:
         async with self._lock:
@@ -64,7 +69,11 @@ class SleepMode:
                 )
                 log.info("waking from level %d (%.1fs)", self.level, seconds)
                 await asyncio.sleep(seconds)
+                if self.backend.roll(config.fail_load_rate):
+                    self.backend.counters["wake_failures"] += 1
+                    return JSONResponse({"error": "simulated wake failure"}, status_code=500)
                 self.level = 0
                 self.backend.resident = dict.fromkeys(config.models, "ready")
+                self.backend.awake.set()
                 self.backend.counters["wakes"] += 1
-        return Response(status_code=200)
+        return JSONResponse({"status": "awake", "tags": None})

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.processes import gateway, instance, simulator
+from tests.e2e.processes import gateway, instance, simulator, wait_for
 
 pytestmark = pytest.mark.e2e
 TOKEN = "sleep-admin"
@@ -44,6 +44,7 @@ def test_two_servers_on_one_gpu_take_turns_by_waking_never_loading() -> None:
     assert (a_stats["sleeps"], a_stats["wakes"]) == (2, 1)
     assert (b_stats["sleeps"], b_stats["wakes"]) == (1, 2)
     assert a_stats["loads"] == b_stats["loads"] == {}, "no cold load"
+    assert a_stats["held_asleep"] == b_stats["held_asleep"] == 0, "none sent to a sleeper"
     wakes = re.search(r'swapgate_wake_duration_seconds_count\{instance="gpu",model="b",'
                       r'result="ok"\} (\S+)', metrics)  # fmt: skip
     assert wakes is not None
@@ -79,6 +80,50 @@ def test_a_request_goes_to_the_copy_asleep_rather_than_the_one_cold() -> None:
     assert 0.9 < waited < 5.0, f"about the 1 s wake, not the 10 s load: {waited:.1f}s"
     assert 'swapgate_requests_total{model="m",route="instance/sleepy",status="200"} 1.0' in route
     assert cold_loads == {}
+
+
+def test_what_is_awake_beyond_capacity_is_put_to_sleep_at_start_and_after_a_wake_by_hand() -> None:
+    with (
+        simulator("vllm", models=("a",), wake_time=0.1) as a,
+        simulator("vllm", models=("b",), wake_time=0.1) as b,
+    ):
+        config = {
+            "routing": {"poll_interval": "300ms", "min_residency": 0},
+            "instances": [{"name": "gpu", "kind": "vllm-sleep", "capacity": 1,
+                           "servers": {"a": a.url, "b": b.url}}],
+        }  # fmt: skip
+        with gateway(config, {"SWAPGATE_ADMIN_TOKEN": TOKEN}) as gw:
+            wait_for(lambda: sorted(_models(_state(gw.url)).values()) == ["asleep", "warm"])
+            assert chat(gw.url, "b").status_code == 200
+            asleep = "a"
+            assert _models(_state(gw.url)) == {"a": "asleep", "b": "warm"}
+            httpx.post(f"{a.url}/wake_up", timeout=5).raise_for_status()  # by hand
+            wait_for(lambda: a.stats()["sleeps"] == 2)
+            after = _models(_state(gw.url))
+    assert asleep == "a"
+    assert after == {"a": "asleep", "b": "warm"}, "the one woken by hand, less wanted, sleeps"
+
+
+@pytest.mark.parametrize("fault", ["fails", "hangs"])
+def test_a_wake_that_fails_or_hangs_is_a_failed_swap_with_backoff_and_an_answer(
+    fault: str,
+) -> None:
+    faults = {"fail_load_rate": 1.0, "wake_time": 0.1} if fault == "fails" else {"wake_time": 60}
+    with simulator("vllm", models=("m",), asleep=1, **faults) as sleepy:
+        config = {
+            "routing": {"poll_interval": "1h", "swap_timeout": "1s"},
+            "keepalive": {"early_headers_after": "30s"},
+            "instances": [{"name": "gpu", "kind": "vllm-sleep", "servers": {"m": sleepy.url}}],
+        }
+        with gateway(config, {"SWAPGATE_ADMIN_TOKEN": TOKEN}) as gw:
+            answer = chat(gw.url, "m")
+            state = _state(gw.url)
+            swaps = gw.metrics()
+    result = "failed" if fault == "fails" else "timeout"
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["error"]["code"] == "swap_failed", answer.text
+    assert f'swapgate_swaps_total{{instance="gpu",model="m",result="{result}"}} 1.0' in swaps
+    assert state["instances"][0]["backoff_until"] is not None
 
 
 def _state(url: str) -> dict[str, Any]:

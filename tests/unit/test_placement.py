@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from swapgate.demand import Arrivals
-from swapgate.placement import Join, Policy, Queue, Serve, Swap, Unavailable, place
+from swapgate.placement import Join, Policy, Queue, Serve, Swap, Unavailable, overflow, place
 from swapgate.snapshot import InstanceView, ModelView, Snapshot
 from swapgate.state import WarmState
 
@@ -489,3 +489,32 @@ def test_placement_goes_to_the_copy_ready_soonest(
 def test_a_cold_copy_wins_when_its_load_is_sooner_than_the_wake() -> None:
     slow_wake = replace(TIERS, wake=lambda i, m: 60.0)
     assert place("a", snap(I("x", {"a": asleep()}), I("cold")), slow_wake) == Swap("cold")
+
+
+# -- over capacity: what a vLLM instance finds awake beyond its places (started, woken by hand) ---
+
+
+@pytest.mark.parametrize(
+    ("instance", "extra"),
+    [
+        # both found awake at start (never used): the one listed first goes back to sleep
+        (I("x", {"a": warm(), "b": warm()}), ("a",)),
+        # the least recently used goes, residency or not (the capacity is broken now)
+        (I("x", {"a": warm(995), "b": warm(999)}), ("a",)),
+        (I("x", {"a": warm(999), "b": warm(995)}), ("b",)),
+        # pinned and busy ones stay; what is over waits for them
+        (I("x", {"a": warm(pinned_until=2000), "b": warm(999)}), ("b",)),
+        (I("x", {"a": warm(inflight=1), "b": warm(inflight=2)}), ()),
+        (I("x", {"a": model(waiting=1), "b": warm(999)}), ("b",)),
+        # two places: three awake is one too many; asleep ones take none
+        (I("x", {"a": warm(1), "b": warm(2), "c": warm(3)}, capacity=2), ("a",)),
+        (I("x", {"a": warm(), "b": asleep()}), ()),
+        # a swap running there decides for itself
+        (I("x", {"a": warm(), "b": warm()}, swapping="c"), ()),
+    ],
+)  # fmt: skip
+def test_what_is_awake_beyond_capacity_goes_back_to_sleep_least_wanted_first(
+    instance: I, extra: tuple[str, ...]
+) -> None:
+    view = snap(instance)
+    assert overflow(view.instances[0], view, POLICY) == extra

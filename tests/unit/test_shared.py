@@ -18,9 +18,11 @@ from swapgate.catalog import Catalog
 from swapgate.cluster import Holder
 from swapgate.config import parse_config
 from swapgate.metrics import Metrics
+from swapgate.placement import Policy
 from swapgate.registry import REPLICA_TTL, Registry
 from swapgate.scheduler import PreloadScheduler
 from swapgate.shared import SharedSwaps
+from swapgate.state import InstanceReport, WarmState
 from swapgate.swaps import SwapTimes
 from tests.unit.fakes import FakeDriver
 
@@ -37,6 +39,7 @@ class FakeReplicas:
         self.stored: dict[str, dict[str, str]] = {"pins": {}, "drains": {}}
         self.released: list[str] = []
         self.down = False
+        self.leading = True
 
     async def start(self) -> None: ...
     async def aclose(self) -> None: ...
@@ -67,6 +70,9 @@ class FakeReplicas:
 
     async def shared(self, key: str) -> dict[str, str]:
         return dict(self.stored[key])
+
+    async def leads(self) -> bool:
+        return self.leading
 
 
 def replica(delay: float = 0.02) -> tuple[SharedSwaps, Registry, FakeReplicas, FakeDriver]:
@@ -229,3 +235,17 @@ async def test_a_drain_set_while_redis_is_down_is_told_once_it_answers() -> None
     assert fake.stored["drains"] == {"gpu-1": "1"}
     assert fake.published == [{"t": "drain", "i": "gpu-1", "on": True}]
     assert registry.snapshot().instance("gpu-1").drained, "and read back as it stands"
+
+
+@pytest.mark.parametrize("leading", [True, False])
+async def test_only_the_leading_replica_puts_what_is_over_capacity_to_sleep(leading: bool) -> None:
+    swaps, registry, fake, driver = replica()
+    driver.trims_to_capacity = True
+    fake.leading = leading
+    registry.apply_report("gpu-1", InstanceReport({"x": WarmState.WARM, "y": WarmState.WARM},
+                                                  None), 0)  # fmt: skip
+    assert swaps.reconcile("gpu-1", Policy(min_residency=0.0))
+    await swaps.wait("gpu-1")
+    assert driver.calls == ([("unload", "x")] if leading else [])
+    evictions = [e for e in fake.published if e["t"] == "evict"]
+    assert len(evictions) == (1 if leading else 0), "the others learn of it"

@@ -4,11 +4,15 @@ import asyncio
 
 from swapgate.catalog import Catalog
 from swapgate.config import parse_config
+from swapgate.errors import DriverError
 from swapgate.metrics import Metrics
+from swapgate.placement import Policy, Queue, Serve, place
 from swapgate.registry import Registry
 from swapgate.state import InstanceReport, WarmState
 from swapgate.swaps import SwapCoordinator, SwapTimes
 from tests.unit.fakes import FakeDriver
+
+POLICY = Policy(min_residency=0.0)
 
 
 def setup(
@@ -123,3 +127,59 @@ async def test_waiters_on_a_swap_protect_its_model_until_they_are_served() -> No
     router.release(lease)
     assert place("b", registry.snapshot(), policy) == Swap("x", ("a",))
     assert isinstance(place("a", registry.snapshot(), policy), Serve)
+
+
+class SleepingDriver(FakeDriver):
+    """vLLM's sleep mode as the coordinator sees it: evicted models sleep, and what is awake
+    beyond the capacity is the coordinator's to put back to sleep; a sleep takes a moment."""
+
+    evicts_to = WarmState.ASLEEP
+    trims_to_capacity = True
+
+    async def unload(self, model: str) -> None:
+        await super().unload(model)
+        await asyncio.sleep(0.05)
+        if self.fail:
+            raise DriverError("no answer")
+
+
+def awake_both(driver: FakeDriver) -> tuple[SwapCoordinator, Registry, Metrics]:
+    coordinator, registry, metrics = setup(driver)
+    both = {"a:7b": WarmState.WARM, "b": WarmState.WARM}
+    registry.apply_report("x", InstanceReport(both, frozenset(both)), 0)
+    registry.begin_request("x", "b")  # b served a request since: a is the less wanted
+    registry.end_request("x", "b")
+    return coordinator, registry, metrics
+
+
+async def test_what_is_awake_beyond_capacity_is_put_to_sleep_and_takes_no_request_meanwhile() -> (
+    None
+):
+    driver = SleepingDriver()
+    coordinator, registry, _ = awake_both(driver)
+    assert coordinator.reconcile("x", POLICY) is True
+    assert coordinator.reconcile("x", POLICY) is False, "one at a time, in the swap slot"
+    await asyncio.sleep(0.01)
+    assert place("a", registry.snapshot(), POLICY) == Queue("x"), "a is leaving: not served"
+    await coordinator.wait("x")
+    view = registry.snapshot().instance("x")
+    assert driver.calls == [("unload", "a:7b")]
+    assert (view.state_of("a"), view.state_of("b")) == (WarmState.ASLEEP, WarmState.WARM)
+    assert coordinator.reconcile("x", POLICY) is False, "within capacity: nothing to do"
+
+
+async def test_a_sleep_that_fails_leaves_the_model_serving_and_the_next_poll_tries_again() -> None:
+    driver = SleepingDriver(fail=True)
+    coordinator, registry, _ = awake_both(driver)
+    assert coordinator.reconcile("x", POLICY) is True
+    await coordinator.wait("x")
+    view = registry.snapshot().instance("x")
+    assert view.state_of("a") is WarmState.WARM
+    assert not view.models["a"].closing, "serving again"
+    assert place("a", registry.snapshot(), POLICY) == Serve("x")
+    assert coordinator.reconcile("x", POLICY) is True
+
+
+async def test_engines_that_evict_by_themselves_are_never_trimmed() -> None:
+    coordinator, _, _ = awake_both(FakeDriver())
+    assert coordinator.reconcile("x", POLICY) is False

@@ -1,0 +1,280 @@
+"""The real vLLM (its CPU build, serving a tiny Llama made on the machine; swapgate/engines.py)
+behind ``kind: vllm-sleep`` and ``kind: process``.
+
+What the real server does that matters here (docs/compatibility.md): it starts awake; asleep, it
+holds a chat request silently until a wake rather than refusing it, while ``/health`` and
+``/v1/models`` still answer; a sleep or a wake twice is no error. Every server is a real
+``vllm serve`` (three processes: API server, engine core, worker), started by the test or by
+swapgate, and stopped by whoever started it.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from swapgate.engines import VllmEngine, ensure_vllm
+from tests.e2e.processes import Gateway, free_port, gateway, start, stop, wait_for
+from tests.e2e.wire import post
+from tests.engine.recorder import Event, Recorder, recording
+
+pytestmark = pytest.mark.e2e
+TOKEN = "vllm-admin"
+ENV = {"TEST_ADMIN_TOKEN": TOKEN}
+STARTUP = 240.0  # ~30 s alone, more than twice that with two starting on a busy machine
+CHAT = "/v1/chat/completions"
+HELLO = [{"role": "user", "content": "Hello there"}]
+
+
+@dataclass
+class VllmServer:
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def sleeping(self) -> bool:
+        answer = httpx.get(f"{self.url}/is_sleeping", timeout=10).raise_for_status()
+        return bool(answer.json()["is_sleeping"])
+
+
+@pytest.fixture(scope="module")
+def engine() -> VllmEngine:
+    return ensure_vllm()
+
+
+@contextmanager
+def vllm_servers(engine: VllmEngine, root: Path, names: tuple[str, ...]) -> Iterator[
+        dict[str, VllmServer]]:  # fmt: skip
+    """A ``vllm serve`` per name, started together (each alone takes ~30 s)."""
+    servers: dict[str, VllmServer] = {}
+    try:
+        for name in names:
+            port = free_port()
+            log = root / f"vllm-{name}.log"
+            process = start(engine.serve(name, port), engine.env(), log=log)
+            servers[name] = VllmServer(f"http://127.0.0.1:{port}", process, log)
+        for server in servers.values():
+            _until_healthy(server)
+        yield servers
+    finally:
+        for server in servers.values():
+            stop(server.process, timeout=20)
+
+
+def _until_healthy(server: VllmServer) -> None:
+    deadline = time.monotonic() + STARTUP
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"vllm serve exited: {server.log.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    said = server.log.read_text()[-3000:]
+    raise TimeoutError(f"vllm serve did not start in {STARTUP:g}s: {said}")
+
+
+def chat(gw: Gateway, model: str, max_tokens: int = 4) -> httpx.Response:
+    body = {"model": model, "messages": HELLO, "max_tokens": max_tokens}
+    return httpx.post(f"{gw.url}{CHAT}", json=body, timeout=120)
+
+
+def admin_state(gw: Gateway) -> dict[str, Any]:
+    with gw.admin(TOKEN) as admin:
+        answer: dict[str, Any] = admin.get("/admin/state").raise_for_status().json()
+    return answer
+
+
+def state(gw: Gateway) -> dict[str, Any]:
+    instance: dict[str, Any] = admin_state(gw)["instances"][0]
+    return instance
+
+
+def awake(servers: dict[str, VllmServer]) -> set[str]:
+    """The servers that say they are awake, asked directly."""
+    return {name for name, server in servers.items() if not server.sleeping()}
+
+
+def sent_asleep(recorder: Recorder) -> list[Event]:
+    """The chat requests that reached the server while it slept: after a sleep answered and
+    before the next wake answered (a real vLLM would hold them, silent)."""
+    asleep, wrong = False, []
+    for event in recorder.seen():
+        if event.what == "answered" and event.status == 200 and event.method == "POST":
+            if event.path.startswith("/sleep"):
+                asleep = True
+            elif event.path.startswith("/wake_up"):
+                asleep = False
+        elif event.what == "arrived" and event.path == CHAT and asleep:
+            wrong.append(event)
+    return wrong
+
+
+def both_awake(recorders: dict[str, Recorder]) -> list[tuple[float, set[str]]]:
+    """The moments two servers could have been awake at once, from what swapgate asked: a wake
+    counts from when it was asked, a sleep from when it answered. Both start awake, so the
+    count starts at the first sleep."""
+    events = sorted((e.at, name, e) for name, r in recorders.items() for e in r.seen())
+    up, started, overlaps = set(recorders), False, []
+    for at, name, event in events:
+        if event.method != "POST":
+            continue
+        if event.path.startswith("/wake_up") and event.what == "arrived":
+            up.add(name)
+        elif event.path.startswith("/sleep") and event.what == "answered" and event.status == 200:
+            up.discard(name)
+            started = True
+        if started and len(up) > 1:
+            overlaps.append((at, set(up)))
+    return overlaps
+
+
+def test_two_real_servers_on_one_place_take_turns_asleep_and_none_is_sent_a_request_asleep(
+    engine: VllmEngine, tmp_path: Path
+) -> None:
+    with ExitStack() as stack:
+        servers = stack.enter_context(vllm_servers(engine, tmp_path, ("a", "b")))
+        recorders = {n: stack.enter_context(recording(s.url)) for n, s in servers.items()}
+        config = {
+            "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
+            "routing": {"poll_interval": "1s", "min_residency": 0, "swap_timeout": "30s"},
+            "instances": [{"name": "gpu", "kind": "vllm-sleep", "capacity": 1,
+                           "servers": {n: r.url for n, r in recorders.items()}}],
+        }  # fmt: skip
+        gw = stack.enter_context(gateway(config, ENV))
+
+        # Both start awake, as vllm serve does: swapgate puts one to sleep at once.
+        wait_for(lambda: len(awake(servers)) == 1, timeout=15)
+        models = state(gw)["models"]
+        assert sorted(m["state"] for m in models.values()) == ["asleep", "warm"], models
+
+        for model in ("a", "b", "a", "b", "b", "a"):
+            answer = chat(gw, model)
+            assert answer.status_code == 200, answer.text
+            body = answer.json()
+            assert body["model"] == model
+            assert body["usage"]["completion_tokens"] == 4, "vLLM generated what was asked"
+            assert body["choices"][0]["message"]["content"], "real tokens, decoded"
+            assert awake(servers) == {model}, f"after {model}: only {model} is awake"
+        stream = post(gw.url, CHAT, {"model": "b", "messages": HELLO, "max_tokens": 4,
+                                     "stream": True})  # fmt: skip
+        assert stream.status == 200
+        assert "data: [DONE]" in stream.lines(), stream.body[-300:]
+
+        # A wake by hand (an operator, a script): back to sleep with the next poll, the one
+        # less wanted (a, used before b).
+        assert servers["a"].sleeping()
+        httpx.post(f"{servers['a'].url}/wake_up", timeout=10).raise_for_status()
+        assert awake(servers) == {"a", "b"}
+        wait_for(lambda: awake(servers) == {"b"}, timeout=10)
+        view = state(gw)["models"]
+        assert (view["a"]["state"], view["b"]["state"]) == ("asleep", "warm"), view
+        eta = admin_state(gw)["models"]["a"]["eta_seconds"]["gpu"]
+        assert 0 < eta < 5, "the ETA of a wake, measured"
+        metrics = gw.metrics()
+
+        # A wake that fails (its server is gone): a failed swap, with backoff, and an answer.
+        stop(servers["a"].process, timeout=20)
+        failed = chat(gw, "a")
+        after = state(gw)
+        failures = gw.metric("swapgate_swaps_total", instance="gpu", model="a", result="failed")
+
+    for name, recorder in recorders.items():
+        assert sent_asleep(recorder) == [], f"{name} was sent a request while asleep"
+    assert both_awake(recorders) == [], "a wake was asked before the other server slept"
+    wakes = _wake_times(metrics)
+    assert min(wakes.get("a", 0), wakes.get("b", 0)) >= 2, wakes
+    print(f"\nreal vLLM wakes through swapgate: {_wake_seconds(metrics)}")
+    assert failed.status_code == 503, failed.text
+    assert failures == 1
+    assert after["backoff_until"] is not None
+
+
+def _wake_times(metrics: str) -> dict[str, float]:
+    found = re.findall(r'swapgate_wake_duration_seconds_count\{instance="gpu",model="(\w+)",'
+                       r'result="ok"\} (\S+)', metrics)  # fmt: skip
+    return {model: float(count) for model, count in found}
+
+
+def _wake_seconds(metrics: str) -> dict[str, float]:
+    sums = re.findall(r'swapgate_wake_duration_seconds_sum\{instance="gpu",model="(\w+)",'
+                      r'result="ok"\} (\S+)', metrics)  # fmt: skip
+    counts = _wake_times(metrics)
+    return {model: round(float(total) / counts[model], 3) for model, total in sums}
+
+
+def group(pid: int) -> list[psutil.Process]:
+    leader = psutil.Process(pid)
+    return [leader, *leader.children(recursive=True)]
+
+
+def gone(pids: list[int]) -> bool:
+    return not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
+                   for p in pids)  # fmt: skip
+
+
+def test_vllm_serve_as_a_process_a_real_cold_start_a_recycle_and_nothing_left_after_sigkill(
+    engine: VllmEngine,
+) -> None:
+    command = {"cmd": " ".join(engine.serve("tiny")), "ready": "/health", "env": engine.env(),
+               "stop_timeout": "20s", "recycle_rss": "1GiB"}  # fmt: skip
+    config: dict[str, Any] = {
+        "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
+        "routing": {"poll_interval": "1s", "min_residency": 0, "swap_timeout": "240s"},
+        "keepalive": {"early_headers_after": "1s", "interval": "2s"},
+        "instances": [{"name": "node", "kind": "process", "capacity": 1,
+                       "start_port": free_port(), "commands": {"tiny": command}}],
+    }  # fmt: skip
+    with gateway(config, ENV) as gw:
+        started = time.monotonic()
+        cold = post(gw.url, CHAT, {"model": "tiny", "messages": HELLO, "max_tokens": 4,
+                                   "stream": True}, timeout=STARTUP)  # fmt: skip
+        took = time.monotonic() - started
+        first = group(state(gw)["processes"]["tiny"]["pid"])
+        # Its group (~2.9 GB across three processes) is above recycle_rss: once idle it is
+        # restarted. The restart takes the config of the moment: without the limit, once.
+        wait_for(lambda: state(gw)["models"]["tiny"]["state"] == "loading", timeout=20)
+        del command["recycle_rss"]
+        gw.rewrite_config(config)
+        with gw.admin(TOKEN) as admin:
+            admin.post("/admin/reload").raise_for_status()
+        wait_for(lambda: state(gw)["models"]["tiny"]["state"] == "warm", timeout=STARTUP)
+        again = chat(gw, "tiny")
+        second = group(state(gw)["processes"]["tiny"]["pid"])
+        metrics = gw.metrics()
+        gw.process.send_signal(signal.SIGKILL)
+        gw.process.wait(timeout=15)
+        wait_for(lambda: gone([p.pid for p in second]), timeout=30, interval=0.5)
+
+    assert cold.status == 200
+    assert cold.first_byte_after < 5, "early headers while vLLM starts"
+    comments = [line for line in cold.lines() if line.startswith(": swapgate")]
+    assert comments[0].startswith(": swapgate loading tiny on node"), comments
+    assert len(comments) >= took / 2 / 2, f"keep-alives every 2 s of a {took:.0f} s start"
+    assert "data: [DONE]" in cold.lines()
+    assert len(first) >= 3, [p.name() for p in first]
+    assert gone([p.pid for p in first]), "the recycle stopped all of the first group"
+    assert again.status_code == 200, again.text
+    assert metric_value(metrics, "swapgate_process_recycles_total") == 1
+    starts = metric_value(metrics, "swapgate_swap_duration_seconds_sum")
+    print(f"\nreal vLLM cold start through swapgate: {starts:.1f}s (request waited {took:.1f}s)")
+    assert 5 < starts < took + 1
+
+
+def metric_value(text: str, name: str) -> float:
+    match = re.search(rf"^{name}\{{[^}}]*\}} (\S+)$", text, re.M)
+    assert match is not None, f"{name} not in the metrics"
+    return float(match[1])
