@@ -34,9 +34,10 @@ PYTEST_WORKERS ?= 3
 pytest: $(STAMP) system-packages engine
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
 
-# The real engines the tests run with Gemma-3-270M, llama-cpp-python and llama.cpp's llama-server:
-# built once per machine into ~/.cache/swapgate (or $$SWAPGATE_ENGINE_CACHE), outside .venv;
-# ~5.5 + ~6 min the first time on 2 cores, about a second once cached.
+# The real engines the tests run: llama-cpp-python and llama.cpp's llama-server with
+# Gemma-3-270M, vLLM's CPU build with a tiny Llama made offline, and the coding clients; built
+# once per machine into ~/.cache/swapgate (or $$SWAPGATE_ENGINE_CACHE), outside .venv;
+# ~5.5 + ~7 + ~2 min the first time on 2 cores, about a second once cached.
 engine: $(STAMP)
 	$(BIN)/python -m swapgate.engines
 

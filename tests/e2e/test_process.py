@@ -1,7 +1,7 @@
 """``kind: process`` (issue 17): swapgate starts and stops a server per model itself.
 
-The simulator is the command here (fast); tests/engine/test_process_engine.py runs the real
-engine the same way.
+The simulator is the command here (fast); tests/engine/test_llama_server.py and test_vllm.py run
+real engines the same way.
 """
 
 from __future__ import annotations

@@ -29,6 +29,9 @@ class Event:
 class Recorder:
     url: str  # where to send requests instead of the server
     upstream: str
+    # Answers to paths starting with these keys leave this much later (a wake as slow as a
+    # GPU's: the CPU build's takes milliseconds, too quick to tell who waited for it).
+    slow: dict[str, float] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -67,6 +70,7 @@ def _handler(recorder: Recorder) -> type[BaseHTTPRequestHandler]:
                 status, data, answered = 502, str(exc).encode(), []
             finally:
                 connection.close()
+            time.sleep(next((t for p, t in recorder.slow.items() if self.path.startswith(p)), 0))
             recorder.add(Event(time.monotonic(), "answered", self.command, self.path, status))
             self.send_response(status)
             for name, value in answered:
@@ -83,9 +87,9 @@ def _handler(recorder: Recorder) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def recording(upstream: str) -> Iterator[Recorder]:
+def recording(upstream: str, slow: dict[str, float] | None = None) -> Iterator[Recorder]:
     """A recorder in front of ``upstream``, on a free loopback port, while the block runs."""
-    recorder = Recorder("", upstream)
+    recorder = Recorder("", upstream, slow or {})
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(recorder))
     server.daemon_threads = True
     recorder.url = f"http://127.0.0.1:{server.server_address[1]}"

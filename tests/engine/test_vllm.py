@@ -147,7 +147,8 @@ def test_two_real_servers_on_one_place_take_turns_asleep_and_none_is_sent_a_requ
 ) -> None:
     with ExitStack() as stack:
         servers = stack.enter_context(vllm_servers(engine, tmp_path, ("a", "b")))
-        recorders = {n: stack.enter_context(recording(s.url)) for n, s in servers.items()}
+        slow = {"/wake_up": 0.5}  # as on a GPU: any request sent before it answers is seen
+        recorders = {n: stack.enter_context(recording(s.url, slow)) for n, s in servers.items()}
         config = {
             "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
             "routing": {"poll_interval": "1s", "min_residency": 0, "swap_timeout": "30s"},
@@ -243,6 +244,7 @@ def test_vllm_serve_as_a_process_a_real_cold_start_a_recycle_and_nothing_left_af
         cold = post(gw.url, CHAT, {"model": "tiny", "messages": HELLO, "max_tokens": 4,
                                    "stream": True}, timeout=STARTUP)  # fmt: skip
         took = time.monotonic() - started
+        eta = admin_state(gw)["models"]["tiny"]["eta_seconds"]["node"]
         first = group(state(gw)["processes"]["tiny"]["pid"])
         # Its group (~2.9 GB across three processes) is above recycle_rss: once idle it is
         # restarted. The restart takes the config of the moment: without the limit, once.
@@ -272,6 +274,7 @@ def test_vllm_serve_as_a_process_a_real_cold_start_a_recycle_and_nothing_left_af
     starts = metric_value(metrics, "swapgate_swap_duration_seconds_sum")
     print(f"\nreal vLLM cold start through swapgate: {starts:.1f}s (request waited {took:.1f}s)")
     assert 5 < starts < took + 1
+    assert eta == pytest.approx(starts, rel=0.01), "the next start is expected to take as long"
 
 
 def metric_value(text: str, name: str) -> float:
