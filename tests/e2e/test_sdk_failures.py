@@ -18,32 +18,39 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.processes import Gateway, gateway, instance, simulator
+from tests.e2e.processes import Gateway, Sim, gateway, instance, simulator
 
 pytestmark = pytest.mark.e2e
 HELLO = [{"role": "user", "content": "hello"}]
 
 
-@pytest.fixture
-def failing() -> Iterator[Gateway]:
-    """A gateway of its own for each test: a failed swap puts its instance in backoff, where
-    the next request would get its 503 at once, before any early 200."""
+@pytest.fixture(scope="module")
+def engines() -> Iterator[tuple[Sim, Sim]]:
+    """Two instances whose every load fails after 0.8 s: one speaks chat only, one Messages."""
     with (
         simulator(load_time=0.8, fail_load_rate=1.0) as chat_only,
         simulator(
             models=("c",), load_time=0.8, fail_load_rate=1.0, protocols="openai,anthropic"
         ) as claude,
     ):
-        config = {
-            "keepalive": {"early_headers_after": "200ms", "interval": "100ms"},
-            "routing": {"max_wait": "1500ms"},
-            "instances": [
-                instance("chat-only", chat_only, models=["a"]),
-                instance("claude", claude, models=["c"], protocols=["openai", "anthropic"]),
-            ],
-        }
-        with gateway(config) as gw:
-            yield gw
+        yield chat_only, claude
+
+
+@pytest.fixture
+def failing(engines: tuple[Sim, Sim]) -> Iterator[Gateway]:
+    """A gateway of its own for each test: a failed swap puts its instance in backoff, where
+    the next request would get its 503 at once, before any early 200."""
+    chat_only, claude = engines
+    config = {
+        "keepalive": {"early_headers_after": "200ms", "interval": "100ms"},
+        "routing": {"max_wait": "1500ms"},
+        "instances": [
+            instance("chat-only", chat_only, models=["a"]),
+            instance("claude", claude, models=["c"], protocols=["openai", "anthropic"]),
+        ],
+    }
+    with gateway(config) as gw:
+        yield gw
 
 
 Clients = tuple[openai.OpenAI, anthropic.Anthropic]

@@ -119,6 +119,7 @@ def test_a_wake_that_fails_or_hangs_is_a_failed_swap_with_backoff_and_an_answer(
             answer = chat(gw.url, "m")
             state = _state(gw.url)
             swaps = gw.metrics()
+        sleepy.kill()  # its hung wake would hold up its graceful stop
     result = "failed" if fault == "fails" else "timeout"
     assert answer.status_code == 503, answer.text
     assert answer.json()["error"]["code"] == "swap_failed", answer.text

@@ -223,15 +223,27 @@ def group(pid: int) -> list[psutil.Process]:
 
 
 def gone(pids: list[int]) -> bool:
-    return not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
-                   for p in pids)  # fmt: skip
+    return not any(_running(pid) for pid in pids)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def reload(gw: Gateway, config: dict[str, Any]) -> None:
+    gw.rewrite_config(config)
+    with gw.admin(TOKEN) as admin:
+        admin.post("/admin/reload").raise_for_status()
 
 
 def test_vllm_serve_as_a_process_a_real_cold_start_a_recycle_and_nothing_left_after_sigkill(
     engine: VllmEngine,
 ) -> None:
     command = {"cmd": " ".join(engine.serve("tiny")), "ready": "/health", "env": engine.env(),
-               "stop_timeout": "20s", "recycle_rss": "1GiB"}  # fmt: skip
+               "stop_timeout": "20s"}  # fmt: skip
     config: dict[str, Any] = {
         "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
         "routing": {"poll_interval": "1s", "min_residency": 0, "swap_timeout": "240s"},
@@ -246,13 +258,13 @@ def test_vllm_serve_as_a_process_a_real_cold_start_a_recycle_and_nothing_left_af
         took = time.monotonic() - started
         eta = admin_state(gw)["models"]["tiny"]["eta_seconds"]["node"]
         first = group(state(gw)["processes"]["tiny"]["pid"])
-        # Its group (~2.9 GB across three processes) is above recycle_rss: once idle it is
+        # Its group (~2.9 GB across three processes) is above this recycle_rss: once idle it is
         # restarted. The restart takes the config of the moment: without the limit, once.
+        command["recycle_rss"] = "1GiB"
+        reload(gw, config)
         wait_for(lambda: state(gw)["models"]["tiny"]["state"] == "loading", timeout=20)
         del command["recycle_rss"]
-        gw.rewrite_config(config)
-        with gw.admin(TOKEN) as admin:
-            admin.post("/admin/reload").raise_for_status()
+        reload(gw, config)
         wait_for(lambda: state(gw)["models"]["tiny"]["state"] == "warm", timeout=STARTUP)
         again = chat(gw, "tiny")
         second = group(state(gw)["processes"]["tiny"]["pid"])
