@@ -2,11 +2,16 @@
 ``capacity`` of them asleep.
 
 Each server runs with ``--enable-sleep-mode`` and ``VLLM_SERVER_DEV_MODE=1``, which exposes
-``POST /sleep?level=N``, ``POST /wake_up`` and ``GET /is_sleeping`` (``{"is_sleeping": bool}``;
-vLLM's docs/features/sleep_mode.md). Level 1 moves the weights to CPU RAM and drops the
-KV cache: a wake takes seconds. Level 2 drops the weights too: a wake reloads them from disk,
+``POST /sleep?level=N&mode=M``, ``POST /wake_up[?tags=T]``, ``GET /is_sleeping``
+(``{"is_sleeping": bool}``) and ``POST /collective_rpc`` (vLLM's docs/features/sleep_mode.md and
+``vllm/entrypoints/serve/dev/``). Level 1 moves the weights to CPU RAM and drops the KV cache: a
+wake takes seconds. Level 2 drops the weights too: a wake gives their memory back, and the
+weights are read again from disk (``collective_rpc`` ``reload_weights``) before the rest wakes,
 still without starting the process. Asleep is its own state (``WarmState.ASLEEP``): placement
 prefers waking a sleeping copy to loading a cold one when that is sooner.
+
+What the real server does (docs/compatibility.md, note 6): it starts awake, and holds a request
+that reaches it asleep until its next wake.
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ class VllmSleepDriver(Driver):
         super().__init__(next(iter(servers.values())), client, api_key, discover=False)
         self._servers = dict(servers)
         self._level = level
+        # The level each server was put to sleep at here; one found asleep is taken to be
+        # at the configured level.
+        self._slept: dict[str, int] = {}
 
     def model_url(self, model: str) -> str | None:
         return self._servers.get(model)
@@ -59,9 +67,17 @@ class VllmSleepDriver(Driver):
 
     async def load(self, model: str) -> None:
         """Wake ``model``'s server and wait until it says it is awake (the coordinator put
-        the ones it replaces to sleep first)."""
+        the ones it replaces to sleep first). Until then no request may reach it: a sleeping
+        vLLM holds a request, silent, until its next wake."""
         url = self._server(model)
-        await self._post(url, "/wake_up", LOAD_TIMEOUT)
+        if not await self._sleeping(url):
+            return  # awake already (woken by someone else, or never asleep)
+        if self._slept.pop(url, self._level) == 2:
+            # Level 2 dropped the weights: a plain wake gives their memory back, not their
+            # values. Wake the weights, read them again from disk, then wake the rest.
+            await self._post(url, "/wake_up?tags=weights")
+            await self._post(url, "/collective_rpc", {"method": "reload_weights"})
+        await self._post(url, "/wake_up")
         for _ in range(AWAKE_CHECKS):
             if not await self._sleeping(url):
                 return
@@ -69,7 +85,11 @@ class VllmSleepDriver(Driver):
         raise DriverError(f"{url} still sleeps after POST /wake_up")
 
     async def unload(self, model: str) -> None:
-        await self._post(self._server(model), f"/sleep?level={self._level}", LOAD_TIMEOUT)
+        """Put ``model``'s server to sleep once what it serves is done (``mode=wait``; vLLM's
+        default aborts the requests in flight)."""
+        url = self._server(model)
+        await self._post(url, f"/sleep?level={self._level}&mode=wait")
+        self._slept[url] = self._level
 
     def _server(self, model: str) -> str:
         try:
@@ -89,9 +109,11 @@ class VllmSleepDriver(Driver):
                 "--enable-sleep-mode and VLLM_SERVER_DEV_MODE=1?)"
             ) from exc
 
-    async def _post(self, url: str, path: str, timeout: httpx.Timeout) -> None:
+    async def _post(self, url: str, path: str, body: dict[str, str] | None = None) -> None:
         try:
-            response = await self._client.post(url + path, headers=self._headers, timeout=timeout)
+            response = await self._client.post(
+                url + path, json=body, headers=self._headers, timeout=LOAD_TIMEOUT
+            )
         except httpx.HTTPError as exc:
             raise DriverError(f"POST {url}{path}: {type(exc).__name__}: {exc}") from exc
         if response.status_code != 200:

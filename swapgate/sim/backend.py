@@ -65,6 +65,7 @@ class Backend:
         self._loading: dict[str, asyncio.Task[None]] = {}
         self._lock = asyncio.Lock()
         self.awake = asyncio.Event()  # flavour vllm: set while awake (sim/vllm.py)
+        self.stale_weights = False  # flavour vllm: woken from level 2, weights not reloaded
         if config.flavor == "openai":  # fixed-model servers load everything at start
             self.resident = dict.fromkeys(config.models, "ready")
 
@@ -76,6 +77,8 @@ class Backend:
             if not self.awake.is_set():  # as vLLM does: the request waits, silent, for a wake
                 self.counters["held_asleep"] += 1
                 await self.awake.wait()
+            if self.stale_weights:  # woken from level 2 without reading its weights again
+                self.counters["stale_answers"] += 1
             return
         if self.resident.get(model) == "ready":
             self.resident[model] = self.resident.pop(model)  # most recently used last
@@ -120,6 +123,7 @@ class Backend:
                 for key in (
                     "requests", "completed", "cancelled", "crashed", "hung", "active",
                     "load_failures", "unloads", "sleeps", "wakes", "held_asleep", "wake_failures",
+                    "weight_reloads", "stale_answers",
                 )
             },
         }  # fmt: skip

@@ -23,6 +23,7 @@ class Event:
     method: str
     path: str
     status: int = 0
+    body: bytes = b""  # what was answered
 
 
 @dataclass
@@ -71,7 +72,8 @@ def _handler(recorder: Recorder) -> type[BaseHTTPRequestHandler]:
             finally:
                 connection.close()
             time.sleep(next((t for p, t in recorder.slow.items() if self.path.startswith(p)), 0))
-            recorder.add(Event(time.monotonic(), "answered", self.command, self.path, status))
+            recorder.add(Event(time.monotonic(), "answered", self.command, self.path, status,
+                               data))  # fmt: skip
             self.send_response(status)
             for name, value in answered:
                 if name.lower() not in HOP_BY_HOP:

@@ -10,6 +10,7 @@ swapgate, and stopped by whoever started it.
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -110,14 +111,15 @@ def awake(servers: dict[str, VllmServer]) -> set[str]:
 
 def sent_asleep(recorder: Recorder) -> list[Event]:
     """The chat requests that reached the server while it slept: after a sleep answered and
-    before the next wake answered (a real vLLM would hold them, silent)."""
+    before a wake answered that it is awake (a partial wake, ``?tags=weights``, answers that it
+    still sleeps; a real vLLM would hold them, silent)."""
     asleep, wrong = False, []
     for event in recorder.seen():
         if event.what == "answered" and event.status == 200 and event.method == "POST":
             if event.path.startswith("/sleep"):
                 asleep = True
             elif event.path.startswith("/wake_up"):
-                asleep = False
+                asleep = json.loads(event.body)["status"] != "awake"
         elif event.what == "arrived" and event.path == CHAT and asleep:
             wrong.append(event)
     return wrong
@@ -149,7 +151,7 @@ def test_two_real_servers_on_one_place_take_turns_asleep_and_none_is_sent_a_requ
         servers = stack.enter_context(vllm_servers(engine, tmp_path, ("a", "b")))
         slow = {"/wake_up": 0.5}  # as on a GPU: any request sent before it answers is seen
         recorders = {n: stack.enter_context(recording(s.url, slow)) for n, s in servers.items()}
-        config = {
+        config: dict[str, Any] = {
             "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
             "routing": {"poll_interval": "1s", "min_residency": 0, "swap_timeout": "30s"},
             "instances": [{"name": "gpu", "kind": "vllm-sleep", "capacity": 1,
@@ -186,6 +188,19 @@ def test_two_real_servers_on_one_place_take_turns_asleep_and_none_is_sent_a_requ
         eta = admin_state(gw)["models"]["a"]["eta_seconds"]["gpu"]
         assert 0 < eta < 5, "the ETA of a wake, measured"
         metrics = gw.metrics()
+
+        # Level 2 drops the weights: each wake reads them again (reload_weights) before the
+        # rest wakes, and only then does a request go there.
+        config["instances"][0]["sleep_level"] = 2
+        reload(gw, config)
+        for model in ("a", "b"):
+            answer = chat(gw, model)
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["usage"]["completion_tokens"] == 4
+            assert awake(servers) == {model}
+        reloads = [e for r in recorders.values() for e in r.seen()
+                   if e.path == "/collective_rpc" and e.what == "answered"]  # fmt: skip
+        assert [e.status for e in reloads] == [200, 200], "one reload of the weights per wake"
 
         # A wake that fails (its server is gone): a failed swap, with backoff, and an answer.
         stop(servers["a"].process, timeout=20)
