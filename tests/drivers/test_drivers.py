@@ -190,17 +190,36 @@ async def test_vllm_sleep_wakes_and_sleeps_at_its_level(client) -> None:
 
 
 async def _wakes(router: respx.MockRouter, client: httpx.AsyncClient) -> None:
-    wake = router.post(f"{SLEEPY['a']}/wake_up").respond(200)
+    """Level 2 dropped the weights: the wake brings their memory back, reloads them from disk,
+    then wakes the rest; the sleep waits for what the server answers (``mode=wait``)."""
+    router.post(f"{SLEEPY['a']}/wake_up", params={"tags": "weights"}).respond(
+        200, json={"status": "sleeping", "tags": ["weights"]}
+    )
+    router.post(f"{SLEEPY['a']}/collective_rpc", json={"method": "reload_weights"}).respond(200)
+    wake = router.post(f"{SLEEPY['a']}/wake_up").respond(200, json={"status": "awake"})
     router.get(f"{SLEEPY['a']}/is_sleeping").mock(
         side_effect=[httpx.Response(200, json={"is_sleeping": True}),
                      httpx.Response(200, json={"is_sleeping": False})]
     )  # fmt: skip
-    sleep = router.post(f"{SLEEPY['b']}/sleep", params={"level": "2"}).respond(200)
+    sleep = router.post(f"{SLEEPY['b']}/sleep", params={"level": "2", "mode": "wait"}).respond(
+        200, json={"status": "sleeping", "level": 2}
+    )
     driver = VllmSleepDriver(SLEEPY, 2, client)
     await driver.load("a")
     await driver.unload("b")
+    asked = [f"{c.request.method} {c.request.url.path}?{c.request.url.query.decode()}"
+             for c in router.calls]  # fmt: skip
+    assert asked == [
+        "GET /is_sleeping?",
+        "POST /wake_up?tags=weights",
+        "POST /collective_rpc?",
+        "POST /wake_up?",
+        "GET /is_sleeping?",
+        "POST /sleep?level=2&mode=wait",
+    ]
     assert wake.call_count == 1
     assert sleep.call_count == 1
+    router.get(f"{SLEEPY['b']}/is_sleeping").respond(200, json={"is_sleeping": True})
     router.post(f"{SLEEPY['b']}/wake_up").respond(500)
     with pytest.raises(DriverError, match="answered 500"):
         await driver.load("b")
