@@ -42,8 +42,8 @@ import httpx
 
 from bench import random_gguf
 from bench.procs import swapgate_with
-from swapgate.engines import build_llama_server, ensure_llama_server, llama_cpp_source
-from swapgate.processes import free_port, serving
+from swapgate.drivers.processes import free_port, serving
+from swapgate.tools.engines import build_llama_server, ensure_llama_server, llama_cpp_source
 
 MODELS = ("model-a", "model-b")
 LOAD_TIMEOUT = 600.0  # an 8B f16 model read from a cold disk

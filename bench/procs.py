@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from swapgate.processes import free_port, serving
+from swapgate.drivers.processes import free_port, serving
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 STARTUP_TIMEOUT = 30.0

@@ -3,8 +3,8 @@
 The same compressed day — three models on two capacity-1 simulated llama-swap instances, its
 times in units of the swap time S — is replayed in real time at S = 1 s, 5 s and 30 s through
 swapgate with its default config (timing unset: it follows the measured swaps,
-swapgate/timing.py), with the 30 s values that were the defaults before, and with configs tuned
-by hand to S (``min_residency`` 0.5, 1 and 2 × S, ``expected_swap`` S, the starvation point at
+swapgate/policy/timing.py), with the 30 s values that were the defaults before, and with configs
+tuned by hand to S (``min_residency`` 0.5, 1 and 2 × S, ``expected_swap`` S, the starvation point at
 S). The rule: at every speed the default is within 10% of the best tuned result on swaps and on
 p95 (best: the lowest p95 of the tuned configs within 10% of their fewest swaps). Every run of a
 table runs side by side; writes its section of docs/benchmarks.md.
@@ -151,7 +151,7 @@ def render(
         f"simulated llama-swap instances, {length:g} swap times long, replayed in real time at "
         "three swap times S. Each request generates for 0.2 S. *default* sets no timing: "
         "residency, the expected swap and the starvation point follow the measured swaps "
-        "(swapgate/timing.py). *30 s values* are the defaults before (`min_residency` 30 s, "
+        "(swapgate/policy/timing.py). *30 s values* are the defaults before (`min_residency` 30 s, "
         "`expected_swap` 30 s, starvation at a quarter of `max_wait`). The *tuned* configs set "
         "`min_residency` to 0.5, 1 or 2 × S, `expected_swap` S and the starvation point at S. "
         "`max_wait` is 120 s everywhere. All runs of the table run side by side. "

@@ -1,3 +1,3 @@
-from swapgate.cli import main
+from swapgate.tools.cli import main
 
 raise SystemExit(main())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from swapgate.config import InstanceConfig, secret
+from swapgate.config.settings import InstanceConfig, secret
 from swapgate.drivers.base import Driver
 from swapgate.drivers.llama_router import LlamaRouterDriver
 from swapgate.drivers.llama_swap import LlamaSwapDriver

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from swapgate.errors import DriverError, DriverTimeout
-from swapgate.state import InstanceReport, WarmState
+from swapgate.model.state import InstanceReport, WarmState
 
 # A poll that takes longer than this says the instance is not healthy.
 POLL_TIMEOUT = httpx.Timeout(5.0)

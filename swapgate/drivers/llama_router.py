@@ -27,7 +27,7 @@ import httpx
 
 from swapgate.drivers.base import LOAD_TIMEOUT, Driver
 from swapgate.errors import DriverError
-from swapgate.state import InstanceReport, WarmState
+from swapgate.model.state import InstanceReport, WarmState
 
 log = logging.getLogger("swapgate.drivers.llama_router")
 

@@ -6,7 +6,7 @@ import asyncio
 
 from swapgate.drivers.base import LOAD_TIMEOUT, Driver
 from swapgate.errors import DriverError
-from swapgate.state import InstanceReport, WarmState
+from swapgate.model.state import InstanceReport, WarmState
 
 # llama-swap's process states; "stopping" frees its memory, so it is cold for placement.
 _STATES = {"ready": WarmState.WARM, "starting": WarmState.LOADING}

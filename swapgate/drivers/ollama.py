@@ -6,7 +6,7 @@ from typing import Any
 
 from swapgate.drivers.base import LOAD_TIMEOUT, Driver
 from swapgate.errors import DriverError
-from swapgate.state import InstanceReport, WarmState
+from swapgate.model.state import InstanceReport, WarmState
 
 # Ollama resets a model's keep-alive on every request; -1 only keeps it until the first one.
 LOAD_KEEP_ALIVE = -1

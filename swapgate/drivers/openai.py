@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from swapgate.drivers.base import Driver
 from swapgate.errors import DriverError
-from swapgate.state import InstanceReport, WarmState
+from swapgate.model.state import InstanceReport, WarmState
 
 
 class OpenAIDriver(Driver):

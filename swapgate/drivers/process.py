@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 import httpx
 import psutil
 
-from swapgate.config import InstanceConfig, ProcessCommand
+from swapgate.config.settings import InstanceConfig, ProcessCommand
 from swapgate.drivers.base import Driver
 from swapgate.drivers.ledger import Ledger
+from swapgate.drivers.processes import die_with_parent
 from swapgate.errors import DriverError
-from swapgate.processes import die_with_parent
-from swapgate.state import InstanceReport, WarmState
+from swapgate.model.state import InstanceReport, WarmState
 
 log = logging.getLogger("swapgate.process")
 OUTPUT_LINES = 50  # kept per process, for errors and /admin/state

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from swapgate.drivers.base import LOAD_TIMEOUT, Driver
 from swapgate.errors import DriverError
-from swapgate.state import InstanceReport
+from swapgate.model.state import InstanceReport
 
 
 class SwapOnRequestDriver(Driver):

@@ -23,7 +23,7 @@ import httpx
 
 from swapgate.drivers.base import LOAD_TIMEOUT, POLL_TIMEOUT, Driver
 from swapgate.errors import DriverError
-from swapgate.state import InstanceReport, WarmState
+from swapgate.model.state import InstanceReport, WarmState
 
 # A wake answers once the engine is awake; this long after it, the server must say so.
 AWAKE_CHECKS, AWAKE_PAUSE = 50, 0.1

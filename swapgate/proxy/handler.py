@@ -17,11 +17,12 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
-from swapgate import pools
 from swapgate.auth import ClientAuth
-from swapgate.catalog import Catalog
-from swapgate.config import Settings
-from swapgate.connections import TIMED_OUT
+from swapgate.config.catalog import Catalog
+from swapgate.config.settings import Settings
+from swapgate.control.failover import Attempts
+from swapgate.control.registry import Registry
+from swapgate.control.router import Router, Want
 from swapgate.errors import (
     InternalError,
     ShuttingDown,
@@ -31,9 +32,9 @@ from swapgate.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
-from swapgate.failover import Attempts
-from swapgate.lease import Lease, Progress
 from swapgate.metrics import UNKNOWN, Metrics
+from swapgate.model.lease import Lease, Progress
+from swapgate.policy import pools
 from swapgate.proxy.endpoints import ENDPOINTS, Endpoint
 from swapgate.proxy.keepalive import OPT_OUT_HEADER, KeepalivePlan, Pinger, plan_keepalive
 from swapgate.proxy.messages import (
@@ -47,9 +48,10 @@ from swapgate.proxy.request_id import request_id
 from swapgate.proxy.translated import CHAT_PATH, Translated
 from swapgate.proxy.upload import PLAIN_FORMATS
 from swapgate.proxy.upstream import UpstreamClient, UpstreamResponse
-from swapgate.registry import Registry
-from swapgate.router import Router, Want
 
+# Set in a request's scope by the server when its read timeout cut the request's body
+# (swapgate/server/connections.py): counted as 408, not as a client that went away.
+TIMED_OUT = "swapgate.request_timed_out"
 log = logging.getLogger("swapgate.access")
 RETRYABLE_STATUS = frozenset({502, 503})
 AUTH_STATUS = frozenset({401, 403})
@@ -194,7 +196,7 @@ class ProxyEndpoint:
         progress: Progress,
     ) -> UpstreamResponse:
         """Send the request to the lease's upstream; a failure before any byte reached the
-        client goes on to the next attempt (swapgate/failover.py)."""
+        client goes on to the next attempt (swapgate/control/failover.py)."""
         lease = await attempts.first(progress)
         while True:
             ex.route, ex.waited = lease.route, ex.waited + lease.waited

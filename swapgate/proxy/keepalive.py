@@ -17,13 +17,13 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from swapgate import timing
-from swapgate.config import KeepaliveConfig
-from swapgate.lease import Progress
+from swapgate.config.settings import KeepaliveConfig
+from swapgate.control.registry import Registry
 from swapgate.metrics import Metrics
+from swapgate.model.lease import Progress
+from swapgate.policy import timing
 from swapgate.proxy.endpoints import Endpoint
 from swapgate.proxy.messages import BodyMode, ResponseWriter
-from swapgate.registry import Registry
 
 Kind = Literal["comment", "ping", "reasoning", "whitespace"]
 OPT_OUT_HEADER = b"x-swapgate-keepalive"

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from swapgate import pools
 from swapgate.errors import UpstreamError
+from swapgate.policy import pools
 from swapgate.proxy import anthropic, responses
 from swapgate.proxy.anthropic_stream import StreamTranslator
 from swapgate.proxy.chat_stream import ChatStreamReader

@@ -17,7 +17,7 @@ from swapgate.drivers.openai import OpenAIDriver
 from swapgate.drivers.swap_on_request import SwapOnRequestDriver
 from swapgate.drivers.vllm_sleep import VllmSleepDriver
 from swapgate.errors import DriverError
-from swapgate.state import WarmState
+from swapgate.model.state import WarmState
 
 URL = "http://node:8080"
 MODELS = {"object": "list", "data": [{"id": "qwen"}, {"id": "llama"}]}

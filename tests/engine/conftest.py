@@ -1,6 +1,6 @@
 """The real engine: llama-cpp-python's OpenAI server with Gemma-3-270M (SPEC §14).
 
-The engine is built once per machine into a cache (swapgate/engines.py); every server here is
+The engine is built once per machine into a cache (swapgate/tools/engines.py); every server here is
 a real process on loopback that the test starts and stops.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from swapgate.engines import LlamaCppEngine, ensure_llama_cpp
+from swapgate.tools.engines import LlamaCppEngine, ensure_llama_cpp
 from tests.e2e.processes import free_port, start, stop, wait_until_serving
 
 ENGINE_STARTUP = 60.0  # the first model loads before the server listens

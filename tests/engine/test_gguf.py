@@ -7,9 +7,9 @@ import subprocess
 
 import pytest
 
-from swapgate.config import parse_config
-from swapgate.engines import LlamaCppEngine
-from swapgate.sizes import read_gguf, size_of
+from swapgate.config.settings import parse_config
+from swapgate.model.sizes import read_gguf, size_of
+from swapgate.tools.engines import LlamaCppEngine
 
 pytestmark = pytest.mark.engine
 

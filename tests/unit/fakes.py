@@ -7,16 +7,16 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from swapgate.catalog import Catalog
-from swapgate.config import Settings, parse_config
+from swapgate.config.catalog import Catalog
+from swapgate.config.settings import Settings, parse_config
+from swapgate.control.preload import Preloader
+from swapgate.control.registry import Registry
+from swapgate.control.router import Router, policy_for
+from swapgate.control.swaps import SwapCoordinator, SwapTimes
 from swapgate.drivers.base import Driver
 from swapgate.errors import DriverError
 from swapgate.metrics import Metrics
-from swapgate.preload import Preloader
-from swapgate.registry import Registry
-from swapgate.router import Router, policy_for
-from swapgate.state import InstanceReport, WarmState
-from swapgate.swaps import SwapCoordinator, SwapTimes
+from swapgate.model.state import InstanceReport, WarmState
 
 
 class FakeDriver(Driver):

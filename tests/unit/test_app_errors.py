@@ -7,8 +7,8 @@ import logging
 import httpx
 import pytest
 
-from swapgate.app import create_app
-from swapgate.config import parse_config
+from swapgate.config.settings import parse_config
+from swapgate.server.app import create_app
 
 
 async def test_an_unforeseen_error_is_a_json_500_logged_once(

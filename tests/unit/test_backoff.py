@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from swapgate.backoff import Backoff
+from swapgate.policy.backoff import Backoff
 
 
 def test_failed_swaps_back_off_doubling_and_success_resets() -> None:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from swapgate.cli import main
+from swapgate.tools.cli import main
 
 
 def test_check_config_accepts_a_valid_file(

@@ -5,7 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from swapgate.config import ConfigError, load_config, parse_config, parse_duration, parse_size
+from swapgate.config.settings import (
+    ConfigError,
+    load_config,
+    parse_config,
+    parse_duration,
+    parse_size,
+)
 
 MINIMAL = {"instances": [{"name": "gpu-a", "url": "http://127.0.0.1:8000/"}]}
 
@@ -218,7 +224,7 @@ def test_six_field_crons_put_seconds_first() -> None:
     from datetime import datetime
     from zoneinfo import ZoneInfo
 
-    from swapgate.cron import cron_trigger
+    from swapgate.config.cron import cron_trigger
 
     start = datetime(2026, 12, 2, 10, 0, 0, tzinfo=ZoneInfo("UTC"))
     every_ten = cron_trigger("*/10 * * * * *", "UTC")

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from swapgate.config import parse_config
+from swapgate.config.settings import parse_config
 from tests.unit.test_metrics import EXTENDED
 from tests.unit.test_metrics import SPEC as SPEC_METRICS
 
@@ -179,7 +179,7 @@ def test_kubernetes_manifests_fit_together() -> None:
 
 
 def test_the_configmap_passes_check_config(tmp_path: Path) -> None:
-    from swapgate.cli import main
+    from swapgate.tools.cli import main
 
     path = tmp_path / "config.yaml"
     path.write_text(_k8s("ConfigMap", "swapgate-config")["data"]["config.yaml"])

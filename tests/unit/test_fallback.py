@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from swapgate.fallback import allows, relay_reason
-from swapgate.placement import Join, Queue, Serve, Swap, Unavailable
+from swapgate.policy.fallback import allows, relay_reason
+from swapgate.policy.placement import Join, Queue, Serve, Swap, Unavailable
 
 DOWN = Unavailable("all down")
 

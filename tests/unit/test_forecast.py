@@ -1,4 +1,4 @@
-"""The demand by time of day that ``auto`` preloads learn (swapgate/forecast.py)."""
+"""The demand by time of day that ``auto`` preloads learn (swapgate/control/forecast.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from swapgate.forecast import SLOT, SLOTS, WEEKDAYS, WEEKENDS, DayDemand, fold
-from swapgate.scheduler import PreloadScheduler
-from swapgate.state import WarmState
+from swapgate.control.forecast import SLOT, SLOTS, WEEKDAYS, WEEKENDS, DayDemand, fold
+from swapgate.control.scheduler import PreloadScheduler
+from swapgate.model.state import WarmState
 from tests.unit.fakes import world
 
 DAY = 86400.0

@@ -6,15 +6,15 @@ from typing import Any
 
 import pytest
 
-from swapgate.catalog import Catalog
-from swapgate.config import KeepaliveConfig, parse_config
+from swapgate.config.catalog import Catalog
+from swapgate.config.settings import KeepaliveConfig, parse_config
+from swapgate.control.registry import Registry
 from swapgate.errors import SwapFailed
-from swapgate.lease import Progress
 from swapgate.metrics import Metrics
+from swapgate.model.lease import Progress
 from swapgate.proxy.endpoints import ANTHROPIC, ENDPOINTS, RESPONSES, Dialect, Endpoint
 from swapgate.proxy.keepalive import KeepalivePlan, Pinger, plan_keepalive
 from swapgate.proxy.messages import BodyMode, ResponseWriter
-from swapgate.registry import Registry
 
 DEFAULT = KeepaliveConfig()
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from swapgate.catalog import Catalog
-from swapgate.config import parse_config
+from swapgate.config.catalog import Catalog
+from swapgate.config.settings import parse_config
+from swapgate.control.registry import Registry
 from swapgate.metrics import SWAP_BUCKETS, Metrics
-from swapgate.registry import Registry
-from swapgate.state import InstanceReport, WarmState
+from swapgate.model.state import InstanceReport, WarmState
 
 SPEC = {
     "swapgate_requests": ("counter", {"model", "route", "status"}),

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from swapgate.demand import Arrivals
-from swapgate.placement import Join, Policy, Queue, Serve, Swap, Unavailable, overflow, place
-from swapgate.snapshot import InstanceView, ModelView, Snapshot
-from swapgate.state import WarmState
+from swapgate.model.demand import Arrivals
+from swapgate.model.snapshot import InstanceView, ModelView, Snapshot
+from swapgate.model.state import WarmState
+from swapgate.policy.placement import Join, Policy, Queue, Serve, Swap, Unavailable, overflow, place
 
 NOW = 1000.0
 POLICY = Policy(min_residency=30.0)
@@ -319,7 +319,7 @@ def test_eviction_policies(
 
 
 def test_the_starvation_target_drains_the_cheapest_unpinned_victim() -> None:
-    from swapgate.placement import starvation_target
+    from swapgate.policy.placement import starvation_target
 
     busy = [
         I("x", {"b": model(used=NOW - 1, inflight=3)}),

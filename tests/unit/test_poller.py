@@ -2,13 +2,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
-from swapgate.catalog import Catalog
-from swapgate.config import parse_config
+from swapgate.config.catalog import Catalog
+from swapgate.config.settings import parse_config
+from swapgate.control.poller import Poller
+from swapgate.control.registry import Registry
 from swapgate.errors import DriverError, DriverTimeout
 from swapgate.metrics import Metrics
-from swapgate.poller import Poller
-from swapgate.registry import Registry
-from swapgate.state import InstanceReport, WarmState
+from swapgate.model.state import InstanceReport, WarmState
 
 
 class Flaky:

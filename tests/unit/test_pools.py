@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from swapgate.config import PoolConfig
+from swapgate.config.settings import PoolConfig
 from swapgate.errors import BadRequest
-from swapgate.pools import budget, choose, prompt_tokens
-from swapgate.snapshot import InstanceView, Snapshot
+from swapgate.model.snapshot import InstanceView, Snapshot
+from swapgate.policy.pools import budget, choose, prompt_tokens
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from swapgate.config import (
+from swapgate.config.settings import (
     ClusterConfig,
     ConfigError,
     InstanceConfig,

@@ -5,11 +5,11 @@ import time
 
 import pytest
 
-from swapgate.catalog import Catalog
-from swapgate.config import parse_config
-from swapgate.demand import HISTORY, Arrivals
-from swapgate.registry import Registry
-from swapgate.state import InstanceReport, WarmState
+from swapgate.config.catalog import Catalog
+from swapgate.config.settings import parse_config
+from swapgate.control.registry import Registry
+from swapgate.model.demand import HISTORY, Arrivals
+from swapgate.model.state import InstanceReport, WarmState
 
 
 class Clock:

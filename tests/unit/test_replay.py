@@ -6,19 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from swapgate.replay import ReplayError, read_log, variant
+from swapgate.tools.replay import ReplayError, read_log, variant
 
 LOG = """\
-2026-12-04 10:00:00,500 INFO swapgate.swaps: swap start: a on gpu (evicting none)
-2026-12-04 10:00:02,000 INFO swapgate.swaps: swap done (load): a on gpu in 1.50s
+2026-12-04 10:00:00,500 INFO swapgate.control.swaps: swap start: a on gpu (evicting none)
+2026-12-04 10:00:02,000 INFO swapgate.control.swaps: swap done (load): a on gpu in 1.50s
 2026-12-04 10:00:02,100 INFO swapgate.access: "POST /v1/chat/completions" 200 model=a \
 route=instance/gpu wait_ms=1500 ms=1600.0 id=1
 2026-12-04 10:00:03,000 INFO swapgate.access: "POST /v1/chat/completions" 404 model=zzz \
 route=none wait_ms=0 ms=0.4 id=2
 swapgate-1  | 2026-12-04 10:00:04,250 INFO swapgate.access: "POST /v1/embeddings" 503 \
 model=b route=instance/gpu wait_ms=120000 ms=120000.5 id=3
-2026-12-04 10:00:05,000 INFO swapgate.swaps: swap done (wake): b on gpu in 0.40s
-2026-12-04 10:00:06,000 INFO swapgate.swaps: swap done (load): b on big in 4.00s
+2026-12-04 10:00:05,000 INFO swapgate.control.swaps: swap done (wake): b on gpu in 0.40s
+2026-12-04 10:00:06,000 INFO swapgate.control.swaps: swap done (load): b on big in 4.00s
 """
 
 
@@ -44,7 +44,7 @@ def test_the_log_gives_arrivals_service_times_and_measured_swaps() -> None:
 
 def test_a_log_without_access_lines_says_what_replay_reads() -> None:
     with pytest.raises(ReplayError, match="access_log"):
-        read_log(["2026-12-04 10:00:00,500 INFO swapgate.swaps: swap start: a on gpu"])
+        read_log(["2026-12-04 10:00:00,500 INFO swapgate.control.swaps: swap start: a on gpu"])
 
 
 def test_no_measured_swaps_asks_for_a_swap_time() -> None:

@@ -10,19 +10,19 @@ from typing import Any
 import httpx
 import pytest
 
-from swapgate.catalog import Catalog
-from swapgate.config import parse_config
+from swapgate.config.catalog import Catalog
+from swapgate.config.settings import parse_config
+from swapgate.control.failover import Attempts
+from swapgate.control.registry import Registry
+from swapgate.control.router import Router
+from swapgate.control.swaps import SwapCoordinator, SwapTimes
 from swapgate.drivers import make_driver
 from swapgate.errors import NoCapacity, QueueFull
 from swapgate.errors import PathNotFound as NotFound
-from swapgate.failover import Attempts
-from swapgate.lease import Progress
 from swapgate.metrics import Metrics
+from swapgate.model.lease import Progress
+from swapgate.model.state import InstanceReport, WarmState
 from swapgate.proxy.handler import _query
-from swapgate.registry import Registry
-from swapgate.router import Router
-from swapgate.state import InstanceReport, WarmState
-from swapgate.swaps import SwapCoordinator, SwapTimes
 from tests.unit.fakes import world
 
 RELAY = {"hosted": {"url": "https://relay.example/v1"}}

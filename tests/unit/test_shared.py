@@ -12,18 +12,18 @@ from typing import Any
 
 import pytest
 
-from swapgate import shared
-from swapgate.admin_cli import render_cluster
-from swapgate.catalog import Catalog
-from swapgate.cluster import Holder
-from swapgate.config import parse_config
+from swapgate.cluster import shared
+from swapgate.cluster.shared import SharedSwaps
+from swapgate.cluster.store import Holder
+from swapgate.config.catalog import Catalog
+from swapgate.config.settings import parse_config
+from swapgate.control.registry import REPLICA_TTL, Registry
+from swapgate.control.scheduler import PreloadScheduler
+from swapgate.control.swaps import SwapTimes
 from swapgate.metrics import Metrics
-from swapgate.placement import Policy
-from swapgate.registry import REPLICA_TTL, Registry
-from swapgate.scheduler import PreloadScheduler
-from swapgate.shared import SharedSwaps
-from swapgate.state import InstanceReport, WarmState
-from swapgate.swaps import SwapTimes
+from swapgate.model.state import InstanceReport, WarmState
+from swapgate.policy.placement import Policy
+from swapgate.tools.admin_cli import render_cluster
 from tests.unit.fakes import FakeDriver
 
 

@@ -29,10 +29,10 @@ from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect
 from starlette.types import Message
 
-from swapgate.cli import main
 from swapgate.sim import apis
 from swapgate.sim.app import SimServer
 from swapgate.sim.backend import PROTOCOLS, SimConfig
+from swapgate.tools.cli import main
 
 FAST: dict[str, Any] = {"load_time": 0.0, "ttft": 0.0, "token_rate": 10_000.0, "max_tokens": 6}
 TEXT = "Hello from a. Tokens flow"  # six tokens of model "a"

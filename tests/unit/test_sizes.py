@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from swapgate.cli import main
-from swapgate.config import ConfigError, parse_config
-from swapgate.plan import as_json, make_plan, render
-from swapgate.sizes import Size, SizeConfig, human, size_of
+from swapgate.config.settings import ConfigError, parse_config
+from swapgate.model.sizes import Size, SizeConfig, human, size_of
+from swapgate.tools.cli import main
+from swapgate.tools.plan import as_json, make_plan, render
 
 G, K = 2**30, 2**10
 # Llama-3.3-70B in bf16: 80 layers x 8 KV heads x 128 head dim x 2 (K and V) x 2 bytes
@@ -63,7 +63,7 @@ def test_sizes_that_do_not_add_up_are_named_by_their_yaml_path(
     path.write_text(
         json.dumps({"instances": [{"name": "x", "url": "http://x"}], "models": {"m": model}})
     )
-    from swapgate.config import load_config
+    from swapgate.config.settings import load_config
 
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(path)

@@ -2,14 +2,14 @@ from __future__ import annotations
 
 import asyncio
 
-from swapgate.catalog import Catalog
-from swapgate.config import parse_config
+from swapgate.config.catalog import Catalog
+from swapgate.config.settings import parse_config
+from swapgate.control.registry import Registry
+from swapgate.control.swaps import SwapCoordinator, SwapTimes
 from swapgate.errors import DriverError
 from swapgate.metrics import Metrics
-from swapgate.placement import Policy, Queue, Serve, place
-from swapgate.registry import Registry
-from swapgate.state import InstanceReport, WarmState
-from swapgate.swaps import SwapCoordinator, SwapTimes
+from swapgate.model.state import InstanceReport, WarmState
+from swapgate.policy.placement import Policy, Queue, Serve, place
 from tests.unit.fakes import FakeDriver
 
 POLICY = Policy(min_residency=0.0)
@@ -101,9 +101,9 @@ async def test_closing_cancels_a_running_swap() -> None:
 
 
 async def test_waiters_on_a_swap_protect_its_model_until_they_are_served() -> None:
-    from swapgate.config import parse_config as parse
-    from swapgate.placement import Policy, Serve, Swap, place
-    from swapgate.router import Router
+    from swapgate.config.settings import parse_config as parse
+    from swapgate.control.router import Router
+    from swapgate.policy.placement import Policy, Serve, Swap, place
 
     driver = FakeDriver(delay=0.05)
     settings = parse({"instances": [{"name": "x", "url": "http://x", "models": ["a", "b"]}],

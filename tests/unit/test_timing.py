@@ -1,14 +1,14 @@
-"""Routing times that follow the measured swaps when unset (swapgate/timing.py)."""
+"""Routing times that follow the measured swaps when unset (swapgate/policy/timing.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from swapgate import timing
-from swapgate.config import parse_config
-from swapgate.placement import Policy, Queue, Swap, frees_up_at, place
-from swapgate.router import starvation_point
-from swapgate.swaps import SwapTimes
+from swapgate.config.settings import parse_config
+from swapgate.control.router import starvation_point
+from swapgate.control.swaps import SwapTimes
+from swapgate.policy import timing
+from swapgate.policy.placement import Policy, Queue, Swap, frees_up_at, place
 from tests.unit.test_placement import NOW, I, snap, warm
 
 SELF_TUNED = Policy(min_residency=None, eta=lambda instance, model: {"b": 2.0}.get(model, 60.0))

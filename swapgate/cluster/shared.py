@@ -1,0 +1,242 @@
+"""A replica among others (SPEC §18): its swaps claimed cluster-wide, the others' applied here.
+
+``SharedSwaps`` is the swap coordinator of a replica with a Redis: before a swap runs it claims
+the instance and the model (swapgate/cluster/store.py); if another replica holds either, this
+replica's waiters join that swap instead (its mark moves to where the other swap runs) and the
+other replica's events say how it ends. What each replica tells the others:
+
+    swap   a swap it runs began       -> the model is loading there for everyone
+    done   it ended (ok, seconds)     -> warm (or cold, in backoff); its time feeds every ETA
+    evict  a model it unloaded        -> cold for everyone
+    pin / drain                       -> an operator's pins and drains, also kept in Redis
+    beat   every HEARTBEAT            -> its in-flight requests per instance and model
+
+A swap seen from here whose holder dies sends no ``done``: every ``RECHECK`` the replica asks
+Redis whether its lock is still held, and once it is not, the mark goes and the waiters place
+again (one of them claims the swap and drives the load). With Redis down the marks go at once:
+each replica swaps on its own, under its own single flight, until Redis returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+from swapgate.cluster.store import Holder
+from swapgate.config.catalog import Catalog
+from swapgate.control.registry import Registry
+from swapgate.control.swaps import SwapCoordinator, SwapTimes
+from swapgate.drivers import Driver
+from swapgate.metrics import Metrics
+
+log = logging.getLogger("swapgate.cluster")
+RECHECK = 1.0  # how often the holders of swaps seen from here are checked for life
+
+
+class Replicas(Protocol):
+    """What a replica asks of the shared state (swapgate/cluster/store.py's ``Cluster``)."""
+
+    on_event: Callable[[dict[str, Any]], None]
+    on_reconnect: Callable[[], Awaitable[None]] | None
+    inflight: Callable[[], dict[str, dict[str, int]]]
+
+    async def start(self) -> None: ...
+    async def aclose(self) -> None: ...
+    async def claim(self, instance: str, model: str) -> Holder | None: ...
+    async def release(self, instance: str) -> None: ...
+    async def holder(self, instance: str) -> Holder | bool | None: ...
+    async def publish(self, event: dict[str, Any]) -> bool: ...
+    async def share(self, key: str, field: str, value: str | None) -> bool: ...
+    async def shared(self, key: str) -> dict[str, str]: ...
+    async def leads(self) -> bool: ...
+
+
+class SharedSwaps(SwapCoordinator):
+    abandons = False  # the requests other replicas hand to a swap here are not counted here
+
+    def __init__(
+        self,
+        registry: Registry,
+        drivers: Mapping[str, Driver],
+        catalog: Catalog,
+        times: SwapTimes,
+        metrics: Metrics,
+        swap_timeout: float,
+        cluster: Replicas,
+    ) -> None:
+        super().__init__(registry, drivers, catalog, times, metrics, swap_timeout)
+        self.cluster = cluster
+        self._marks: dict[str, str] = {}  # instance -> model another replica is swapping there
+        # (key, field) -> (value, event): pins and drains set while Redis did not take them
+        self._untold: dict[tuple[str, str], tuple[str | None, dict[str, Any]]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._recheck: asyncio.Task[None] | None = None
+        cluster.on_event = self.apply
+        cluster.on_reconnect = self.resync
+        cluster.inflight = registry.in_flight
+        registry.on_shared = self._share
+
+    async def connect(self) -> None:
+        await self.cluster.start()
+        self._recheck = asyncio.create_task(self._check_marks(), name="cluster marks")
+
+    async def aclose(self) -> None:
+        if self._recheck is not None:
+            self._recheck.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._recheck
+        await super().aclose()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.cluster.aclose()
+
+    # -- this replica's swaps ------------------------------------------------------------------
+
+    async def _claim(self, instance: str, model: str) -> bool:
+        holder = await self.cluster.claim(instance, model)
+        if holder is None:
+            eta = self.times.eta(instance, model)
+            await self.cluster.publish({"t": "swap", "i": instance, "m": model, "eta": eta})
+            return True
+        log.info("%s on %s: replica %s swaps %s on %s; its waiters here join that swap",
+                 model, instance, holder.replica, holder.model, holder.instance)  # fmt: skip
+        self._registry.end_swap(instance, model, ok=False)  # this mark goes, without backoff
+        self._mark(holder.instance, holder.model, own=instance)
+        return False
+
+    async def _released(self, instance: str, model: str) -> None:
+        view = self._registry.snapshot().instance(instance)
+        slot = view.models.get(model)
+        ok = slot is not None and slot.state == "warm"
+        backoff = max(0.0, view.backoff_until - time.monotonic())
+        seconds = self.times.last(instance, model)
+        event = {"t": "done", "i": instance, "m": model, "ok": ok, "s": seconds, "b": backoff}
+        await self.cluster.publish(event)
+        await self.cluster.release(instance)
+
+    async def _may_trim(self) -> bool:
+        """One replica trims an instance over capacity: the one that runs scheduled preloads."""
+        return await self.cluster.leads()
+
+    def _evicted(self, instance: str, model: str) -> None:
+        super()._evicted(instance, model)
+        self._spawn(self.cluster.publish({"t": "evict", "i": instance, "m": model}))
+
+    # -- the others' -------------------------------------------------------------------------
+
+    def apply(self, event: dict[str, Any]) -> None:
+        """Another replica's event, applied to this replica's registry."""
+        kind, instance = event.get("t"), event.get("i")
+        if kind == "beat":
+            inflight = event.get("inflight")
+            if isinstance(inflight, dict):
+                self._registry.elsewhere(str(event.get("r")), inflight, time.monotonic())
+            return
+        if not isinstance(instance, str) or not self._registry.has(instance):
+            return  # an instance this replica's config does not have
+        model = str(event.get("m", ""))
+        if kind == "swap":
+            self._mark(instance, model, float(event.get("eta", 0.0)))
+        elif kind == "done":
+            self._done(instance, model, bool(event.get("ok")), event)
+        elif kind == "evict":
+            self._registry.evicted(instance, model)
+        elif kind == "pin":
+            self._pin(instance, model, float(event.get("until", 0.0)))
+        elif kind == "drain":
+            self._registry.set_drained(instance, bool(event.get("on")), share=False)
+
+    def _mark(self, instance: str, model: str, eta: float | None = None, own: str = "") -> None:
+        """Another replica swaps ``model`` on ``instance``: waiters here join it. ``own``:
+        the instance whose swap here is handing over (its task is ending)."""
+        if (self.busy(instance) and instance != own) or self._registry.swapping(instance):
+            return  # its own swap there, or this one is known already
+        self._registry.begin_swap(
+            instance, model, eta if eta is not None else self.eta(instance, model)
+        )
+        self._marks[instance] = model
+
+    def _done(self, instance: str, model: str, ok: bool, event: dict[str, Any]) -> None:
+        marked = self._marks.pop(instance, None)
+        if ok:
+            seconds = event.get("s")
+            if isinstance(seconds, (int, float)) and seconds > 0:
+                self.times.record(instance, model, float(seconds))
+            if marked == model:
+                self._registry.end_swap(instance, model, ok=True)
+            else:
+                self._registry.warmed(instance, model)
+        elif marked is not None:
+            self._registry.end_swap(instance, marked, False, float(event.get("b", 0.0)))
+
+    def _unmark(self, instance: str) -> None:
+        model = self._marks.pop(instance, None)
+        if model is not None and self._registry.swapping(instance) == model:
+            self._registry.end_swap(instance, model, ok=False)  # waiters place again
+
+    async def _check_marks(self) -> None:
+        """Marks whose holder is gone (died mid-swap, or Redis lost) go; waiters place again."""
+        while True:
+            await asyncio.sleep(RECHECK)
+            for instance in list(self._marks):
+                holder = await self.cluster.holder(instance)
+                if holder is None or holder is False:
+                    log.info("the swap on %s seen from here has no holder any more", instance)
+                    self._unmark(instance)
+
+    # -- pins and drains -------------------------------------------------------------------------
+
+    def _share(self, kind: str, instance: str, model: str, value: float | bool) -> None:
+        if kind == "pin":
+            until = _wall(float(value)) if value else 0.0
+            field, stored = f"{instance}\t{model}", str(until) if until else None
+            event = {"t": "pin", "i": instance, "m": model, "until": until}
+            self._spawn(self._tell("pins", field, stored, event))
+        else:
+            event = {"t": "drain", "i": instance, "on": bool(value)}
+            self._spawn(self._tell("drains", instance, "1" if value else None, event))
+
+    async def _tell(self, key: str, field: str, value: str | None, event: dict[str, Any]) -> None:
+        """Store an operator's pin or drain and tell the others; what Redis did not take is
+        kept (the latest per pin or drain) and told again once it answers."""
+        stored = await self.cluster.share(key, field, value)
+        told = await self.cluster.publish(event)
+        if stored and told:
+            self._untold.pop((key, field), None)
+        else:
+            self._untold[key, field] = (value, event)
+
+    def _pin(self, instance: str, model: str, until: float) -> None:
+        if until > time.time():
+            self._registry.pin(instance, model, _monotonic(until), share=False)
+        else:
+            self._registry.unpin(instance, model, share=False)
+
+    async def resync(self) -> None:
+        """Redis answers (again): tell what it missed, then read back the pins and drains
+        every replica shares."""
+        for (key, field), (value, event) in list(self._untold.items()):
+            await self._tell(key, field, value, event)
+        for field, until in (await self.cluster.shared("pins")).items():
+            instance, _, model = field.partition("\t")
+            if self._registry.has(instance):
+                self._pin(instance, model, float(until))
+        drains = await self.cluster.shared("drains")
+        for name in self._registry.names():
+            self._registry.set_drained(name, name in drains, share=False)
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+def _wall(monotonic: float) -> float:
+    return monotonic - time.monotonic() + time.time()
+
+
+def _monotonic(wall: float) -> float:
+    return wall - time.time() + time.monotonic()

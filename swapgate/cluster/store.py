@@ -1,0 +1,365 @@
+"""Several replicas on one Redis (SPEC §18): leases, heartbeats and the events they share.
+
+Redis holds what must be one for all replicas: a lock per instance and per loading model while
+a swap runs (single flight across replicas), the scheduler's lease (each preload run happens
+on one replica), each replica's heartbeat, the pins and drains an operator set, and the demand
+by time of day that auto preloads learn (swapgate/cluster/shared_demand.py). Everything
+else travels as events on one pub/sub channel and is applied to each replica's own registry
+(swapgate/cluster/shared.py), so that the warm path reads no Redis at all.
+
+A lock or lease is a key with an expiry that its live holder renews: a holder that dies frees
+it within ``LEASE_TTL``. Redis down or restarting is not an error for anyone: every call here
+answers as if this replica were alone (it swaps under its own single flight, runs its own
+schedule), ``swapgate_cluster_up`` goes to 0 and one line is logged; when Redis answers again
+the replica reads the shared pins and drains back and carries on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import redis.asyncio as redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeout
+
+from swapgate.control.forecast import SLOTS
+from swapgate.control.registry import REPLICA_TTL
+from swapgate.metrics import Metrics
+
+log = logging.getLogger("swapgate.cluster")
+T = TypeVar("T")
+PREFIX = "swapgate:"
+CHANNEL = PREFIX + "events"
+LEASE_TTL = 5.0  # a dead holder's swap lock or scheduler lease lasts at most this long
+HEARTBEAT = 0.5  # in-flight counts others see are at most this old (plus one pub/sub hop)
+RETRY = 0.5  # how soon a replica tries Redis again after losing it
+_DAY_COUNTS_TTL = 8 * 86400  # a day's shared arrivals, kept until long after they are folded in
+
+# A swap is claimed with two keys at once: the instance's lock and the model's, so that two
+# replicas can neither swap one instance nor load one model on two instances at the same time.
+_CLAIM = """
+local held = redis.call('get', KEYS[1]) or redis.call('get', KEYS[2])
+if held then return held end
+redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('set', KEYS[2], ARGV[1], 'PX', ARGV[2])
+return false
+"""
+_RENEW = """
+local renewed = 0
+for _, key in ipairs(KEYS) do
+  if redis.call('get', key) == ARGV[1] then
+    redis.call('pexpire', key, ARGV[2]); renewed = renewed + 1
+  end
+end
+return renewed
+"""
+_RELEASE = """
+for _, key in ipairs(KEYS) do
+  if redis.call('get', key) == ARGV[1] then redis.call('del', key) end
+end
+return 1
+"""
+# The scheduler's lease: taken when free, renewed when ours; answers who holds it.
+_LEAD = """
+local holder = redis.call('get', KEYS[1])
+if not holder or holder == ARGV[1] then
+  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]); return ARGV[1]
+end
+return holder
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Who swaps what where, as the lock's value says."""
+
+    replica: str
+    instance: str
+    model: str
+
+    def encode(self) -> str:
+        return json.dumps({"replica": self.replica, "instance": self.instance, "model": self.model})
+
+    @classmethod
+    def decode(cls, raw: str | bytes) -> Holder:
+        data = json.loads(raw)
+        return cls(str(data["replica"]), str(data["instance"]), str(data["model"]))
+
+
+class Cluster:
+    """This replica's side of the shared state; ``on_event`` gets the others' events."""
+
+    def __init__(self, url: str, replica: str, metrics: Metrics) -> None:
+        self.replica = replica
+        self.up = False
+        self.leader: str | None = None  # who holds the scheduler, as last seen
+        self.on_event: Callable[[dict[str, Any]], None] = lambda _: None
+        self.on_reconnect: Callable[[], Awaitable[None]] | None = None
+        self.inflight: Callable[[], dict[str, dict[str, int]]] = dict
+        # One retry, on a fresh connection: after Redis restarts, the first command on each
+        # pooled connection fails although Redis answers again.
+        self._redis = redis.Redis.from_url(
+            url, socket_timeout=1.0, socket_connect_timeout=1.0, decode_responses=True,
+            retry=Retry(NoBackoff(), 1), retry_on_error=[RedisConnectionError, RedisTimeout],
+        )  # fmt: skip
+        self._claim, self._renew = (
+            self._redis.register_script(_CLAIM),
+            self._redis.register_script(_RENEW),
+        )
+        self._release = self._redis.register_script(_RELEASE)
+        self._lead = self._redis.register_script(_LEAD)
+        self._held: dict[str, tuple[Holder, asyncio.Task[None]]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._synced = False  # the shared pins and drains were read since Redis last answered
+        self._resyncing: asyncio.Future[None] | None = None
+        self._told_down = False
+        self._up_gauge = metrics.cluster_up()
+        self._up_gauge.set(0)
+
+    async def start(self) -> None:
+        await self._sync()
+        self._tasks = [
+            asyncio.create_task(self._beat(), name="cluster heartbeat"),
+            asyncio.create_task(self._listen(), name="cluster events"),
+        ]
+
+    async def aclose(self) -> None:
+        for instance in list(self._held):
+            await self.release(instance)
+        pending = [*self._tasks, *([self._resyncing] if self._resyncing else [])]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        with contextlib.suppress(RedisError, OSError):
+            await self._redis.delete(self._replica_key(self.replica))
+        await self._redis.aclose()
+
+    # -- swaps ---------------------------------------------------------------------------------
+
+    async def claim(self, instance: str, model: str) -> Holder | None:
+        """None when this replica may swap ``model`` onto ``instance`` (it holds both locks,
+        or Redis is down); else the swap another replica runs there or for that model."""
+        mine = Holder(self.replica, instance, model)
+        keys = [f"{PREFIX}lock:{instance}", f"{PREFIX}loading:{model}"]
+        held = await self._call(self._claim(keys=keys, args=[mine.encode(), _ms(LEASE_TTL)]))
+        if isinstance(held, str):
+            return Holder.decode(held)
+        if held is None and not self.up:
+            return None  # alone: its own single flight holds
+        self._held[instance] = (mine, asyncio.create_task(self._keep(keys, mine)))
+        return None
+
+    async def release(self, instance: str) -> None:
+        held = self._held.pop(instance, None)
+        if held is None:
+            return
+        mine, renewing = held
+        renewing.cancel()
+        keys = [f"{PREFIX}lock:{instance}", f"{PREFIX}loading:{mine.model}"]
+        await self._call(self._release(keys=keys, args=[mine.encode()]))
+
+    async def holder(self, instance: str) -> Holder | bool | None:
+        """Who holds ``instance``'s swap lock; None if nobody, False if Redis cannot say."""
+        raw = await self._call(self._redis.get(f"{PREFIX}lock:{instance}"))
+        if not self.up:
+            return False
+        return Holder.decode(raw) if isinstance(raw, str) else None
+
+    async def _keep(self, keys: list[str], mine: Holder) -> None:
+        while True:
+            await asyncio.sleep(LEASE_TTL / 3)
+            await self._call(self._renew(keys=keys, args=[mine.encode(), _ms(LEASE_TTL)]))
+
+    # -- the schedule --------------------------------------------------------------------------
+
+    async def leads(self) -> bool:
+        """Whether this replica runs the scheduled preloads now: it holds the lease, or Redis
+        is down and it cannot know (a preload twice is harmless; one missed is not)."""
+        holder = await self._call(
+            self._lead(keys=[PREFIX + "scheduler"], args=[self.replica, _ms(LEASE_TTL)])
+        )
+        if not self.up:
+            return True
+        self.leader = str(holder)
+        return holder == self.replica
+
+    # -- events and shared operator state ------------------------------------------------------
+
+    async def publish(self, event: dict[str, Any]) -> bool:
+        """Tell the others (those listening now); False if Redis did not take it."""
+        message = json.dumps({**event, "r": self.replica})
+        return await self._call(self._redis.publish(CHANNEL, message)) is not None
+
+    async def share(self, key: str, field: str, value: str | None) -> bool:
+        """Keep an operator's pin or drain in Redis, for replicas that start later; False if
+        Redis did not take it."""
+        name = PREFIX + key
+        done = await self._call(
+            self._redis.hdel(name, field) if value is None else self._redis.hset(name, field, value)
+        )
+        return done is not None
+
+    async def shared(self, key: str) -> dict[str, str]:
+        found = await self._call(self._redis.hgetall(PREFIX + key))
+        return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+    async def add_arrivals(self, arrivals: Mapping[str, int]) -> bool:
+        """Add ``day:model:slot`` counts to each day's shared counts; False if Redis did not."""
+        pipe = self._redis.pipeline(transaction=False)
+        for key, count in arrivals.items():
+            day, field = key.split(":", 1)
+            pipe.hincrby(f"{PREFIX}demand:{day}", field, count)
+            pipe.expire(f"{PREFIX}demand:{day}", _DAY_COUNTS_TTL)
+        return await self._call(pipe.execute()) is not None
+
+    async def day_arrivals(self, day: int) -> dict[str, list[int]] | None:
+        """Every replica's arrivals on ``day``, per model and slot; None if Redis gave none."""
+        found = await self._call(self._redis.hgetall(f"{PREFIX}demand:{day}"))
+        if not isinstance(found, dict):
+            return None
+        counts: dict[str, list[int]] = {}
+        for field, count in found.items():
+            model, _, slot = str(field).rpartition(":")
+            if model and slot.isdigit() and int(slot) < SLOTS:
+                counts.setdefault(model, [0] * SLOTS)[int(slot)] += int(count)
+        return counts
+
+    async def learned(self) -> dict[str, Any] | None:
+        """The usual day learned from every replica's arrivals (``forecast.fold``)."""
+        raw = await self._call(self._redis.get(PREFIX + "demand"))
+        try:
+            data = json.loads(raw) if isinstance(raw, str) else None
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) and isinstance(data.get("day"), int) else None
+
+    async def learn(self, learned: Mapping[str, Any]) -> bool:
+        return await self._call(self._redis.set(PREFIX + "demand", json.dumps(learned))) is not None
+
+    async def describe(self) -> dict[str, Any]:
+        """The replicas and their heartbeats, every swap lock's holder, the scheduler's."""
+        replicas, locks = [], {}
+        async for key in self._scan(f"{PREFIX}replica:*"):
+            raw = await self._call(self._redis.get(key))
+            if isinstance(raw, str):
+                beat = json.loads(raw)
+                replicas.append({"id": beat["replica"], "last_heartbeat": beat["at"]})
+        async for key in self._scan(f"{PREFIX}lock:*"):
+            raw = await self._call(self._redis.get(key))
+            if isinstance(raw, str):
+                holder = Holder.decode(raw)
+                locks[key.removeprefix(f"{PREFIX}lock:")] = {
+                    "replica": holder.replica,
+                    "model": holder.model,
+                }
+        return {
+            "replica": self.replica,
+            "redis_up": self.up,
+            "replicas": sorted(replicas, key=lambda r: str(r["id"])),
+            "swap_locks": locks,
+            "scheduler": self.leader,
+        }
+
+    async def _scan(self, pattern: str) -> Any:
+        try:
+            async for key in self._redis.scan_iter(match=pattern, count=100):
+                yield key
+        except (RedisError, OSError) as exc:
+            self._lost(exc)
+
+    # -- keeping in touch ----------------------------------------------------------------------
+
+    async def _beat(self) -> None:
+        """Say this replica lives and what it has in flight; keep or take the scheduler."""
+        while True:
+            beat = {"replica": self.replica, "at": time.time(), "inflight": self.inflight()}
+            await self._call(
+                self._redis.set(
+                    self._replica_key(self.replica), json.dumps(beat), px=_ms(REPLICA_TTL)
+                )
+            )
+            await self.publish({"t": "beat", "inflight": beat["inflight"]})
+            await self.leads()
+            await asyncio.sleep(HEARTBEAT)
+
+    async def _listen(self) -> None:
+        while True:
+            try:
+                async with self._redis.pubsub(ignore_subscribe_messages=True) as pubsub:
+                    await pubsub.subscribe(CHANNEL)
+                    await self._sync()
+                    async for message in pubsub.listen():
+                        self._apply(message.get("data"))
+            except (RedisError, OSError) as exc:
+                self._lost(exc)
+                await asyncio.sleep(RETRY)
+
+    def _apply(self, data: object) -> None:
+        try:
+            event = json.loads(data) if isinstance(data, str) else None
+        except ValueError:
+            return
+        if isinstance(event, dict) and event.get("r") != self.replica:
+            self.on_event(event)
+
+    async def _sync(self) -> None:
+        """Once Redis answers again, read back what the replicas share (pins, drains)."""
+        if self._synced or not await self._call(self._redis.ping()):
+            return
+        if self.on_reconnect is not None:
+            await self.on_reconnect()
+        self._synced = True
+
+    async def _call(self, work: Awaitable[T]) -> T | None:
+        """Redis's answer, or None if it gives none: down or restarting is logged once."""
+        try:
+            answer = await work
+        except (RedisError, OSError) as exc:
+            self._lost(exc)
+            return None
+        if not self.up:
+            self.up, self._told_down = True, False
+            self._up_gauge.set(1)
+            log.info("redis answers: replica %s shares state with the others", self.replica)
+            if self._tasks:  # running: read back (and write what it could not) at once
+                self._resyncing = asyncio.ensure_future(self._sync())
+        return answer
+
+    def _lost(self, exc: Exception) -> None:
+        if not self._told_down:
+            log.warning(
+                "redis does not answer (%s): replica %s serves from its own view until it does",
+                exc, self.replica,
+            )  # fmt: skip
+            self._told_down = True
+        self.up = self._synced = False
+        self._up_gauge.set(0)
+
+    @staticmethod
+    def _replica_key(replica: str) -> str:
+        return f"{PREFIX}replica:{replica}"
+
+
+def url_problem(env_name: str, url: str | None) -> str | None:
+    """What is wrong with the Redis URL in ``env_name``, or None (also when it is unset)."""
+    if url is None:
+        return None
+    try:
+        redis.connection.parse_url(url)
+    except ValueError as exc:
+        return f"${env_name} is not a Redis URL ({exc}); set it like redis://host:6379/0"
+    return None
+
+
+def _ms(seconds: float) -> int:
+    return int(seconds * 1000)

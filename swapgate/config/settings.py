@@ -1,0 +1,498 @@
+"""Configuration: a YAML file, overridden by ``SWAPGATE_*`` environment variables.
+
+``load_config`` is the one entry point. It returns a frozen ``Settings`` or raises ``ConfigError``
+carrying every problem found, each prefixed by its YAML path (``instances[1].url: not a URL``).
+Secrets never live in the file: ``*_env`` keys name the environment variables that hold them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from swapgate.config.cron import cron_trigger
+from swapgate.model.sizes import Bytes, SizeConfig, parse_size, sizes
+
+__all__ = ["ConfigError", "Settings", "load_config", "parse_config", "parse_duration", "parse_size"]
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
+_UNKNOWN_KEY = "unknown key; check its spelling against the documented schema"
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; ``problems`` lists each one as ``path: message``."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
+        self.problems = problems
+
+
+def parse_duration(value: object) -> object:
+    """Accept ``250ms``, ``5s``, ``2m``, ``1h`` or a plain number of seconds."""
+    if isinstance(value, bool):
+        raise ValueError("not a duration: use e.g. 250ms, 5s, 2m, 1h or a number of seconds")
+    if isinstance(value, int | float):
+        try:
+            return float(value)
+        except OverflowError:  # an int beyond float's range: YAML reads any run of digits
+            raise ValueError("not a duration: too many seconds to represent") from None
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if match:
+            return float(match[1]) * _UNIT_SECONDS[match[2]]
+        raise ValueError(f"not a duration: {value!r}; use e.g. 250ms, 5s, 2m, 1h or seconds")
+    return value
+
+
+def _check_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not a URL: {value!r}; expected http://host:port")
+    return value.rstrip("/")
+
+
+def _yaml_off(value: object) -> object:
+    """YAML 1.1 reads a bare ``off`` as false; in these keys it means the word."""
+    return "off" if value is False else value
+
+
+# Finite: YAML reads ``.inf`` and a long run of digits overflows to it, and an infinite timeout
+# crashes the server where it is rounded to whole seconds (uvicorn's keep-alive, Retry-After).
+Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0, allow_inf_nan=False)]
+PositiveDuration = Annotated[
+    float, BeforeValidator(parse_duration), Field(gt=0, allow_inf_nan=False)
+]
+Url = Annotated[str, AfterValidator(_check_url)]
+
+
+Name = Annotated[str, Field(pattern=_NAME)]
+FallbackPolicy = Annotated[Literal["off", "error", "slow", "swap"], BeforeValidator(_yaml_off)]
+InstanceKind = Literal[
+    "llama-swap", "ollama", "openai", "swap-on-request", "process", "vllm-sleep", "llama-router"
+]
+# The APIs an upstream speaks besides OpenAI's chat, completions and embeddings: a Messages
+# request for one that does not speak ``anthropic``, or a Responses request for one that does
+# not speak ``responses``, is translated to chat completions (docs/compatibility.md).
+Protocols = Annotated[
+    list[Literal["openai", "anthropic", "responses"]],
+    Field(default_factory=lambda: ["openai"], min_length=1),
+]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    api_keys_env: str = "SWAPGATE_API_KEYS"
+    admin_token_env: str = "SWAPGATE_ADMIN_TOKEN"
+    max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    access_log: bool = True
+    shutdown_grace: Duration = 30.0
+    # An idle client connection stays open this long: longer than a proxy in front keeps one
+    # (nginx: 60s), so the proxy never sends a request on a connection swapgate is closing.
+    idle_timeout: PositiveDuration = 75.0
+    # Bounds on what a client connection may cost (swapgate/server/connections.py); answers are
+    # unbounded.
+    max_header_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    request_read_timeout: PositiveDuration = 30.0
+    max_connections: int = Field(4096, ge=1, le=1_000_000)
+
+
+class RoutingConfig(_Section):
+    poll_interval: PositiveDuration = 5.0
+    max_wait: PositiveDuration = 120.0
+    queue_limit: int = Field(256, ge=1)
+    # Unset: follow the measured swaps (swapgate/policy/timing.py), so one config fits 1 s wakes and
+    # 60 s loads; a value set here is used as it is.
+    min_residency: Duration | None = None
+    swap_timeout: PositiveDuration = 300.0
+    expected_swap: PositiveDuration | None = None
+    stream_idle_timeout: PositiveDuration = 120.0
+    eviction: Literal["lru", "demand"] = "lru"
+    # Under demand: a model likely requested again within this many of its swap times stays.
+    demand_horizon: float = Field(3.0, gt=0, allow_inf_nan=False)
+    # A request that has waited this fraction of max_wait for capacity closes a busy model;
+    # unset: after its model's measured swap time, and never later than 0.25 of max_wait.
+    starvation_after: Annotated[float, Field(gt=0, lt=1)] | None = None
+
+
+StreamingKeepalive = Annotated[Literal["comment", "reasoning", "off"], BeforeValidator(_yaml_off)]
+NonStreamingKeepalive = Annotated[Literal["whitespace", "off"], BeforeValidator(_yaml_off)]
+
+
+class KeepaliveConfig(_Section):
+    early_headers_after: Duration = 1.0
+    interval: PositiveDuration = 5.0
+    streaming: StreamingKeepalive = "comment"
+    non_streaming: NonStreamingKeepalive = "whitespace"
+
+
+class KeepaliveOverride(_Section):
+    """Per-model keep-alive settings; unset keys take the global ``keepalive`` section's."""
+
+    early_headers_after: Duration | None = None
+    interval: PositiveDuration | None = None
+    streaming: StreamingKeepalive | None = None
+    non_streaming: NonStreamingKeepalive | None = None
+
+
+class ProcessCommand(_Section):
+    """How a ``process`` instance runs one model's server (SPEC §15)."""
+
+    cmd: str = Field(min_length=1)
+    env: dict[str, str] = {}
+    ready: str = Field("/v1/models", pattern=r"^/")
+    stop_timeout: PositiveDuration = 10.0
+    # Drained and restarted once idle when its process group's resident size passes this.
+    recycle_rss: Bytes | None = None
+
+
+def _command(value: object) -> object:
+    return {"cmd": value} if isinstance(value, str) else value
+
+
+class InstanceConfig(_Section):
+    name: Name
+    kind: InstanceKind = "llama-swap"
+    url: Url = ""  # required but for kind: process, whose servers are swapgate's own children
+    models: list[str] | None = None
+    # Unset: 1, or what the backend says it runs at once (a llama-router's --models-max)
+    capacity: int = Field(1, ge=1)
+    api_key_env: str | None = None
+    weight: float = Field(1.0, gt=0, allow_inf_nan=False)
+    memory: Bytes | None = None  # what its models may take at once (SPEC §16), with capacity
+    protocols: Protocols
+    # kind: process only
+    start_port: int = Field(5800, ge=1024, le=65535)
+    commands: dict[str, Annotated[ProcessCommand, BeforeValidator(_command)]] = {}
+    # kind: vllm-sleep only: a vLLM server per model, all but capacity of them asleep
+    servers: dict[str, Url] = {}
+    sleep_level: Literal[1, 2] = 1
+
+    @model_validator(mode="before")
+    @classmethod
+    def _process_defaults(cls, data: object) -> object:
+        """A process instance's models are its commands', at swapgate's own loopback."""
+        if isinstance(data, dict) and data.get("kind") == "llama-router":
+            # llama-server speaks Messages and Responses itself: no translation to chat
+            data = {"protocols": ["openai", "anthropic", "responses"], **data}
+        if isinstance(data, dict) and data.get("kind") in ("process", "vllm-sleep"):
+            own = data.get("commands" if data["kind"] == "process" else "servers")
+            data = {"url": "http://127.0.0.1", **data}
+            if data.get("models") is None and isinstance(own, dict):
+                data["models"] = list(own)
+        return data
+
+    @property
+    def capacity_set(self) -> bool:
+        """Whether the operator set ``capacity`` (else a backend's own limit may replace it)."""
+        return "capacity" in self.model_fields_set
+
+    @property
+    def count_limit(self) -> int | None:
+        """How many models may be resident at once by count: ``capacity`` when set; none when
+        ``memory`` alone limits (it is set and ``capacity`` is not); else 1."""
+        if self.capacity_set or self.memory is None:
+            return self.capacity
+        return None
+
+    @property
+    def limited_by(self) -> str:
+        """Which limit applies, in words, for check-config and plan."""
+        count = self.count_limit
+        if self.memory is None:
+            return f"capacity {count}"
+        memory = f"memory {self.memory / 2**30:g} GiB"
+        return memory if count is None else f"capacity {count} and {memory}"
+
+    @model_validator(mode="after")
+    def _fits_its_kind(self) -> InstanceConfig:
+        if self.kind == "process":
+            if not self.commands:
+                raise ValueError("kind: process needs commands: one server command per model")
+            if set(self.models or ()) != set(self.commands):
+                raise ValueError("models and commands name different models; drop models")
+        elif self.kind == "vllm-sleep":
+            if not self.servers:
+                raise ValueError("kind: vllm-sleep needs servers: one vLLM server URL per model")
+            if set(self.models or ()) != set(self.servers):
+                raise ValueError("models and servers name different models; drop models")
+        elif not self.url:
+            raise ValueError(f"kind: {self.kind} needs the url of its server")
+        if self.commands and self.kind != "process":
+            raise ValueError("commands are for kind: process only")
+        if self.servers and self.kind != "vllm-sleep":
+            raise ValueError("servers are for kind: vllm-sleep only")
+        return self
+
+
+class PoolConfig(_Section):
+    """Some of a model's instances, for prompts up to ``max_prompt_tokens`` (SPEC §17)."""
+
+    name: Name
+    instances: Annotated[list[str], Field(min_length=1)]
+    max_prompt_tokens: Annotated[int, Field(ge=1)] | None = None
+
+
+class ModelConfig(SizeConfig):
+    """A model's routing keys; its memory keys are ``SizeConfig``'s (SPEC §16)."""
+
+    aliases: list[str] = []
+    upstream_names: dict[str, str] = {}
+    relay: str | None = None
+    relay_model: str | None = None
+    fallback: FallbackPolicy | None = None
+    max_wait: PositiveDuration | None = None
+    keepalive: KeepaliveOverride | None = None
+    pools: list[PoolConfig] = []  # tried in order: the first the prompt fits
+
+    @property
+    def fallback_policy(self) -> FallbackPolicy:
+        """The policy in force: ``swap`` when a relay is set and none is named, else ``off``."""
+        if self.fallback is not None:
+            return self.fallback
+        return "swap" if self.relay else "off"
+
+
+class RelayConfig(_Section):
+    url: Url
+    api_key_env: str | None = None
+    timeout: PositiveDuration = 120.0
+    protocols: Protocols
+
+
+class PreloadConfig(_Section):
+    name: Name
+    model: str
+    cron: str | None = None
+    # Instead of a cron: learn the model's time-of-day peaks and warm it shortly before each
+    # (swapgate/control/forecast.py); its name defaults to auto-MODEL.
+    auto: bool = False
+    timezone: str = "UTC"
+    instances: int = Field(1, ge=1)
+    pin_for: Duration = 0.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auto_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("auto") is True and "name" not in data:
+            model = data.get("model")
+            if isinstance(model, str) and model:
+                return {**data, "name": "auto-" + re.sub(r"[^A-Za-z0-9_.:-]", "-", model)}
+        return data
+
+
+class ClusterConfig(_Section):
+    """Replicas sharing state through Redis (SPEC §18): on once the variable holds a URL."""
+
+    redis_url_env: str = "SWAPGATE_REDIS_URL"
+    replica_id: str = ""  # default: hostname-pid
+
+
+class MetricsConfig(_Section):
+    enabled: bool = True
+    path: Annotated[str, Field(pattern=r"^/")] = "/metrics"
+
+
+class Settings(BaseSettings):
+    """The whole configuration; every key but ``instances`` has a default."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SWAPGATE_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    server: ServerConfig = ServerConfig()
+    routing: RoutingConfig = RoutingConfig()
+    keepalive: KeepaliveConfig = KeepaliveConfig()
+    instances: Annotated[list[InstanceConfig], Field(min_length=1)]
+    models: dict[str, ModelConfig] = {}
+    relays: dict[str, RelayConfig] = {}
+    preloads: list[PreloadConfig] = []
+    metrics: MetricsConfig = MetricsConfig()
+    cluster: ClusterConfig = ClusterConfig()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The file arrives as init arguments; the environment must win over it.
+        return (env_settings, init_settings)
+
+    def model_settings(self, model: str) -> ModelConfig:
+        return self.models.get(model) or _DEFAULT_MODEL
+
+    def keepalive_for(self, model: str) -> KeepaliveConfig:
+        override = self.model_settings(model).keepalive
+        if override is None:
+            return self.keepalive
+        return self.keepalive.model_copy(update=override.model_dump(exclude_none=True))
+
+
+_DEFAULT_MODEL = ModelConfig()
+
+
+def secret(env_name: str | None) -> str | None:
+    """The value of the environment variable a ``*_env`` key names; empty counts as unset."""
+    if not env_name:
+        return None
+    return os.environ.get(env_name) or None
+
+
+def load_config(path: str | Path) -> Settings:
+    """Read, validate and cross-check the file at ``path``; raise ``ConfigError`` on any problem."""
+    return parse_config(_read_yaml(Path(path)))
+
+
+def parse_config(data: Mapping[str, Any]) -> Settings:
+    # Only sections become keyword arguments: pydantic-settings takes ``_env_file`` and its other
+    # ``_*`` options from them, and a key YAML read as a number or null cannot be one at all.
+    sections = {key: value for key, value in data.items() if key in Settings.model_fields}
+    try:
+        settings = Settings(**sections)
+    except ValidationError as exc:
+        problems = [_describe(err) for err in exc.errors()]
+    else:
+        problems = list(_cross_check(settings))
+    problems += [f"{key}: {_UNKNOWN_KEY}" for key in data if key not in sections]
+    if problems:
+        raise ConfigError(problems)
+    return settings
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, but a value its constructors cannot build is a YAML error at its line.
+
+    They let Python's errors out: ``2001-13-01`` (read as a date) a ValueError, ``!!bool x`` a
+    KeyError, ``!!timestamp x`` an AttributeError.
+    """
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except (ArithmeticError, AttributeError, LookupError, TypeError, ValueError) as exc:
+            problem = f"cannot read {node.value!r} as {node.tag} ({exc}); quote it to keep a string"
+            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark) from None
+
+
+def _read_yaml(path: Path) -> dict[Any, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read the file ({exc.strerror})"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"{path}: not UTF-8 (byte {exc.start}); save it as UTF-8"]) from None
+    try:
+        data = yaml.load(text, Loader=_Loader)  # a SafeLoader: builds plain data only
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{path}: not valid YAML: {exc}"]) from None
+    except RecursionError:
+        raise ConfigError([f"{path}: nested too deeply to read; flatten it"]) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError([f"{path}: the top level must be a mapping of sections"])
+    return data
+
+
+def _describe(error: Mapping[str, Any]) -> str:
+    path = ""
+    for part in error["loc"]:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        message = _UNKNOWN_KEY
+    return f"{path or '(top level)'}: {message}"
+
+
+def _cross_check(settings: Settings) -> Iterable[str]:
+    names = [inst.name for inst in settings.instances]
+    for index, name in enumerate(names):
+        if names.index(name) != index:
+            yield f"instances[{index}].name: duplicate instance name {name!r}"
+    models = set(settings.models)
+    seen_aliases: dict[str, str] = {}
+    for model, conf in settings.models.items():
+        yield from _check_model(model, conf, settings, models, seen_aliases)
+    jobs: set[str] = set()
+    for index, job in enumerate(settings.preloads):
+        yield from _check_preload(index, job, settings)
+        if job.name in jobs:
+            yield f"preloads[{index}].name: duplicate job name {job.name!r}"
+        jobs.add(job.name)
+    yield from sizes(settings.models)[1]  # a gguf that cannot be read
+
+
+def _check_model(
+    model: str,
+    conf: ModelConfig,
+    settings: Settings,
+    models: set[str],
+    seen_aliases: dict[str, str],
+) -> Iterable[str]:
+    where = f"models.{model}"
+    instance_names = {inst.name for inst in settings.instances}
+    for alias in conf.aliases:
+        if alias in models:
+            yield f"{where}.aliases: {alias!r} is already a model name"
+        elif alias in seen_aliases:
+            yield f"{where}.aliases: {alias!r} is already an alias of {seen_aliases[alias]!r}"
+        seen_aliases[alias] = model
+    for instance in conf.upstream_names:
+        if instance not in instance_names:
+            yield f"{where}.upstream_names.{instance}: no instance is named {instance!r}"
+    pool_names = [pool.name for pool in conf.pools]
+    for index, pool in enumerate(conf.pools):
+        if pool_names.index(pool.name) != index:
+            yield f"{where}.pools[{index}].name: duplicate pool name {pool.name!r}"
+        for instance in pool.instances:
+            if instance not in {i.name for i in settings.instances}:
+                yield f"{where}.pools[{index}].instances: no instance is named {instance!r}"
+    if conf.relay is not None and conf.relay not in settings.relays:
+        known = ", ".join(sorted(settings.relays)) or "none defined"
+        yield f"{where}.relay: no relay named {conf.relay!r} (relays: {known})"
+    if conf.relay is None and conf.fallback_policy != "off":
+        yield f"{where}.fallback: {conf.fallback!r} needs a relay; set {where}.relay"
+
+
+def _check_preload(index: int, job: PreloadConfig, settings: Settings) -> Iterable[str]:
+    where = f"preloads[{index}]"
+    if job.auto and job.cron is not None:
+        yield f"{where}: auto learns when to preload; drop cron, or drop auto to keep the cron"
+    elif job.cron is None and not job.auto:
+        yield f"{where}.cron: missing; give a cron such as '0 8 * * 1-5', or auto: true"
+    try:
+        cron_trigger(job.cron or "0 0 * * *", job.timezone)
+    except Exception as exc:  # APScheduler raises ValueError or zoneinfo errors
+        yield f"{where}: invalid cron {job.cron!r} or timezone {job.timezone!r}: {exc}"
+    if job.instances > len(settings.instances):
+        yield (
+            f"{where}.instances: {job.instances} instances asked for, "
+            f"only {len(settings.instances)} configured"
+        )

@@ -1,0 +1,46 @@
+"""One request's tries (SPEC §4.7): the instance the router leased, then, after a failure before
+any byte reached the client, one other instance that has the model warm, then the model's relay
+if its fallback policy allows ``error``. Nothing is tried again once bytes went out.
+
+``Attempts`` holds the one lease a request has at any time and gives it back exactly once, so
+the data plane never releases leases itself.
+"""
+
+from __future__ import annotations
+
+from swapgate.control.router import Router, Want
+from swapgate.model.lease import Lease, Progress
+
+
+class Attempts:
+    def __init__(self, router: Router, model: str, want: Want | None = None) -> None:
+        self._router = router
+        self._model = model
+        self._want = want  # its pool and wait budget: another instance is of the same pool
+        self._retried = False  # another instance was tried already: next is the relay
+        self.lease: Lease | None = None
+
+    async def first(self, progress: Progress) -> Lease:
+        self.lease = await self._router.acquire(self._model, progress, self._want)
+        return self.lease
+
+    def next(self) -> Lease | None:
+        """After the current lease failed before any byte reached the client: give it back
+        and take the next one, if there is one (else the failed lease stays held)."""
+        failed = self.lease
+        if failed is None or failed.kind == "relay":
+            return None
+        other = None
+        if not self._retried:
+            other = self._router.acquire_warm(self._model, besides=failed.name, want=self._want)
+        other = other or self._router.relay(self._model, "error")
+        if other is None:
+            return None
+        self._router.release(failed)
+        self.lease, self._retried = other, True
+        return other
+
+    def release(self) -> None:
+        if self.lease is not None:
+            self._router.release(self.lease)
+            self.lease = None

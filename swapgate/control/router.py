@@ -1,0 +1,386 @@
+"""Turning placement decisions into a lease: on a warm instance, or on the model's relay.
+
+``acquire`` places the request, starts the one swap it needs, and waits (re-placing on every
+registry change) until the model is warm, unless the model's fallback policy sends it to the
+relay first (swapgate/policy/fallback.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from swapgate.config.catalog import Catalog
+from swapgate.config.settings import Settings, secret
+from swapgate.control.swaps import Swaps
+from swapgate.control.waiting import until
+from swapgate.errors import NoCapacity, PathNotFound, QueueFull, SwapFailed
+from swapgate.metrics import Metrics
+from swapgate.model.lease import Lease, Progress, Pulse, Upstream
+from swapgate.model.snapshot import Snapshot
+from swapgate.policy import pools, timing
+from swapgate.policy.fallback import Reason, allows, relay_reason
+from swapgate.policy.placement import (
+    Decision,
+    Join,
+    Policy,
+    Queue,
+    Serve,
+    Swap,
+    Unavailable,
+    frees_up_at,
+    place,
+    starvation_target,
+)
+
+log = logging.getLogger("swapgate.router")
+# The APIs swapgate translates to chat completions for an instance that does not speak them
+TRANSLATED = frozenset({"anthropic", "responses"})
+_STATES = {Serve: "waiting", Join: "loading", Swap: "loading", Queue: "queued"}
+# How a request found its model (swapgate_placements_total), by its first decision
+_PLACEMENT = {Serve: "warm", Join: "swap", Swap: "swap", Queue: "queued", Unavailable: "swap"}
+
+
+class RoutingState(Protocol):
+    """The live-state verbs the router uses: the in-memory registry's, or a shared store's."""
+
+    def snapshot(self) -> Snapshot: ...
+    def names(self) -> list[str]: ...
+    def arrived(self, model: str) -> None: ...
+    def queued(self, model: str, since: float) -> AbstractContextManager[int]: ...
+    async def wait_for_change(self, timeout: float) -> None: ...
+    def begin_request(self, name: str, model: str) -> None: ...
+    def end_request(self, name: str, model: str) -> None: ...
+    def wait_on(self, name: str, model: str, delta: int) -> None: ...
+    def close(self, name: str, models: tuple[str, ...], until: float, room_for: str) -> None: ...
+    def reopen(self, name: str, room_for: str) -> None: ...
+    def pulse(self, name: str) -> Pulse: ...
+
+
+class Addresses(Protocol):
+    """Where an instance serves a model, when not at its ``url`` (a driver's ``model_url``),
+    and the query parameters its requests carry."""
+
+    proxy_query: str
+
+    def model_url(self, model: str) -> str | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Want:
+    """A request's own routing: the pool it may use (None: every instance) and how long it
+    may wait (None: the model's max_wait)."""
+
+    pool: pools.Pool | None = None
+    budget: float | None = None
+
+
+class Router:
+    def __init__(
+        self,
+        settings: Settings,
+        registry: RoutingState,
+        coordinator: Swaps,
+        catalog: Catalog,
+        metrics: Metrics,
+        addresses: Mapping[str, Addresses] | None = None,
+    ) -> None:
+        self._settings = settings
+        self._registry = registry
+        self._coordinator = coordinator
+        self._catalog = catalog
+        self._metrics = metrics
+        self._addresses = addresses or {}
+        self._policy = policy_for(settings, coordinator)
+        self._upstreams = {
+            inst.name: Upstream(
+                inst.url,
+                secret(inst.api_key_env),
+                key_env=inst.api_key_env,
+                protocols=frozenset(inst.protocols),
+                query=_proxy_query(self._addresses.get(inst.name)),
+            )
+            for inst in settings.instances
+        }
+        self._all_speak_openai = all("openai" in inst.protocols for inst in settings.instances)
+        self._relays = {
+            name: Upstream(
+                relay.url,
+                secret(relay.api_key_env),
+                True,
+                relay.timeout,
+                relay.api_key_env,
+                frozenset(relay.protocols),
+            )
+            for name, relay in settings.relays.items()
+        }
+
+    def check_speaks(self, model: str, protocol: str, path: str) -> None:
+        """Refuse at once, before any swap, a request none of ``model``'s instances can take:
+        its API spoken natively, or chat completions to translate it to (``openai``)."""
+        if self._all_speak_openai:
+            return  # every API translates to chat: nothing to refuse, and no snapshot
+        if self._settings.model_settings(model).relay is not None:
+            return  # the relay may speak it
+        can = {protocol, "openai"} if protocol in TRANSLATED else {protocol}
+        serving = [i.name for i in self._registry.snapshot().instances if model in i.serves]
+        if not serving or any(can & self._upstreams[name].protocols for name in serving):
+            return
+        raise PathNotFound(
+            f"no instance of {model!r} speaks {path} ({', '.join(serving)} speak "
+            f"{sorted(self._upstreams[serving[0]].protocols)}); add {protocol!r} to an "
+            "instance's protocols, or send the request where it is spoken"
+        )
+
+    def want(self, model: str, payload: dict[str, Any], budget: float | None) -> Want:
+        """What a request asks for besides its model: its pool (by its prompt, SPEC §17)
+        and its own wait budget (``x-swapgate-max-wait``, capped at the model's max_wait)."""
+        conf = self._settings.model_settings(model)
+        pool = None
+        if conf.pools:
+            snap = self._registry.snapshot()
+            pool = pools.choose(model, conf.pools, pools.prompt_tokens(payload), snap)
+        max_wait = conf.max_wait or self._settings.routing.max_wait
+        return Want(pool, min(budget, max_wait) if budget is not None else None)
+
+    def snapshot(self, want: Want | None = None) -> Snapshot:
+        """The registry's snapshot, of the request's pool's instances only."""
+        snap = self._registry.snapshot()
+        if want is None or want.pool is None:
+            return snap
+        only = want.pool.instances
+        return replace(snap, instances=tuple(i for i in snap.instances if i.name in only))
+
+    async def acquire(
+        self, model: str, progress: Progress | None = None, want: Want | None = None
+    ) -> Lease:
+        """Wait until ``model`` is warm somewhere (starting at most one swap), then lease it;
+        or lease its relay when the fallback policy says so."""
+        started = time.monotonic()
+        progress = progress or Progress()
+        want = want or Want()
+        self._registry.arrived(model)
+        decision = place(model, self.snapshot(want), self._policy)
+        if isinstance(decision, Serve):
+            progress.instance, progress.state = decision.instance, "waiting"
+            self._placed(model, "warm", 0.0)
+            return self._lease(decision.instance, model, None)
+        lease = await self._wait(model, progress, want, decision, started)
+        placement = "relay" if lease.kind == "relay" else _PLACEMENT[type(decision)]
+        self._placed(model, placement, lease.waited)
+        return lease
+
+    def _placed(self, model: str, placement: str, waited: float) -> None:
+        self._metrics.placements.labels(model, placement).inc()
+        self._metrics.placement_wait.labels(model, placement).observe(waited)
+
+    async def _wait(
+        self, model: str, progress: Progress, want: Want, decision: Decision, started: float
+    ) -> Lease:
+        """A request its model is not warm for: wait, relay, or refuse, as the rules say."""
+        if want.budget is not None and not isinstance(decision, Unavailable):
+            expected = self._expected_wait(model, decision)
+            if expected > want.budget:
+                return self._over_budget(model, decision, expected, want.budget, started)
+        with self._registry.queued(model, started) as depth:
+            if depth > self._settings.routing.queue_limit:
+                relayed = self.relay(model, "queue_full", started)
+                if relayed:
+                    return relayed
+                raise QueueFull(
+                    f"{depth - 1} requests already wait for {model!r}; retry later",
+                    retry_after=self._retry_after(model),
+                )
+            waiter = _Waiter(self, model, started, progress, decision, want)
+            try:
+                lease = await until(self._registry, waiter.step, waiter.deadline)
+            finally:
+                waiter.release()
+        return lease or self.relay(model, "error", started) or self._timed_out(model, waiter)
+
+    def acquire_warm(self, model: str, besides: str, want: Want | None = None) -> Lease | None:
+        """Lease another instance (of the request's pool) that has ``model`` warm right now."""
+        snap = self.snapshot(want)
+        others = replace(snap, instances=tuple(i for i in snap.instances if i.name != besides))
+        decision = place(model, others, self._policy)
+        return self._lease(decision.instance, model, None) if isinstance(decision, Serve) else None
+
+    def relay(self, model: str, reason: Reason, started: float | None = None) -> Lease | None:
+        """Lease the model's relay if its fallback policy allows ``reason``."""
+        conf = self._settings.model_settings(model)
+        if conf.relay is None or not allows(conf.fallback_policy, reason):
+            return None
+        self._metrics.fallbacks.labels(model, conf.relay, reason).inc()
+        waited = time.monotonic() - started if started is not None else 0.0
+        upstream_model = conf.relay_model or model
+        return Lease("relay", conf.relay, model, upstream_model, self._relays[conf.relay], waited)
+
+    def release(self, lease: Lease) -> None:
+        if lease.kind == "instance":
+            self._registry.end_request(lease.name, lease.model)
+
+    def _close_for(self, model: str, until: float) -> str | None:
+        """The starvation rule: stop new requests to the cheapest busy victims so they drain;
+        returns the instance it made room on, if any."""
+        target = starvation_target(model, self._registry.snapshot(), self._policy)
+        if target is None or not target.victims:
+            return None
+        log.info("%s waits too long: closing %s on %s", model, target.victims, target.instance)
+        self._registry.close(target.instance, target.victims, until, model)
+        return target.instance
+
+    def _expected_wait(self, model: str, decision: Decision) -> float:
+        """Seconds until ``model`` would be warm on the decision's instance."""
+        if isinstance(decision, Serve | Unavailable):
+            return 0.0
+        snap = self._registry.snapshot()
+        instance = snap.instance(decision.instance)
+        if isinstance(decision, Join):
+            return max(0.0, instance.swap_done_by - snap.now)
+        eta = self._coordinator.eta(decision.instance, model)
+        if isinstance(decision, Queue):
+            eta += max(0.0, frees_up_at(instance, snap.now, self._policy) - snap.now)
+        return eta
+
+    def _over_budget(
+        self, model: str, decision: Decision, expected: float, budget: float, started: float
+    ) -> Lease:
+        """A request that will not wait as long as ``model`` needs: its relay, if the model's
+        fallback relays slow requests, else 503 at once (the swap it needs still starts)."""
+        if isinstance(decision, Swap):
+            self._coordinator.start(decision.instance, model, decision.victims)
+        relayed = self.relay(model, "slow", started)
+        if relayed:
+            return relayed
+        raise NoCapacity(
+            f"{model!r} needs about {expected:.0f}s and the request's x-swapgate-max-wait is"
+            f" {budget:g}s; retry later, or without the header to wait",
+            retry_after=max(1, math.ceil(expected)),
+        )
+
+    def _timed_out(self, model: str, waiter: _Waiter) -> Lease:
+        raise NoCapacity(
+            f"{model!r} did not become warm within max_wait ({waiter.max_wait:g}s); retry later",
+            retry_after=self._retry_after(model),
+        )
+
+    def _lease(self, instance: str, model: str, started: float | None) -> Lease:
+        """Lease ``instance``; ``started`` is when the request began waiting, None if it did not."""
+        self._registry.begin_request(instance, model)
+        upstream_model = self._catalog.upstream_name(instance, model)
+        waited = time.monotonic() - started if started is not None else 0.0
+        upstream = self._upstreams[instance]
+        address = self._addresses.get(instance)
+        url = address.model_url(upstream_model) if address else None
+        if url is not None:  # a process instance: the model's own server
+            upstream = replace(upstream, url=url)
+        pulse = self._registry.pulse(instance)
+        return Lease("instance", instance, model, upstream_model, upstream, waited, pulse)
+
+    def _retry_after(self, model: str) -> int:
+        return max(1, math.ceil(self._coordinator.quickest(model)))
+
+
+def _proxy_query(address: Addresses | None) -> str:
+    return address.proxy_query if address is not None else ""
+
+
+def policy_for(settings: Settings, coordinator: Swaps) -> Policy:
+    routing = settings.routing
+    return Policy(
+        routing.min_residency,
+        routing.eviction,
+        coordinator.eta,
+        routing.demand_horizon,
+        patience=lambda model: starvation_point(settings, coordinator.quickest, model),
+        wake=coordinator.wake_eta,
+    )
+
+
+def starvation_point(settings: Settings, quickest: Callable[[str], float], model: str) -> float:
+    """How long a request for ``model`` may wait for room before the starvation rule closes a
+    busy model for it: ``starvation_after`` of its ``max_wait``, or (unset) its quickest
+    expected swap, capped at a quarter of ``max_wait`` (swapgate/policy/timing.py)."""
+    max_wait = settings.model_settings(model).max_wait or settings.routing.max_wait
+    return timing.starvation_point(settings.routing.starvation_after, max_wait, quickest(model))
+
+
+class _Waiter:
+    """One request waiting for its model, placed again at every change (``step``). It holds
+    a count on the instance whose swap it awaits, so the model is not evicted before its
+    waiters are served (A A A B B, not A B A B), and maybe the room the starvation rule made
+    for it; ``release`` gives both back, however the wait ended."""
+
+    def __init__(
+        self,
+        router: Router,
+        model: str,
+        started: float,
+        progress: Progress,
+        first: Decision,
+        want: Want,
+    ) -> None:
+        self._router = router
+        self._model = model
+        self._started = started
+        self._progress = progress
+        self._first: Decision | None = first  # placed before it queued: used as it was
+        self._want = want
+        self._conf = router._settings.model_settings(model)
+        configured = self._conf.max_wait or router._settings.routing.max_wait
+        self.max_wait = want.budget if want.budget is not None else configured
+        self.deadline = started + self.max_wait
+        self._starving_at = started + router._policy.patience(model)
+        self._swap_on: str | None = None  # where this request waits for a swap of its model
+        self._room_on: str | None = None  # where the starvation rule made room for it
+        self._started_swap = False  # whether a swap it waits for was started by it
+
+    def step(self) -> Lease | None:
+        router, model = self._router, self._model
+        decision = self._first or place(model, router.snapshot(self._want), router._policy)
+        self._first = None
+        self._await_swap_on(decision.instance if isinstance(decision, Join | Swap) else None)
+        if isinstance(decision, Serve):
+            self._progress.instance, self._progress.state = decision.instance, "waiting"
+            if not self._started_swap:  # another request's swap served it too
+                router._metrics.swaps_avoided.labels(model).inc()
+            return router._lease(decision.instance, model, self._started)
+        if isinstance(decision, Swap):  # also when relaying: later requests find it warm
+            started = router._coordinator.start(decision.instance, model, decision.victims)
+            self._started_swap = self._started_swap or started
+        expected = router._expected_wait(model, decision)
+        reason = relay_reason(self._conf.fallback_policy, decision, expected, self.max_wait)
+        relayed = router.relay(model, reason, self._started) if reason else None
+        if relayed:
+            return relayed
+        if isinstance(decision, Unavailable):
+            error = SwapFailed if decision.backing_off else NoCapacity
+            retry_after = router._retry_after(model)
+            raise error(f"{decision.reason}; retry later", retry_after=retry_after)
+        self._progress.instance = decision.instance
+        self._progress.state = _STATES[type(decision)]
+        if self._progress.state == "loading" and router._coordinator.waking(decision.instance):
+            self._progress.state = "waking"
+        starving = time.monotonic() >= self._starving_at
+        if isinstance(decision, Queue) and starving and self._room_on is None:
+            self._room_on = router._close_for(model, self.deadline)
+        return None
+
+    def _await_swap_on(self, instance: str | None) -> None:
+        if self._swap_on == instance:
+            return
+        if self._swap_on is not None:
+            self._router._registry.wait_on(self._swap_on, self._model, -1)
+        if instance is not None:
+            self._router._registry.wait_on(instance, self._model, +1)
+        self._swap_on = instance
+
+    def release(self) -> None:
+        self._await_swap_on(None)
+        if self._room_on is not None:  # served, relayed, timed out or gone: room not needed
+            self._router._registry.reopen(self._room_on, self._model)

@@ -1,0 +1,352 @@
+"""Single-flight swaps per instance, their measured durations, and the ETA they feed.
+
+``SwapCoordinator.start`` is synchronous and idempotent per instance: the first caller marks the
+model loading and starts the one background task; everyone else finds it loading and joins by
+waiting on the registry. A waiter that goes away does not stop the swap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import statistics
+import time
+from collections import deque
+from collections.abc import Mapping
+from typing import Literal, Protocol
+
+from swapgate.config.catalog import Catalog
+from swapgate.control.registry import Registry
+from swapgate.drivers import Driver
+from swapgate.errors import DriverError
+from swapgate.metrics import Metrics
+from swapgate.model.state import WarmState
+from swapgate.policy.backoff import Backoff
+from swapgate.policy.placement import Policy, overflow
+from swapgate.policy.timing import EXPECTED_SWAP
+
+log = logging.getLogger("swapgate.swaps")
+RECENT_SWAPS = 5
+# A swap either loads a cold model or wakes one asleep (vLLM's sleep mode, SPEC §15).
+Kind = Literal["load", "wake"]
+EXPECTED_WAKE = 5.0  # a wake not measured yet is expected this long (or a load's ETA if less)
+# A swap that loads a model evicted from the same instance less than this many of its swap
+# times ago is thrash: the eviction cost two swaps and bought little (swapgate_thrash_total).
+THRASH_WINDOW = 5.0
+# How often a running load looks whether anyone still wants it (a swap nobody waits for is
+# abandoned when another model's requests queue behind it).
+ABANDON_CHECK = 0.2
+
+
+class Swaps(Protocol):
+    """What the router and the preloader ask of the swap coordinator."""
+
+    def start(self, instance: str, model: str, victims: tuple[str, ...] = ()) -> bool: ...
+    def eta(self, instance: str, model: str) -> float: ...
+    def quickest(self, model: str) -> float: ...
+    def wake_eta(self, instance: str, model: str) -> float: ...
+    def waking(self, instance: str) -> bool: ...
+
+
+class SwapTimes:
+    """The swap ETA per tier: median of the last five measured loads (or wakes, of a model
+    asleep) of (instance, model). Before one was measured: ``expected`` (the operator's
+    ``expected_swap``) if set, else what was measured nearest to it (swapgate/policy/timing.py)."""
+
+    def __init__(self, expected: float | None) -> None:
+        self.expected = expected
+        self._recent: dict[tuple[str, str, Kind], deque[float]] = {}
+
+    def record(self, instance: str, model: str, seconds: float, kind: Kind = "load") -> None:
+        key = (instance, model, kind)
+        self._recent.setdefault(key, deque(maxlen=RECENT_SWAPS)).append(seconds)
+
+    def eta(self, instance: str, model: str, kind: Kind = "load") -> float:
+        recent = self._recent.get((instance, model, kind))
+        if recent:
+            return statistics.median(recent)
+        if kind == "wake":  # never expected to take longer than loading it
+            return min(self.eta(instance, model), EXPECTED_WAKE)
+        return self.expected if self.expected is not None else self._nearest(instance, model)
+
+    def last(self, instance: str, model: str, kind: Kind = "load") -> float:
+        """The last measured swap of (instance, model); 0 if none."""
+        recent = self._recent.get((instance, model, kind))
+        return recent[-1] if recent else 0.0
+
+    def _nearest(self, instance: str, model: str) -> float:
+        """The median of the latest loads of ``model`` elsewhere, else of other models on
+        ``instance``, else of any; ``EXPECTED_SWAP`` before the first."""
+        loads = {
+            (i, m): times[-1] for (i, m, kind), times in self._recent.items() if kind == "load"
+        }
+        for near in (
+            [t for (_, m), t in loads.items() if m == model],
+            [t for (i, _), t in loads.items() if i == instance],
+            list(loads.values()),
+        ):
+            if near:
+                return statistics.median(near)
+        return EXPECTED_SWAP
+
+
+class SwapCoordinator:
+    # Alone, a replica sees every request that waits for a swap; among replicas it does not
+    # (shared.py), so only a replica alone abandons swaps.
+    abandons = True
+
+    def __init__(
+        self,
+        registry: Registry,
+        drivers: Mapping[str, Driver],
+        catalog: Catalog,
+        times: SwapTimes,
+        metrics: Metrics,
+        swap_timeout: float,
+    ) -> None:
+        self._registry = registry
+        self._drivers = drivers
+        self._catalog = catalog
+        self.times = times
+        self._metrics = metrics
+        self._swap_timeout = swap_timeout
+        self._running: dict[str, asyncio.Task[bool]] = {}
+        self._kinds: dict[str, Kind] = {}  # what each running swap does: load or wake
+        self._evicted_at: dict[tuple[str, str], float] = {}  # (instance, model): when it left
+        self._backoff = Backoff()
+
+    def start(self, instance: str, model: str, victims: tuple[str, ...] = ()) -> bool:
+        """Begin swapping ``model`` onto ``instance`` unless a swap runs there already."""
+        if instance in self._running:
+            return False
+        view = self._registry.snapshot().instance(instance)
+        kind: Kind = "wake" if view.state_of(model) is WarmState.ASLEEP else "load"
+        self._kinds[instance] = kind
+        eta = self.times.eta(instance, model, kind)
+        left = self._evicted_at.pop((instance, model), None)
+        if left is not None and time.monotonic() - left < THRASH_WINDOW * eta:
+            self._metrics.thrash.labels(instance, model).inc()
+        self._registry.begin_swap(instance, model, eta)
+        task = asyncio.create_task(self._swap(instance, model, victims), name=f"swap {instance}")
+        self._running[instance] = task
+        task.add_done_callback(lambda _: self._running.pop(instance, None))
+        return True
+
+    def recycle(self, instance: str, model: str) -> bool:
+        """Restart ``model`` on ``instance`` (a process grown too large): from now on its new
+        requests wait for the restart or go where it is warm; the ones it serves finish first,
+        then it stops and starts again, bounded by ``swap_timeout`` like a swap. Not counted
+        as a swap. False if a swap runs there already (the next poll asks again)."""
+        if instance in self._running:
+            return False
+        self._registry.begin_swap(instance, model, self.times.eta(instance, model))
+        task = asyncio.create_task(self._recycle(instance, model), name=f"recycle {instance}")
+        self._running[instance] = task
+        task.add_done_callback(lambda _: self._running.pop(instance, None))
+        return True
+
+    def reconcile(self, instance: str, policy: Policy) -> bool:
+        """Put back to sleep what is awake on ``instance`` beyond its capacity, where the engine
+        keeps every copy awake until told (``Driver.trims_to_capacity``: vLLM's servers start
+        awake, and wake for anyone who asks). Runs in the instance's swap slot; False when
+        there is nothing to do, or a swap runs there (the next poll looks again)."""
+        driver = self._drivers.get(instance)
+        if driver is None or not driver.trims_to_capacity or instance in self._running:
+            return False
+        snap = self._registry.snapshot()
+        view = snap.instance(instance)
+        extra = overflow(view, snap, policy) if view.up else ()
+        if not extra:
+            return False
+        task = asyncio.create_task(self._trim(instance, extra), name=f"trim {instance}")
+        self._running[instance] = task
+        task.add_done_callback(lambda _: self._running.pop(instance, None))
+        return True
+
+    def eta(self, instance: str, model: str) -> float:
+        """Seconds a swap of ``model`` onto ``instance`` is expected to take."""
+        return self.times.eta(instance, model)
+
+    def quickest(self, model: str) -> float:
+        """The quickest swap of ``model`` expected onto any instance."""
+        names = self._registry.names()
+        return min((self.eta(name, model) for name in names), default=self.eta("", model))
+
+    def wake_eta(self, instance: str, model: str) -> float:
+        """Seconds waking ``model``, asleep on ``instance``, is expected to take."""
+        return self.times.eta(instance, model, "wake")
+
+    def waking(self, instance: str) -> bool:
+        """Whether the swap running on ``instance`` wakes a sleeping model (keep-alives say so)."""
+        return instance in self._running and self._kinds.get(instance) == "wake"
+
+    async def wait(self, instance: str) -> bool:
+        """Wait for the swap running on ``instance``; True when it made its model warm."""
+        task = self._running.get(instance)
+        return await asyncio.shield(task) if task else False
+
+    def busy(self, instance: str) -> bool:
+        return instance in self._running
+
+    async def unload(self, instance: str, model: str) -> None:
+        """Evict ``model`` from ``instance`` for an operator; raises ``DriverError``."""
+        await self._drivers[instance].unload(self._catalog.upstream_name(instance, model))
+        self._evicted(instance, model)
+        self._registry.unpin(instance, model)
+
+    def reconfigure(
+        self, drivers: Mapping[str, Driver], catalog: Catalog, swap_timeout: float
+    ) -> None:
+        """Take a reloaded config; swaps already running finish with what they started with."""
+        self._drivers, self._catalog, self._swap_timeout = drivers, catalog, swap_timeout
+
+    async def aclose(self) -> None:
+        tasks = list(self._running.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _swap(self, instance: str, model: str, victims: tuple[str, ...]) -> bool:
+        if not await self._claim(instance, model):
+            return False  # another replica swaps there (swapgate/cluster/shared.py)
+        try:
+            return await self._run(instance, model, victims)
+        finally:
+            await self._released(instance, model)
+
+    async def _run(self, instance: str, model: str, victims: tuple[str, ...]) -> bool:
+        driver = self._drivers[instance]
+        started = time.monotonic()
+        log.info("swap start: %s on %s (evicting %s)", model, instance, list(victims) or "none")
+        warm = False
+        # No request goes to a victim any more: one sent to a vLLM server going to sleep
+        # would wait, unanswered, for its next wake.
+        self._registry.leaving(instance, victims)
+        try:
+            async with asyncio.timeout(self._swap_timeout):
+                await self._evict(instance, victims, driver)
+                warm, wanted = await self._load(instance, model, driver)
+        except (DriverError, TimeoutError) as exc:
+            result = "timeout" if isinstance(exc, TimeoutError) else "failed"
+            log.warning("swap %s: %s on %s: %s", result, model, instance, exc or "swap_timeout")
+        except asyncio.CancelledError:
+            self._registry.end_swap(instance, model, ok=False)  # shutting down: no backoff
+            raise
+        else:
+            result = "ok" if wanted else "abandoned"
+        finally:
+            self._registry.stayed(instance)
+        return self._finish(instance, model, result, time.monotonic() - started, warm)
+
+    async def _evict(self, instance: str, models: tuple[str, ...], driver: Driver) -> None:
+        for model in models:
+            await driver.unload(self._catalog.upstream_name(instance, model))
+            self._evicted(instance, model)
+
+    async def _trim(self, instance: str, models: tuple[str, ...]) -> bool:
+        if not await self._may_trim():
+            return False
+        log.info("%s has %s awake beyond its capacity: putting %s to sleep", instance,
+                 ", ".join(models), "them" if len(models) > 1 else "it")  # fmt: skip
+        self._registry.leaving(instance, models)
+        try:
+            async with asyncio.timeout(self._swap_timeout):
+                await self._evict(instance, models, self._drivers[instance])
+        except (DriverError, TimeoutError) as exc:
+            log.warning("%s: putting %s to sleep failed: %s", instance, ", ".join(models),
+                        exc or "swap_timeout")  # fmt: skip
+            return False
+        finally:
+            self._registry.stayed(instance)
+        return True
+
+    async def _load(self, instance: str, model: str, driver: Driver) -> tuple[bool, bool]:
+        """Load ``model``: (warm, wanted). Unwanted once every request that waited for it went
+        away while another model's requests queue for ``instance``: a driver that can stops
+        the load, the others finish it and the model is then the first victim."""
+        load = asyncio.ensure_future(driver.load(self._catalog.upstream_name(instance, model)))
+        # Requests that wait count themselves before they start a swap; preloads never do.
+        waited, wanted = self._registry.waiting_on(instance, model) > 0, True
+        try:
+            while not (await asyncio.wait({load}, timeout=ABANDON_CHECK))[0]:
+                waiting = self._registry.waiting_on(instance, model)
+                waited = waited or waiting > 0
+                if not wanted or not waited or waiting or not self.abandons:
+                    continue
+                if not self._registry.queued_behind(instance, model):
+                    continue
+                wanted = False
+                log.info("swap abandoned: nobody waits for %s on %s any more", model, instance)
+                if driver.cancels_loads:
+                    load.cancel()
+                    await asyncio.wait({load})
+                    if load.cancelled():  # else it ended first: warm (or failed), as it ended
+                        return False, False
+        finally:
+            if not load.done():  # swap_timeout or shutdown: the load goes with the swap
+                load.cancel()
+                await asyncio.wait({load})
+        load.result()  # raises the load's DriverError
+        return True, wanted
+
+    # What a replica among others does around a swap (SharedSwaps): alone, nothing.
+
+    async def _claim(self, instance: str, model: str) -> bool:
+        """Whether this swap may run; False once it was handed to another replica's."""
+        return True
+
+    async def _released(self, instance: str, model: str) -> None:
+        """The swap ended (``_finish`` told the registry how)."""
+
+    async def _may_trim(self) -> bool:
+        """Whether this replica puts what is over capacity to sleep (alone: always)."""
+        return True
+
+    def _evicted(self, instance: str, model: str) -> None:
+        self._evicted_at[instance, model] = time.monotonic()
+        driver = self._drivers.get(instance)
+        self._registry.evicted(instance, model, driver.evicts_to if driver else WarmState.COLD)
+
+    async def _recycle(self, instance: str, model: str) -> bool:
+        driver, upstream = self._drivers[instance], self._catalog.upstream_name(instance, model)
+        try:
+            while self._registry.snapshot().instance(instance).models[model].inflight:
+                await self._registry.wait_for_change(1.0)
+            log.info("recycle: restarting %s on %s", model, instance)
+            async with asyncio.timeout(self._swap_timeout):
+                await driver.unload(upstream)
+                await driver.load(upstream)
+        except (DriverError, TimeoutError) as exc:
+            log.warning("recycle failed: %s on %s: %s", model, instance, exc or "swap_timeout")
+            return self._end(instance, model, ok=False)
+        except asyncio.CancelledError:
+            self._registry.end_swap(instance, model, ok=False)
+            raise
+        self._metrics.process_recycles.labels(instance, model).inc()
+        return self._end(instance, model, ok=True)
+
+    def _end(self, instance: str, model: str, ok: bool) -> bool:
+        """The registry and the backoff learn how a swap (or restart) ended."""
+        if ok:
+            self._backoff.succeeded(instance)
+            self._registry.end_swap(instance, model, ok=True)
+        else:
+            self._registry.end_swap(instance, model, False, self._backoff.failed(instance))
+        return ok
+
+    def _finish(self, instance: str, model: str, result: str, elapsed: float, warm: bool) -> bool:
+        if result == "abandoned" and not warm:  # stopped, not failed: no backoff
+            self._registry.end_swap(instance, model, ok=False)
+        else:
+            self._end(instance, model, warm)
+        if result == "abandoned" and warm:
+            self._registry.unwanted(instance, model)
+        kind = self._kinds.get(instance, "load")
+        self._metrics.swap_duration.labels(instance, model, result).observe(elapsed)
+        self._metrics.swaps.labels(instance, model, result).inc()
+        if kind == "wake":
+            self._metrics.wake_duration.labels(instance, model, result).observe(elapsed)
+        if warm:
+            self.times.record(instance, model, elapsed, kind)
+            log.info("swap done (%s): %s on %s in %.2fs", kind, model, instance, elapsed)
+        return warm

@@ -1,0 +1,2 @@
+"""Plain data the rest shares: warm states, the frozen snapshots placement reads, demand
+(arrivals), leases and sizes. No I/O, no loops."""

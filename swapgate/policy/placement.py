@@ -1,0 +1,380 @@
+"""Where a request for a model goes: a pure function of the model and a registry snapshot.
+
+The rules (SPEC §4.3), in order:
+  1. candidates are instances that are up, not drained, not in backoff, and serve the model;
+  2. a warm candidate: the one with the fewest in-flight requests per weight;
+  3. a candidate already loading the model: join that swap;
+  4. a swap target among candidates not swapping already — a copy asleep (vLLM's sleep mode)
+     before a cold one when its measured wake is sooner than the cold one's load —: free
+     capacity first; else one whose
+     victims are evictable (not pinned, nothing in flight, no request waiting for it, and not
+     used within its residency (``min_residency``, or its swap time when unset:
+     swapgate/policy/timing.py) (``lru``) or more likely gone than back (``demand``; the
+     longer this model's requests have queued, the likelier back a victim may be, up to any
+     at the starvation rule's point)), the cheapest victims first: least recently used
+     (``lru``), or least expected cost (``demand``): the chance of its next request within
+     the horizon × its measured swap time, nothing if another instance has it warm too;
+  5. first come, first swapped: if a model whose requests have queued longer would take that
+     same swap target, it goes first and this request queues behind it;
+  6. else queue on the candidate expected to free up first.
+
+A model "closing" on an instance (the starvation rule, ``starvation_target``) takes no new
+requests there and is evictable once its in-flight requests are done, residency or not; the room
+it leaves is reserved for the starving model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Literal
+
+from swapgate.model.sizes import human
+from swapgate.model.snapshot import AWAKE, InstanceView, Snapshot
+from swapgate.model.state import WarmState
+from swapgate.policy.timing import residency
+
+Eviction = Literal["lru", "demand"]
+# Under ``demand``, a model is kept while its next request within the horizon is this likely.
+LIKELY_BACK = 0.5
+# Victims for a model by memory: every set of up to this many evictable models is weighed (2^12
+# sets at most); beyond it the cheapest are taken one by one until there is room.
+EXACT_SETS = 12
+
+
+def _unmeasured(instance: str, model: str) -> float:
+    return 1.0
+
+
+def _never(model: str) -> float:
+    return float("inf")
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    # Set: the operator's min_residency; None: follow the swap time it guards (timing.py).
+    min_residency: float | None
+    eviction: Eviction = "lru"
+    # The measured swap time of (instance, model): what evicting a model costs when it returns.
+    eta: Callable[[str, str], float] = _unmeasured
+    # Under ``demand``: how far ahead a victim's next request counts, in its swap times.
+    horizon: float = 3.0
+    # Under ``demand``: how long a model's requests may queue before any model that is done
+    # may make room for it, however likely back (the bar rises from LIKELY_BACK to 1 meanwhile).
+    patience: Callable[[str], float] = _never
+    # The measured wake of (instance, model) asleep (vLLM's sleep mode): the asleep tier's time.
+    wake: Callable[[str, str], float] = _unmeasured
+
+    def residency(self, instance: str, model: str) -> float:
+        """How long ``model``, having served a request on ``instance``, stays unevictable."""
+        return residency(self.min_residency, self.eta(instance, model))
+
+
+@dataclass(frozen=True, slots=True)
+class Serve:
+    instance: str
+
+
+@dataclass(frozen=True, slots=True)
+class Join:
+    instance: str
+
+
+@dataclass(frozen=True, slots=True)
+class Swap:
+    instance: str
+    victims: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    instance: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unavailable:
+    reason: str
+    backing_off: bool = False  # a candidate is out only because a swap failed on it
+
+
+Decision = Serve | Join | Swap | Queue | Unavailable
+
+
+def place(model: str, snap: Snapshot, policy: Policy) -> Decision:
+    candidates = [
+        i
+        for i in snap.instances
+        if model in i.serves and i.available(snap.now) and _room_for(i, model)
+    ]
+    if not candidates:
+        backing_off = any(
+            model in i.serves and i.up and not i.drained and snap.now < i.backoff_until
+            for i in snap.instances
+        )
+        return Unavailable(_why_unavailable(model, snap), backing_off)
+    warm = [i for i in candidates if _serves_warm(i, model)]
+    if warm:
+        return Serve(min(warm, key=_load).name)
+    loading = [i for i in candidates if i.state_of(model) is WarmState.LOADING]
+    if loading:
+        return Join(min(loading, key=lambda i: i.swap_done_by).name)
+    target = _swap_target(model, candidates, snap, policy)
+    if target is None:
+        return Queue(min(candidates, key=lambda i: frees_up_at(i, snap.now, policy)).name)
+    if _queued_earlier(model, target.instance, snap, policy):
+        return Queue(target.instance)
+    return target
+
+
+def _swap_target(
+    model: str, candidates: list[InstanceView], snap: Snapshot, policy: Policy
+) -> Swap | None:
+    """Where to swap ``model`` in: by expected time to its first byte, a copy asleep (its
+    measured wake) before a cold one (its measured load) when that is sooner."""
+    idle = [
+        i
+        for i in candidates
+        if i.swapping is None and not i.evicting and i.reserved_for in (None, model)
+    ]
+    asleep = [i for i in idle if i.state_of(model) is WarmState.ASLEEP]
+    cold = _target_among(model, [i for i in idle if i not in asleep], snap, policy)
+    wake = _target_among(model, asleep, snap, policy, policy.wake)
+    if wake is None:
+        return cold
+    if cold is None or policy.wake(wake.instance, model) <= policy.eta(cold.instance, model):
+        return wake
+    return cold
+
+
+def _target_among(
+    model: str,
+    idle: list[InstanceView],
+    snap: Snapshot,
+    policy: Policy,
+    eta: Callable[[str, str], float] | None = None,
+) -> Swap | None:
+    """Among ``idle``: one with room first, the soonest (``eta``) or least loaded; else the
+    one whose victims cost least."""
+    free = [i for i in idle if i.resident < i.capacity and i.fits(model)]
+    if free:
+        soonest = (lambda i: (eta(i.name, model), i.load)) if eta else _load
+        return Swap(min(free, key=soonest).name)
+    waited = snap.now - snap.queued.get(model, snap.now)
+    bar = LIKELY_BACK + (1 - LIKELY_BACK) * min(1.0, waited / policy.patience(model))
+    cheapest = _cheapest_room(model, idle, snap, policy, _Room(bar=bar))
+    return Swap(cheapest[0].name, cheapest[1]) if cheapest else None
+
+
+def _queued_earlier(model: str, instance: str, snap: Snapshot, policy: Policy) -> bool:
+    """Whether another model, queued since before ``model``'s oldest request and not warm or
+    loading anywhere, would take its swap on ``instance``: then that one goes first."""
+    mine = snap.queued.get(model, snap.now)
+    for other, since in snap.queued.items():
+        if other == model or since >= mine or _warm_or_loading(other, snap):
+            continue
+        candidates = [i for i in snap.instances if other in i.serves and i.available(snap.now)]
+        target = _swap_target(other, candidates, snap, policy)
+        if target is not None and target.instance == instance:
+            return True
+    return False
+
+
+def _warm_or_loading(model: str, snap: Snapshot) -> bool:
+    return any(i.state_of(model) in AWAKE for i in snap.instances)
+
+
+def starvation_target(model: str, snap: Snapshot, policy: Policy) -> Swap | None:
+    """Where to make room for ``model`` by closing models that still serve: the instance whose
+    unpinned victims cost least, counting their in-flight requests as drainable."""
+    idle = [
+        i
+        for i in snap.instances
+        if model in i.serves
+        and i.available(snap.now)
+        and i.swapping is None
+        and i.reserved_for in (None, model)
+    ]
+    cheapest = _cheapest_room(model, idle, snap, policy, _Room(draining=True))
+    return Swap(cheapest[0].name, cheapest[1]) if cheapest else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Room:
+    """What may make room. ``draining``: for a request that waited too long (the starvation
+    rule), busy models too, once drained. Otherwise only models that are done and, under
+    ``demand``, whose chance of being back within the horizon is below ``bar``."""
+
+    draining: bool = False
+    bar: float = LIKELY_BACK
+
+
+def _cheapest_room(
+    model: str, instances: list[InstanceView], snap: Snapshot, policy: Policy, room: _Room
+) -> tuple[InstanceView, tuple[str, ...]] | None:
+    """The instance whose victims cost least, and those victims."""
+    options = [
+        (i, victims)
+        for i in instances
+        if (victims := _victims(model, i, snap, policy, room)) is not None
+    ]
+    if not options:
+        return None
+    return min(options, key=lambda o: _room_cost(o[0], o[1], snap, policy))
+
+
+def _victims(
+    model: str, instance: InstanceView, snap: Snapshot, policy: Policy, room: _Room
+) -> tuple[str, ...] | None:
+    """The cheapest set of evictable models whose eviction makes room for ``model``: one
+    place more (``capacity``) and enough bytes (``memory``); None if no set does."""
+    count = instance.resident - instance.capacity + 1
+    evictable = sorted(
+        (n for n in instance.models if _evictable(instance, n, snap, policy, room)),
+        key=lambda name: _victim_cost(instance, name, snap, policy),
+    )
+    if instance.memory is None:  # by count alone: the cheapest ``count`` of them
+        return tuple(evictable[:count]) if len(evictable) >= count else None
+    memory = instance.used + instance.sizes.get(model, 0) - instance.memory
+
+    def enough(victims: tuple[str, ...]) -> bool:
+        freed = sum(instance.sizes.get(v, 0) for v in victims)
+        return len(victims) >= count and freed >= memory
+
+    def cost(victims: tuple[str, ...]) -> tuple[float, float, int]:
+        costs = [_victim_cost(instance, v, snap, policy) for v in victims]
+        return (sum(c[0] for c in costs), max((c[1] for c in costs), default=0.0), len(victims))
+
+    if len(evictable) > EXACT_SETS:  # greedy, cheapest first, past what is quick to search
+        taken = next(
+            (evictable[:k] for k in range(len(evictable) + 1) if enough(tuple(evictable[:k]))), None
+        )
+        return tuple(taken) if taken is not None else None
+    sets = (c for k in range(len(evictable) + 1) for c in combinations(evictable, k) if enough(c))
+    return min(sets, key=cost, default=None)
+
+
+def _evictable(
+    instance: InstanceView, name: str, snap: Snapshot, policy: Policy, room: _Room
+) -> bool:
+    m = instance.models[name]
+    if m.state is not WarmState.WARM or m.pinned_until > snap.now:
+        return False
+    if room.draining:
+        return True  # in-flight requests finish first; residency yields to a starving request
+    if m.inflight or m.waiting:
+        return False
+    if m.closing or m.unwanted:
+        return True
+    if policy.eviction == "demand":  # kept while it is likely back soon and warm nowhere else
+        return _chance(instance, name, snap, policy) < room.bar or _elsewhere(instance, name, snap)
+    return m.last_used == 0 or snap.now - m.last_used >= policy.residency(instance.name, name)
+
+
+def overflow(instance: InstanceView, snap: Snapshot, policy: Policy) -> tuple[str, ...]:
+    """The warm models beyond ``instance``'s capacity, least wanted first: those to put back to
+    sleep where the engine keeps every copy awake until told (vLLM's servers start awake, come
+    back awake after a restart, and wake when anyone asks). Residency does not protect them
+    (the capacity is broken now); pinned and busy ones stay, and what stays over waits for
+    them to be done."""
+    excess = instance.resident - instance.capacity
+    if excess <= 0 or instance.swapping is not None:
+        return ()
+    idle = [
+        name
+        for name, m in instance.models.items()
+        if m.state is WarmState.WARM and m.pinned_until <= snap.now
+        and not (m.inflight or m.waiting)
+    ]  # fmt: skip
+    idle.sort(key=lambda name: _victim_cost(instance, name, snap, policy))
+    return tuple(idle[:excess])
+
+
+def _chance(instance: InstanceView, model: str, snap: Snapshot, policy: Policy) -> float:
+    """The chance that ``model`` is requested again within the horizon (its swap times on
+    ``instance``); nothing for a model no request asked for yet."""
+    arrivals = snap.arrivals.get(model)
+    if arrivals is None:
+        return 0.0
+    return arrivals.chance_within(snap.now, policy.horizon * policy.eta(instance.name, model))
+
+
+def _victim_cost(
+    instance: InstanceView, name: str, snap: Snapshot, policy: Policy
+) -> tuple[float, float]:
+    """Sort key of a victim: (expected cost of its return, last use) — last use alone for LRU.
+    The expected cost is the chance of its next request within the horizon × its measured swap
+    time; none while another instance has it warm to serve them."""
+    m = instance.models[name]
+    if m.unwanted:
+        return (-1.0, 0.0)
+    if policy.eviction == "lru" or _elsewhere(instance, name, snap):
+        return (0.0, m.last_used)
+    return (_chance(instance, name, snap, policy) * policy.eta(instance.name, name), m.last_used)
+
+
+def _elsewhere(instance: InstanceView, model: str, snap: Snapshot) -> bool:
+    """Whether another available instance has ``model`` warm to serve its requests."""
+    return any(
+        i.name != instance.name and i.available(snap.now) and _serves_warm(i, model)
+        for i in snap.instances
+    )
+
+
+def _serves_warm(instance: InstanceView, model: str) -> bool:
+    view = instance.models.get(model)
+    return view is not None and view.state is WarmState.WARM and not view.closing
+
+
+def _room_cost(
+    instance: InstanceView, victims: tuple[str, ...], snap: Snapshot, policy: Policy
+) -> tuple[float, float]:
+    costs = [_victim_cost(instance, v, snap, policy) for v in victims]
+    return (sum(c[0] for c in costs), max(c[1] for c in costs))
+
+
+def frees_up_at(instance: InstanceView, now: float, policy: Policy) -> float:
+    """When the instance can next take a swap: its running swap's end, else the earliest
+    residency expiry among its warm models (in-flight and pins only make it later; a model
+    nobody wanted has none)."""
+    if instance.swapping is not None:
+        return instance.swap_done_by
+    expiries = [
+        max(_residency_ends(instance, name, now, policy), m.pinned_until)
+        for name, m in instance.models.items()
+        if m.state is WarmState.WARM
+    ]
+    return min(expiries, default=now)
+
+
+def _residency_ends(instance: InstanceView, name: str, now: float, policy: Policy) -> float:
+    m = instance.models[name]
+    return now if m.unwanted else m.last_used + policy.residency(instance.name, name)
+
+
+def _room_for(instance: InstanceView, model: str) -> bool:
+    """Whether ``model`` could fit ``instance`` at all, were everything else evicted."""
+    return instance.memory is None or instance.sizes.get(model, 0) <= instance.memory
+
+
+def _load(instance: InstanceView) -> float:
+    return instance.load
+
+
+def _why_unavailable(model: str, snap: Snapshot) -> str:
+    serving = [i for i in snap.instances if model in i.serves]
+    if not serving:
+        return f"no instance serves {model!r}"
+    if not any(_room_for(i, model) for i in serving):
+        limits = ", ".join(f"{i.name} {human(i.memory or 0)}" for i in serving)
+        return f"{model!r} is larger than the memory of every instance serving it ({limits})"
+    states = ", ".join(f"{i.name} {_condition(i, snap.now)}" for i in serving)
+    return f"no instance can serve {model!r} right now ({states})"
+
+
+def _condition(instance: InstanceView, now: float) -> str:
+    if not instance.up:
+        return "is down"
+    if instance.drained:
+        return "is drained"
+    return f"backs off after a failed swap for {instance.backoff_until - now:.0f}s more"

@@ -1,0 +1,137 @@
+"""``create_app(settings)``: the ASGI application; its lifespan starts and closes the Runtime."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from swapgate import __version__
+from swapgate.config.settings import Settings
+from swapgate.errors import (
+    BadRequest,
+    InternalError,
+    MethodNotAllowed,
+    PathNotFound,
+    ShuttingDown,
+    SwapgateError,
+)
+from swapgate.proxy.endpoints import ENDPOINTS
+from swapgate.server.routes.admin import admin_routes
+from swapgate.server.routes.public import public_routes
+from swapgate.server.runtime import Runtime
+
+PROXIED_PATHS = tuple(ENDPOINTS)
+PROXIED = frozenset(PROXIED_PATHS)
+log = logging.getLogger("swapgate.server")
+
+
+class SwapgateApp:
+    """The ASGI entry point: the proxied POSTs go straight to the pure-ASGI endpoint, without
+    FastAPI's middleware stack between the bytes and the client; everything else is FastAPI."""
+
+    def __init__(self, api: FastAPI, runtime: Runtime) -> None:
+        self.api = api
+        self.runtime = runtime
+        self._endpoint = runtime.endpoint
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.api(scope, receive, send)
+        elif scope["method"] == "POST" and scope["path"] in PROXIED:
+            await self._endpoint(scope, receive, send)
+        else:
+            await _answered(self.api, scope, receive, send)
+
+
+async def _answered(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """Every request FastAPI serves ends OpenAI-shaped (SPEC §11). An unforeseen exception was
+    answered and logged by the ``internal_error`` handler; Starlette re-raises it only for the
+    server to log again, as a traceback: it ends here. A request still unanswered when
+    ``shutdown_grace`` runs out is cancelled: ``503 shutting_down``, not uvicorn's plain 500."""
+    started = False
+
+    async def tracked(message: Message) -> None:
+        nonlocal started
+        started = started or message["type"] == "http.response.start"
+        await send(message)
+
+    try:
+        await app(scope, receive, tracked)
+    except asyncio.CancelledError:
+        if not started:
+            shutting = ShuttingDown("swapgate is shutting down; retry the request")
+            with contextlib.suppress(Exception):
+                await _error_response(shutting)(scope, receive, send)
+        raise
+    except Exception:
+        if not started:
+            raise
+
+
+def create_app(settings: Settings, config_path: str | Path | None = None) -> SwapgateApp:
+    """The gateway; ``config_path`` is the file ``POST /admin/reload`` and SIGHUP re-read."""
+    runtime = Runtime(settings, config_path)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await runtime.start()
+        try:
+            yield
+        finally:
+            await runtime.aclose()
+
+    app = FastAPI(
+        title="swapgate", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None
+    )
+    # Also routed here, so FastAPI answers other methods on these paths with 405.
+    for path in PROXIED_PATHS:
+        app.router.routes.append(Route(path, runtime.endpoint, methods=["POST"]))
+    app.include_router(public_routes(runtime))
+    app.include_router(admin_routes(runtime))
+    _install_error_handlers(app)
+    return SwapgateApp(app, runtime)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def swapgate_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, SwapgateError)
+        return _error_response(exc)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 405:
+            error: SwapgateError = MethodNotAllowed(f"{request.method} is not allowed here")
+        else:
+            paths = ", ".join(PROXIED_PATHS)
+            error = PathNotFound(f"no endpoint at {request.url.path}; the API is at {paths}")
+        return _error_response(error)
+
+    async def validation_error(_: Request, exc: Exception) -> Response:
+        return _error_response(BadRequest(f"invalid request: {exc}"))
+
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        # Starlette's last resort would be a plain-text 500 (SPEC §11): one log line instead.
+        log.error("internal error on %s %s: %r", request.method, request.url.path, exc)
+        log.debug("internal error", exc_info=exc)
+        return _error_response(InternalError("swapgate failed on this request; retry later"))
+
+    app.add_exception_handler(SwapgateError, swapgate_error)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(Exception, internal_error)
+
+
+def _error_response(exc: SwapgateError) -> Response:
+    headers = {k.decode(): v.decode() for k, v in exc.headers()}
+    return Response(exc.body(), status_code=exc.status, headers=headers)

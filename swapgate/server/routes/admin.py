@@ -1,0 +1,271 @@
+"""The admin API (SPEC §9): state, preload, unload, drain, jobs and reload, behind a token."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Coroutine
+from typing import Annotated, Any, Protocol
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from swapgate.config.settings import ConfigError, Duration, Settings
+from swapgate.control.preload import PreloadResult
+from swapgate.control.registry import NO_COUNT_LIMIT
+from swapgate.control.scheduler import describe_result
+from swapgate.errors import BadRequest, Conflict, DriverError, PathNotFound, SwapgateError
+from swapgate.model.snapshot import InstanceView, ModelView, Snapshot
+from swapgate.model.state import WarmState
+from swapgate.server.runtime import Configured
+
+
+class PreloadRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    instance: str | None = None
+    count: Annotated[int, Field(ge=1)] = 1
+    pin_for: Duration = 0.0
+
+
+class UnloadRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    instance: str | None = None
+
+
+class AdminState(Protocol):
+    """The live-state verbs the admin API uses."""
+
+    def snapshot(self) -> Snapshot: ...
+    def queue_depths(self) -> dict[str, int]: ...
+    def known_models(self) -> frozenset[str]: ...
+    def has(self, name: str) -> bool: ...
+    def names(self) -> list[str]: ...
+    def set_drained(self, name: str, drained: bool) -> None: ...
+    def sizes(self, name: str) -> dict[str, dict[str, int]]: ...
+
+
+class Unloads(Protocol):
+    """What the admin API asks of the swap coordinator."""
+
+    def busy(self, instance: str) -> bool: ...
+    async def unload(self, instance: str, model: str) -> None: ...
+    def eta(self, instance: str, model: str) -> float: ...
+    def wake_eta(self, instance: str, model: str) -> float: ...
+
+
+class Jobs(Protocol):
+    def has(self, name: str) -> bool: ...
+    async def run(self, name: str) -> PreloadResult: ...
+    def describe(self) -> list[dict[str, Any]]: ...
+
+
+class Replicas(Protocol):
+    """The replicas sharing state, as one of them sees them (swapgate/cluster/store.py)."""
+
+    async def describe(self) -> dict[str, Any]: ...
+
+
+class Operated(Protocol):
+    """What the admin API operates on (the Runtime, in production), read at each request:
+    a reload replaces ``configured``."""
+
+    @property
+    def configured(self) -> Configured: ...
+    @property
+    def registry(self) -> AdminState: ...
+    @property
+    def coordinator(self) -> Unloads: ...
+    @property
+    def scheduler(self) -> Jobs | None: ...
+    def spawn(self, work: Coroutine[Any, Any, object]) -> None: ...
+    async def reload(self) -> Settings: ...
+    def processes(self, instance: str) -> dict[str, dict[str, object]] | None: ...
+    @property
+    def cluster(self) -> Replicas | None: ...
+
+
+def admin_routes(runtime: Operated) -> APIRouter:
+    def authorized(request: Request) -> None:
+        runtime.configured.admin_auth.check(request.headers.raw, request.url.path)
+
+    router = APIRouter(prefix="/admin", dependencies=[Depends(authorized)])
+
+    @router.get("/state")
+    async def state() -> dict[str, Any]:
+        described = describe_state(runtime)
+        cluster = runtime.cluster
+        described["cluster"] = await cluster.describe() if cluster else None
+        return described
+
+    @router.post("/preload")
+    async def preload(body: PreloadRequest, wait: bool = True) -> JSONResponse:
+        model = _known_model(runtime, body.model)
+        _known_instance(runtime, body.instance)
+        work = runtime.configured.preloader.preload(model, body.count, body.instance, body.pin_for)
+        if not wait:
+            runtime.spawn(work)
+            return JSONResponse({"status": "started", "model": model}, status_code=202)
+        result = await work
+        return JSONResponse(describe_result(result), status_code=200 if result.ok else 503)
+
+    @router.post("/unload")
+    async def unload(body: UnloadRequest) -> dict[str, Any]:
+        model = _known_model(runtime, body.model)
+        _known_instance(runtime, body.instance)
+        return {"model": model, "unloaded": await _unload(runtime, model, body.instance)}
+
+    @router.post("/instances/{name}/drain")
+    async def drain(name: str) -> dict[str, Any]:
+        return _set_drained(runtime, name, True)
+
+    @router.post("/instances/{name}/undrain")
+    async def undrain(name: str) -> dict[str, Any]:
+        return _set_drained(runtime, name, False)
+
+    @router.get("/jobs")
+    async def jobs() -> dict[str, Any]:
+        return {"jobs": runtime.scheduler.describe() if runtime.scheduler else []}
+
+    @router.post("/jobs/{name}/run")
+    async def run_job(name: str) -> JSONResponse:
+        if runtime.scheduler is None or not runtime.scheduler.has(name):
+            raise PathNotFound(f"no preload job named {name!r}; GET /admin/jobs lists them")
+        result: PreloadResult = await runtime.scheduler.run(name)
+        return JSONResponse(describe_result(result), status_code=200 if result.ok else 503)
+
+    @router.post("/reload")
+    async def reload() -> JSONResponse:
+        try:
+            settings = await runtime.reload()
+        except ConfigError as exc:
+            error = BadRequest("the config file is invalid; the running config stays")
+            body = {"error": {**_error_fields(error), "problems": exc.problems}}
+            return JSONResponse(body, status_code=400)
+        names = [inst.name for inst in settings.instances]
+        return JSONResponse({"status": "reloaded", "instances": names})
+
+    return router
+
+
+def describe_state(runtime: Operated) -> dict[str, Any]:
+    snap = runtime.registry.snapshot()
+    wall = _WallClock(snap.now)
+    queues = runtime.registry.queue_depths()
+    models = sorted(runtime.registry.known_models())
+    return {
+        "instances": [_describe_instance(inst, runtime, wall) for inst in snap.instances],
+        "models": {
+            model: {
+                "queue": queues.get(model, 0),
+                "warm_on": _where(snap, model, WarmState.WARM),
+                "loading_on": _where(snap, model, WarmState.LOADING),
+                # the time to bring it up from the tier it is in: a wake if asleep, else a load
+                "eta_seconds": {
+                    i.name: round(_eta(runtime.coordinator, i, model), 3)
+                    for i in snap.instances
+                    if model in i.serves
+                },
+            }
+            for model in models
+        },
+    }
+
+
+def _eta(swaps: Unloads, instance: InstanceView, model: str) -> float:
+    if instance.state_of(model) is WarmState.ASLEEP:
+        return swaps.wake_eta(instance.name, model)
+    return swaps.eta(instance.name, model)
+
+
+def _describe_instance(inst: InstanceView, runtime: Operated, wall: _WallClock) -> dict[str, Any]:
+    conf = next(i for i in runtime.configured.settings.instances if i.name == inst.name)
+    processes = runtime.processes(inst.name)
+    return {
+        **({"processes": processes} if processes is not None else {}),
+        "name": inst.name,
+        "kind": conf.kind,
+        "url": conf.url,
+        "up": inst.up,
+        "drained": inst.drained,
+        "capacity": inst.capacity if inst.capacity < NO_COUNT_LIMIT else None,  # null: memory
+        "memory": inst.memory,  # bytes its models may take at once; null: no limit
+        "memory_used": inst.used if inst.memory is not None else None,
+        "model_sizes": runtime.registry.sizes(inst.name),  # estimate and learned, in bytes
+        "inflight": inst.inflight,
+        "serves": sorted(inst.serves),
+        "swapping": inst.swapping,
+        "backoff_until": wall.iso(inst.backoff_until) if inst.backoff_until > wall.now else None,
+        "models": {
+            name: _describe_model(view, wall)
+            for name, view in sorted(inst.models.items())
+            if view.state is not WarmState.COLD or view.inflight or view.pinned_until > wall.now
+        },
+    }
+
+
+def _describe_model(view: ModelView, wall: _WallClock) -> dict[str, Any]:
+    return {
+        "state": view.state.value,
+        "since": wall.iso(view.since),
+        "inflight": view.inflight,
+        "last_used": wall.iso(view.last_used) if view.last_used else None,
+        "pinned_until": wall.iso(view.pinned_until) if view.pinned_until > wall.now else None,
+    }
+
+
+class _WallClock:
+    """Turns the registry's monotonic times into ISO wall-clock times."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self._offset = time.time() - now
+
+    def iso(self, monotonic: float) -> str:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(monotonic + self._offset))
+        return stamp + "Z"
+
+
+def _where(snap: Snapshot, model: str, state: WarmState) -> list[str]:
+    return [i.name for i in snap.instances if i.state_of(model) is state]
+
+
+def _known_model(runtime: Operated, requested: str) -> str:
+    return runtime.configured.catalog.known(requested, runtime.registry.known_models())
+
+
+def _known_instance(runtime: Operated, name: str | None) -> None:
+    if name is not None and not runtime.registry.has(name):
+        raise PathNotFound(f"no instance named {name!r}; known: {runtime.registry.names()}")
+
+
+async def _unload(runtime: Operated, model: str, only: str | None) -> list[str]:
+    snap = runtime.registry.snapshot()
+    holders = [
+        i
+        for i in snap.instances
+        if i.state_of(model) is not WarmState.COLD and only in (None, i.name)
+    ]
+    for inst in holders:
+        if inst.models[model].inflight or runtime.coordinator.busy(inst.name):
+            raise Conflict(
+                f"{model!r} on {inst.name} is serving or swapping; drain it "
+                f"(POST /admin/instances/{inst.name}/drain) and retry"
+            )
+    for inst in holders:
+        try:
+            await runtime.coordinator.unload(inst.name, model)
+        except DriverError as exc:
+            raise Conflict(f"{inst.name} refused to unload {model!r}: {exc}") from exc
+    return [inst.name for inst in holders]
+
+
+def _set_drained(runtime: Operated, name: str, drained: bool) -> dict[str, Any]:
+    _known_instance(runtime, name)
+    runtime.registry.set_drained(name, drained)
+    return {"instance": name, "drained": drained}
+
+
+def _error_fields(error: SwapgateError) -> dict[str, Any]:
+    return {"message": error.message, "type": error.type, "param": None, "code": error.code}

@@ -1,0 +1,114 @@
+"""``GET /`` (what this is), ``/v1/models``, ``/healthz``, ``/readyz`` and the metrics."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from swapgate import __version__
+from swapgate.metrics import Metrics
+from swapgate.model.snapshot import Snapshot
+from swapgate.model.state import WarmState
+from swapgate.server.runtime import Configured
+
+
+class PublicState(Protocol):
+    """The live-state verbs the public routes read."""
+
+    def snapshot(self) -> Snapshot: ...
+    def known_models(self) -> frozenset[str]: ...
+    def up_names(self) -> list[str]: ...
+
+
+class Served(Protocol):
+    """What the public routes read (the Runtime, in production), at each request."""
+
+    @property
+    def configured(self) -> Configured: ...
+    @property
+    def registry(self) -> PublicState: ...
+    @property
+    def metrics(self) -> Metrics: ...
+    @property
+    def started(self) -> bool: ...
+
+
+def public_routes(runtime: Served) -> APIRouter:
+    router = APIRouter()
+
+    # Claude Code sends HEAD / before its first request: a 404 there reads as a wrong base URL.
+    @router.api_route("/", methods=["GET", "HEAD"])
+    async def root() -> dict[str, Any]:
+        metrics = runtime.configured.settings.metrics
+        return {
+            "name": "swapgate",
+            "version": __version__,
+            "what": "a model-swapping gateway: one OpenAI-compatible API in front of many "
+            "inference servers",
+            "api": "/v1 (chat/completions, completions, embeddings, responses, messages, "
+            "models, ...)",
+            "health": {"alive": "/healthz", "ready": "/readyz"},
+            "metrics": metrics.path if metrics.enabled else None,
+            "admin": "/admin (with the admin token)",
+            "docs": "README.md and docs/ in the swapgate source",
+        }
+
+    @router.get("/v1/models")
+    async def list_models(request: Request) -> dict[str, Any]:
+        runtime.configured.auth.check(request.headers.raw)
+        return {"object": "list", "data": model_listing(runtime)}
+
+    @router.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @router.get("/readyz")
+    async def readyz() -> JSONResponse:
+        up = runtime.registry.up_names()
+        ready = runtime.started and bool(up)
+        body = {"status": "ready" if ready else "not ready", "instances_up": up}
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    if runtime.configured.settings.metrics.enabled:
+
+        @router.get(runtime.configured.settings.metrics.path, include_in_schema=False)
+        async def metrics() -> Response:
+            payload = generate_latest(runtime.metrics.registry)
+            return Response(payload, media_type=CONTENT_TYPE_LATEST)
+
+    return router
+
+
+def model_listing(runtime: Served) -> list[dict[str, Any]]:
+    """Every servable model and alias, with where swapgate sees it warm or loading."""
+    snap = runtime.registry.snapshot()
+    created = int(time.time())
+    entries = []
+    aliases = runtime.configured.catalog.aliases
+    for name in sorted(runtime.registry.known_models() | aliases.keys()):
+        model = aliases.get(name, name)
+        where = {
+            state: [i.name for i in snap.instances if i.state_of(model) is state]
+            for state in (WarmState.WARM, WarmState.LOADING)
+        }
+        extra: dict[str, Any] = {
+            "warm_on": where[WarmState.WARM],
+            "loading_on": where[WarmState.LOADING],
+            "served_by": [i.name for i in snap.instances if model in i.serves],
+        }
+        if model != name:
+            extra["alias_of"] = model
+        entries.append(
+            {
+                "id": name,
+                "object": "model",
+                "created": created,
+                "owned_by": "swapgate",
+                "swapgate": extra,
+            }
+        )
+    return entries

@@ -1,0 +1,94 @@
+"""Running the gateway under uvicorn (uvloop + httptools where installed)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import resource
+
+import uvicorn
+
+from swapgate.config.settings import ServerConfig, Settings
+from swapgate.errors import SwapgateError
+from swapgate.metrics import UNKNOWN
+from swapgate.server.app import SwapgateApp, create_app
+from swapgate.server.connections import ConnectionLimits, guarded_protocol
+
+log = logging.getLogger("swapgate.server")
+
+
+def serve(
+    settings: Settings,
+    *,
+    config_path: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+) -> None:
+    configure_logging(settings.server.log_level)
+    app = create_app(settings, config_path)
+    config = uvicorn.Config(
+        app,
+        http=guarded_protocol(connection_limits(settings.server, app)),
+        ws="none",  # no WebSocket endpoints: an upgrade request is served as plain HTTP
+        host=host or settings.server.host,
+        port=port if port is not None else settings.server.port,
+        log_level=settings.server.log_level,
+        access_log=False,  # swapgate writes its own access line, with model and route
+        server_header=False,
+        # A float, not int(): uvicorn annotates int but waits with asyncio.timeout, which takes
+        # any number; int() turned 0.5 s into 0, and "or None" turned 0 into no limit at all.
+        timeout_graceful_shutdown=settings.server.shutdown_grace,  # type: ignore[arg-type]
+        timeout_keep_alive=math.ceil(settings.server.idle_timeout),
+        log_config=None,
+    )
+    raise_fd_limit(settings.server.max_connections)
+    uvicorn.Server(config).run()
+
+
+def connection_limits(server: ServerConfig, app: SwapgateApp) -> ConnectionLimits:
+    metrics = app.runtime.metrics
+
+    def refused(error: SwapgateError) -> None:
+        metrics.request_done(UNKNOWN, "none", error.status, 0.0, 0.0)
+
+    return ConnectionLimits(
+        max_header_bytes=server.max_header_bytes,
+        request_read_timeout=server.request_read_timeout,
+        max_connections=server.max_connections,
+        refused=refused,
+    )
+
+
+def raise_fd_limit(max_connections: int) -> None:
+    """Each proxied request holds two descriptors (client and upstream): raise the soft limit
+    towards the hard one so ``max_connections`` can be reached, as nginx's
+    ``worker_rlimit_nofile`` does, and say so when it cannot."""
+    wanted = 2 * max_connections + 256
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= wanted:
+        return
+    ceiling = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if ceiling > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
+    if ceiling < wanted:
+        log.warning(
+            "open-file limit %d is below the %d that server.max_connections=%d needs; raise "
+            "it (ulimit -n, LimitNOFILE=) or lower max_connections",
+            ceiling, wanted, max_connections,
+        )  # fmt: skip
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # One line per control-plane poll would drown the access log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("uvicorn.error").addFilter(_cut_on_purpose)
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+
+
+def _cut_on_purpose(record: logging.LogRecord) -> bool:
+    """uvicorn's error for an answer left unended is swapgate's own doing (a failure after
+    the status went out, swapgate/proxy/messages.py), already logged with its cause."""
+    return record.msg != "ASGI callable returned without completing response."

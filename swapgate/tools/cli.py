@@ -1,0 +1,316 @@
+"""The ``swapgate`` command: thin over serve, check-config, the simulator and the demo."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from swapgate import __version__
+from swapgate.cluster.store import url_problem
+from swapgate.config.settings import (
+    ConfigError,
+    Settings,
+    load_config,
+    parse_duration,
+    parse_size,
+    secret,
+)
+from swapgate.tools.admin_cli import add_commands as add_admin_commands
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "run"):
+        parser.print_help()
+        return 2
+    result: int = args.run(args)
+    return result
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="swapgate", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"swapgate {__version__}")
+    commands = parser.add_subparsers(title="commands")
+
+    serve = commands.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", default=os.environ.get("SWAPGATE_CONFIG"), help="YAML file")
+    serve.add_argument("--host", help="override server.host")
+    serve.add_argument("--port", type=int, help="override server.port")
+    serve.set_defaults(run=_serve)
+
+    check = commands.add_parser("check-config", help="validate a config file and exit")
+    check.add_argument("path")
+    check.set_defaults(run=_check_config)
+
+    plan = commands.add_parser(
+        "plan", help="what each model takes in memory, and what fits where (SPEC §16)"
+    )
+    plan.add_argument("path", help="the config file")
+    plan.add_argument("--json", action="store_true", help="machine-readable output")
+    plan.set_defaults(run=_plan)
+
+    replay = commands.add_parser(
+        "replay", help="replay a swapgate log against simulators, under a config and variants"
+    )
+    replay.add_argument("log", help="swapgate's own log: its access and 'swap done' lines")
+    replay.add_argument("--config", required=True, help="the config to replay under")
+    replay.add_argument(
+        "--variant", action="append", default=[], metavar="SPEC",
+        help="also replay under KEY=VALUE[,KEY=VALUE…] (routing.eviction=demand, instances=3) "
+        "or a config file; repeatable",
+    )  # fmt: skip
+    replay.add_argument("--speedup", type=float, default=1.0, help="replay N times faster")
+    replay.add_argument(
+        "--swap-time", type=_duration, help="for models the log measured no swap of"
+    )
+    replay.add_argument("--json", action="store_true", help="machine-readable output")
+    replay.set_defaults(run=_replay)
+
+    sim = commands.add_parser("sim", help="run a simulated inference server")
+    _sim_arguments(sim)
+    sim.set_defaults(run=_sim)
+
+    demo = commands.add_parser("demo", help="two simulated llama-swap instances + the gateway")
+    demo.add_argument(
+        "--config",
+        help="YAML file of the demo (default: config/demo.yaml, or config/demo-ENGINE.yaml "
+        "with --engine: demo-llama-cpp.yaml, demo-llama-server.yaml)",
+    )
+    demo.add_argument(
+        "--engine",
+        choices=("llama.cpp", "llama-server"),
+        help="real engines instead of simulators (built once per machine): llama-cpp-python "
+        "servers, or llama.cpp's llama-server in router mode",
+    )
+    demo.add_argument("--load-time", type=_duration, default=4.0)
+    demo.set_defaults(run=_demo)
+
+    add_admin_commands(commands)
+    return parser
+
+
+def _sim_arguments(sim: argparse.ArgumentParser) -> None:
+    sim.add_argument(
+        "--flavor", choices=("llama-swap", "ollama", "openai", "vllm"), default="llama-swap"
+    )
+    sim.add_argument("--host", default="127.0.0.1")
+    sim.add_argument("--port", type=int, default=9001)
+    sim.add_argument("--models", default="a,b,c", help="comma-separated model names")
+    sim.add_argument("--capacity", type=int, default=1, help="models resident at once")
+    sim.add_argument("--load-time", type=_duration, default=5.0)
+    sim.add_argument(
+        "--load-times", type=_load_times, default={}, help="per model, over --load-time: a=2,b=30s"
+    )
+    sim.add_argument("--ttft", type=_duration, default=0.05)
+    sim.add_argument(
+        "--wake-time", type=_duration, default=1.0, help="flavour vllm: a wake from sleep level 1"
+    )
+    sim.add_argument(
+        "--asleep", type=int, choices=(0, 1, 2), default=0, help="flavour vllm: start asleep"
+    )
+    sim.add_argument(
+        "--prefill", type=_duration, default=0.0, help="a stream's headers, then this, then tokens"
+    )
+    sim.add_argument("--token-rate", type=float, default=50.0, help="tokens per second")
+    sim.add_argument("--max-tokens", type=int, default=16, help="answer length by default")
+    sim.add_argument("--fail-load-rate", type=float, default=0.0)
+    sim.add_argument("--crash-mid-stream-rate", type=float, default=0.0)
+    sim.add_argument("--hang-rate", type=float, default=0.0)
+    sim.add_argument(
+        "--grow-rss", type=_size, default=0, help="bytes kept per request (e.g. 20MiB): a leak"
+    )
+    sim.add_argument("--api-key", help="require this bearer key on /v1 requests")
+    sim.add_argument("--seed", type=int, help="seed for the fault dice")
+    sim.add_argument(
+        "--protocols",
+        default="openai",
+        help="comma-separated APIs it speaks: openai, anthropic (/v1/messages)",
+    )
+
+
+def _duration(text: str) -> float:
+    try:
+        value = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    assert isinstance(value, float)
+    return value
+
+
+def _size(text: str) -> int:
+    try:
+        value = parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    assert isinstance(value, int)
+    return value
+
+
+def _load(path: str | None) -> Settings | None:
+    if not path:
+        print("swapgate: no config; pass --config PATH or set SWAPGATE_CONFIG", file=sys.stderr)
+        return None
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        print(f"swapgate: {path}: {exc}", file=sys.stderr)
+        return None
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    settings = _load(args.path)
+    if settings is None:
+        return 1
+    names = ", ".join(i.name for i in settings.instances)
+    print(f"{args.path}: OK ({len(settings.instances)} instances: {names})")
+    for inst in settings.instances:
+        print(f"  {inst.name}: resident models limited by {inst.limited_by}")
+    for line in keepalive_advice(settings):
+        print(line)
+    return 0
+
+
+# Read timeouts of the common fronts, in seconds (docs/operations.md); None: it has none.
+FRONT_TIMEOUTS = {
+    "nginx proxy_read_timeout": 60.0,
+    "AWS ALB idle timeout": 60.0,
+    "Cloudflare": 100.0,
+    "HAProxy timeout server": None,  # no default: whatever the config says
+    "Caddy": None,
+}
+
+
+def keepalive_advice(settings: Settings) -> list[str]:
+    """The rule for a proxy in front, and a warning for every keep-alive setting that breaks it
+    at a common front's default: each gap without a byte must stay under its read timeout."""
+    shortest = min(t for t in FRONT_TIMEOUTS.values() if t is not None)
+    fronts = ", ".join(
+        f"{name} {t:g}s" if t is not None else f"{name}: none by default"
+        for name, t in FRONT_TIMEOUTS.items()
+    )
+    lines = [f"  keep-alives: keep every gap without a byte well under the read timeout of any "
+             f"proxy in front ({fronts})"]  # fmt: skip
+    gaps = {"keepalive.early_headers_after": settings.keepalive.early_headers_after,
+            "keepalive.interval": settings.keepalive.interval}  # fmt: skip
+    for model, conf in settings.models.items():
+        own = conf.keepalive
+        for key in ("early_headers_after", "interval"):
+            value = getattr(own, key) if own is not None else None
+            if value is not None:
+                gaps[f"models.{model}.keepalive.{key}"] = value
+    for key, seconds in gaps.items():
+        if seconds >= shortest / 2:
+            lines.append(
+                f"warning: {key} {seconds:g}s is not well under the {shortest:g}s read timeout "
+                f"of nginx and AWS ALB by default: a request that waits behind one gets a cut "
+                f"200; keep it under {shortest / 4:g}s, or raise the front's timeout"
+            )
+    return lines
+
+
+def _plan(args: argparse.Namespace) -> int:
+    """Exit 0 when every model fits somewhere, 1 when one does not (or the config is invalid)."""
+    from swapgate.tools.plan import as_json, make_plan, render
+
+    settings = _load(args.path)
+    if settings is None:
+        return 1
+    plan = make_plan(settings)
+    print(json.dumps(as_json(plan), indent=2) if args.json else render(plan))
+    return 1 if plan.warnings else 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from swapgate.server.serve import serve
+
+    settings = _load(args.config)
+    if settings is None:
+        return 1
+    env_name = settings.cluster.redis_url_env
+    problem = url_problem(env_name, secret(env_name))
+    if problem is not None:
+        print(f"swapgate: {problem}", file=sys.stderr)
+        return 1
+    serve(settings, config_path=args.config, host=args.host, port=args.port)
+    return 0
+
+
+def _load_times(value: str) -> dict[str, float]:
+    """``a=2,b=30s``: each model's load time."""
+    times: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        model, sep, seconds = item.partition("=")
+        if not sep or not model:
+            raise argparse.ArgumentTypeError(f"{item!r}: expected MODEL=DURATION, e.g. a=2s")
+        times[model.strip()] = _duration(seconds)
+    return times
+
+
+def _sim(args: argparse.Namespace) -> int:
+    from swapgate.sim import SimConfig, run_sim
+
+    options = {k: v for k, v in vars(args).items() if k in SimConfig.__dataclass_fields__}
+    for name in ("models", "protocols"):
+        options[name] = tuple(m.strip() for m in getattr(args, name).split(",") if m.strip())
+    try:
+        config = SimConfig(**options)
+    except ValueError as exc:
+        print(f"swapgate sim: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s sim %(message)s")
+    run_sim(config)
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    import yaml
+
+    from swapgate.tools import replay
+
+    if args.speedup <= 0:
+        print("swapgate replay: --speedup must be above 0, e.g. 10", file=sys.stderr)
+        return 2
+    if _load(args.config) is None:
+        return 1
+    try:
+        with open(args.log, encoding="utf-8", errors="replace") as log:
+            recording = replay.read_log(log)
+        base = yaml.safe_load(Path(args.config).read_text())
+        configs = {"as configured": base} | {v: replay.variant(base, v) for v in args.variant}
+        replay.check(configs)
+        span = recording.requests[-1].at / args.speedup
+        print(f"replaying {len(recording.requests)} requests under {len(configs)} configs, "
+              f"side by side: about {span:.0f}s", file=sys.stderr, flush=True)  # fmt: skip
+        outcomes = replay.replay(recording, configs, args.speedup, args.swap_time)
+    except (OSError, replay.ReplayError) as exc:
+        print(f"swapgate replay: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        rows = [replay.recorded(recording), *outcomes]
+        print(json.dumps([dataclasses.asdict(o) for o in rows], indent=2))
+    else:
+        print(replay.render(recording, outcomes, args.speedup))
+    return 0
+
+
+DEMO_CONFIGS = {
+    "llama.cpp": "config/demo-llama-cpp.yaml",
+    "llama-server": "config/demo-llama-server.yaml",
+}
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from swapgate.tools.demo import run_demo
+
+    config = args.config or DEMO_CONFIGS.get(args.engine, "config/demo.yaml")
+    settings = _load(config)
+    if settings is None:
+        return 1
+    return run_demo(settings, load_time=args.load_time, config_path=config, engine=args.engine)
