@@ -1,4 +1,5 @@
-"""Who may call: client keys for ``/v1``, the operator's token for ``/admin`` (SPEC §4.1, §9).
+"""Who may call: client keys for ``/v1``, the operator's token for ``/admin`` (docs/architecture.md,
+docs/operations.md).
 
 Every comparison is constant-time, and no key or token ever appears in a response or a log line.
 """

@@ -1,4 +1,4 @@
-"""swapgate's exceptions and their one mapping to OpenAI-shaped HTTP errors (SPEC §11).
+"""swapgate's exceptions and their one mapping to OpenAI-shaped HTTP errors (docs/operations.md).
 
     SwapgateError               an answer to a client: status, type, code, message
     ├── BadRequest              400 invalid_request_error  (malformed JSON, no string "model")

@@ -1,4 +1,4 @@
-"""Every ``swapgate_*`` metric (SPEC §10), in one ``CollectorRegistry`` owned by the app.
+"""Every ``swapgate_*`` metric (docs/metrics.md), in one ``CollectorRegistry`` owned by the app.
 
 Gauges that mirror live state (warm models, instance health, in-flight, queues, swaps running)
 are read from the registry at scrape time, so the request path never pays for them.
@@ -34,15 +34,16 @@ class Metrics:
         self.requests = Counter(
             "swapgate_requests", "Requests answered", ["model", "route", "status"], registry=r
         )
-        # Apart from swapgate_requests_total, whose labels SPEC §10 fixes: by endpoint (SPEC §19)
+        # Apart from swapgate_requests_total, whose labels docs/metrics.md fixes: by endpoint
+        # (docs/compatibility.md)
         self.endpoint_requests = Counter(
             "swapgate_endpoint_requests",
             "Requests answered, by endpoint (chat, responses, messages, ...)",
             ["endpoint", "status"],
             registry=r,
         )
-        # Models with pools (SPEC §17): their requests and waits by pool, apart, for the same
-        # reason as endpoint_requests
+        # Models with pools (docs/operations.md): their requests and waits by pool, apart, for the
+        # same reason as endpoint_requests
         self.pool_requests = Counter(
             "swapgate_pool_requests", "Requests answered, by the pool they went to",
             ["model", "pool", "status"], registry=r,
@@ -80,7 +81,7 @@ class Metrics:
             registry=r,
         )
         # Wakes of models asleep (vLLM's sleep mode) apart: swapgate_swap_duration_seconds
-        # counts them as the swaps they are, with the labels SPEC §10 gives it.
+        # counts them as the swaps they are, with the labels docs/metrics.md gives it.
         self.wake_duration = Histogram(
             "swapgate_wake_duration_seconds",
             "Wakes of a model asleep, from the swap's start to the model being ready",

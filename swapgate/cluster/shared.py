@@ -1,4 +1,5 @@
-"""A replica among others (SPEC §18): its swaps claimed cluster-wide, the others' applied here.
+"""A replica among others (docs/deploy.md): its swaps claimed cluster-wide, the others' applied
+here.
 
 ``SharedSwaps`` is the swap coordinator of a replica with a Redis: before a swap runs it claims
 the instance and the model (swapgate/cluster/store.py); if another replica holds either, this

@@ -1,4 +1,4 @@
-"""The demand by time of day among replicas (SPEC §18, issue 23): learned from all of them.
+"""The demand by time of day among replicas (docs/deploy.md, issue 23): learned from all of them.
 
 Every ``SYNC`` each replica adds the arrivals it counted to the day's shared counts in Redis;
 the replica holding the scheduler's lease then folds the days that ended into the one usual

@@ -1,4 +1,4 @@
-"""Several replicas on one Redis (SPEC §18): leases, heartbeats and the events they share.
+"""Several replicas on one Redis (docs/deploy.md): leases, heartbeats and the events they share.
 
 Redis holds what must be one for all replicas: a lock per instance and per loading model while
 a swap runs (single flight across replicas), the scheduler's lease (each preload run happens

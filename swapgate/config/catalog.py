@@ -23,7 +23,7 @@ class Catalog:
         self._client = {
             (instance, upstream): model for (instance, model), upstream in self._upstream.items()
         }
-        # Each sized model's estimated memory (SPEC §16); a file that cannot be read was
+        # Each sized model's estimated memory (docs/memory.md); a file that cannot be read was
         # reported when the config loaded.
         self.sizes = {model: size.total for model, size in sizes(settings.models)[0].items()}
 

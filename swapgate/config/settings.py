@@ -159,7 +159,7 @@ class KeepaliveOverride(_Section):
 
 
 class ProcessCommand(_Section):
-    """How a ``process`` instance runs one model's server (SPEC §15)."""
+    """How a ``process`` instance runs one model's server (docs/configuration.md)."""
 
     cmd: str = Field(min_length=1)
     env: dict[str, str] = {}
@@ -182,7 +182,7 @@ class InstanceConfig(_Section):
     capacity: int = Field(1, ge=1)
     api_key_env: str | None = None
     weight: float = Field(1.0, gt=0, allow_inf_nan=False)
-    memory: Bytes | None = None  # what its models may take at once (SPEC §16), with capacity
+    memory: Bytes | None = None  # what its models may take at once (docs/memory.md), with capacity
     protocols: Protocols
     # kind: process only
     start_port: int = Field(5800, ge=1024, le=65535)
@@ -249,7 +249,7 @@ class InstanceConfig(_Section):
 
 
 class PoolConfig(_Section):
-    """Some of a model's instances, for prompts up to ``max_prompt_tokens`` (SPEC §17)."""
+    """Some of a model's instances, for prompts up to ``max_prompt_tokens`` (docs/operations.md)."""
 
     name: Name
     instances: Annotated[list[str], Field(min_length=1)]
@@ -257,7 +257,7 @@ class PoolConfig(_Section):
 
 
 class ModelConfig(SizeConfig):
-    """A model's routing keys; its memory keys are ``SizeConfig``'s (SPEC §16)."""
+    """A model's routing keys; its memory keys are ``SizeConfig``'s (docs/memory.md)."""
 
     aliases: list[str] = []
     upstream_names: dict[str, str] = {}
@@ -305,7 +305,7 @@ class PreloadConfig(_Section):
 
 
 class ClusterConfig(_Section):
-    """Replicas sharing state through Redis (SPEC §18): on once the variable holds a URL."""
+    """Replicas sharing state through Redis (docs/deploy.md): on once the variable holds a URL."""
 
     redis_url_env: str = "SWAPGATE_REDIS_URL"
     replica_id: str = ""  # default: hostname-pid

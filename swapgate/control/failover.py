@@ -1,6 +1,6 @@
-"""One request's tries (SPEC §4.7): the instance the router leased, then, after a failure before
-any byte reached the client, one other instance that has the model warm, then the model's relay
-if its fallback policy allows ``error``. Nothing is tried again once bytes went out.
+"""One request's tries (docs/architecture.md): the instance the router leased, then, after a failure
+before any byte reached the client, one other instance that has the model warm, then the model's
+relay if its fallback policy allows ``error``. Nothing is tried again once bytes went out.
 
 ``Attempts`` holds the one lease a request has at any time and gives it back exactly once, so
 the data plane never releases leases itself.

@@ -23,7 +23,7 @@ from swapgate.model.state import InstanceReport, WarmState
 
 # ``closing_until`` of a model being evicted: no new request goes to it until it is gone.
 LEAVING = float("inf")
-REPLICA_TTL = 3.0  # a replica unheard this long has nothing in flight any more (SPEC §18)
+REPLICA_TTL = 3.0  # a replica unheard this long has nothing in flight any more (docs/deploy.md)
 NO_COUNT_LIMIT = 1 << 30  # an instance whose memory alone limits what is resident
 
 
@@ -126,7 +126,7 @@ class Registry:
         self._changed = asyncio.Event()
         self._waiters = 0
         self._known: frozenset[str] | None = None
-        # Other replicas' in-flight requests (SPEC §18): replica -> (heard at, instance ->
+        # Other replicas' in-flight requests (docs/deploy.md): replica -> (heard at, instance ->
         # model -> count), and their sum per instance, which snapshots add to this replica's.
         self._remote: dict[str, tuple[float, dict[str, dict[str, int]]]] = {}
         self._elsewhere: dict[str, dict[str, int]] = {}

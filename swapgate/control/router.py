@@ -138,7 +138,7 @@ class Router:
         )
 
     def want(self, model: str, payload: dict[str, Any], budget: float | None) -> Want:
-        """What a request asks for besides its model: its pool (by its prompt, SPEC §17)
+        """What a request asks for besides its model: its pool (by its prompt, docs/operations.md)
         and its own wait budget (``x-swapgate-max-wait``, capped at the model's max_wait)."""
         conf = self._settings.model_settings(model)
         pool = None

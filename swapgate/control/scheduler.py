@@ -1,4 +1,5 @@
-"""Scheduled preloads (SPEC §8): one APScheduler job per ``preloads`` entry, on the app's loop.
+"""Scheduled preloads (docs/operations.md): one APScheduler job per ``preloads`` entry, on the app's
+loop.
 
 A job with ``auto: true`` has no cron: every ``AUTO_TICK`` it asks the learned day
 (swapgate/control/forecast.py) when the model's next peak begins, and within ``lead`` of it —

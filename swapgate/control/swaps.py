@@ -27,7 +27,7 @@ from swapgate.policy.timing import EXPECTED_SWAP
 
 log = logging.getLogger("swapgate.swaps")
 RECENT_SWAPS = 5
-# A swap either loads a cold model or wakes one asleep (vLLM's sleep mode, SPEC §15).
+# A swap either loads a cold model or wakes one asleep (vLLM's sleep mode, docs/configuration.md).
 Kind = Literal["load", "wake"]
 EXPECTED_WAKE = 5.0  # a wake not measured yet is expected this long (or a load's ETA if less)
 # A swap that loads a model evicted from the same instance less than this many of its swap

@@ -18,7 +18,7 @@ LOAD_TIMEOUT = httpx.Timeout(None, connect=5.0)
 
 
 class Driver(ABC):
-    """One backend instance, spoken to in its own API (SPEC §7)."""
+    """One backend instance, spoken to in its own API (docs/configuration.md)."""
 
     evicts_to = WarmState.COLD  # what an unloaded model becomes: vLLM's sleep keeps it asleep
     # Whether cancelling ``load`` stops the load (a process it started is stopped); elsewhere

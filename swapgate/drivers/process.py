@@ -1,4 +1,5 @@
-"""``kind: process``: swapgate runs one server process per warm model itself (SPEC §15).
+"""``kind: process``: swapgate runs one server process per warm model itself
+(docs/configuration.md).
 
 Load starts the model's command in a process group of its own, on a free port from
 ``start_port`` up, and waits until its ``ready`` path answers 200; unload sends the group

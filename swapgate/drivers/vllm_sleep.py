@@ -1,4 +1,5 @@
-"""vLLM's sleep mode (SPEC §15 ``vllm-sleep``): one GPU, a vLLM server per model, all but
+"""vLLM's sleep mode (docs/configuration.md ``vllm-sleep``): one GPU, a vLLM server per model, all
+but
 ``capacity`` of them asleep.
 
 Each server runs with ``--enable-sleep-mode`` and ``VLLM_SERVER_DEV_MODE=1``, which exposes

@@ -1,5 +1,5 @@
 """What demand-aware eviction knows of a model's demand: when it was requested, gateway-wide,
-and the gaps between its latest requests (SPEC §4.3, ``routing.eviction: demand``)."""
+and the gaps between its latest requests (docs/architecture.md, ``routing.eviction: demand``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What a model takes in memory (SPEC §16): given, computed from its numbers, or read from its GGUF.
+"""What a model takes in memory (docs/memory.md): given, computed from its numbers, or read from its
+GGUF.
 
     memory = (weights + kv_per_token × context × max_seqs) × (1 + memory_overhead)
     kv_per_token = layers × kv_heads × head_dim × 2 (K and V) × bytes per element

@@ -39,7 +39,7 @@ class InstanceView:
     swap_done_by: float
     backoff_until: float
     reserved_for: str | None = None  # the starvation rule makes room here for this model only
-    memory: int | None = None  # what its models may take at once (SPEC §16); None: no limit
+    memory: int | None = None  # what its models may take at once (docs/memory.md); None: no limit
     sizes: Mapping[str, int] = field(default_factory=dict)  # each model's, learned or estimated
     evicting: bool = False  # models are leaving it (put to sleep beyond capacity): busy
 

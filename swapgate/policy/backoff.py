@@ -1,5 +1,5 @@
-"""How long an instance whose swap failed stays out of placement (SPEC §4.7): 5 s after one
-failure, doubling with each failure in a row, at most 5 minutes; a swap that works resets it."""
+"""How long an instance whose swap failed stays out of placement (docs/architecture.md): 5 s after
+one failure, doubling with each failure in a row, at most 5 minutes; a swap that works resets it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """When a request goes to the relay instead of waiting: a pure function of the model's policy.
 
-Policies, each including the ones before it (SPEC §3):
+Policies, each including the ones before it (docs/configuration.md):
   off    never relays: the data stays on the premises;
   error  relays when no instance can serve (all down, swap failed, queue full, max_wait passed);
   slow   also when the expected wait (swap ETA + what is ahead) exceeds the model's max_wait;

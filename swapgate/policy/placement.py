@@ -1,6 +1,6 @@
 """Where a request for a model goes: a pure function of the model and a registry snapshot.
 
-The rules (SPEC §4.3), in order:
+The rules (docs/architecture.md), in order:
   1. candidates are instances that are up, not drained, not in backoff, and serve the model;
   2. a warm candidate: the one with the fewest in-flight requests per weight;
   3. a candidate already loading the model: join that swap;

@@ -1,5 +1,5 @@
-"""Per-request routing (SPEC §17): the pool a request may use, by its prompt, and how long it
-may wait (``x-swapgate-max-wait``).
+"""Per-request routing (docs/operations.md): the pool a request may use, by its prompt, and how long
+it may wait (``x-swapgate-max-wait``).
 
 A model's ``pools`` are tried in order; the first whose ``max_prompt_tokens`` the prompt fits
 wins, unless all its instances are down or drained: then the next pool it fits. A prompt that
@@ -71,7 +71,7 @@ def choose(model: str, pools: Sequence[PoolConfig], tokens: int, snap: Snapshot)
 
 
 def budget(headers: list[tuple[bytes, bytes]]) -> float | None:
-    """``x-swapgate-max-wait``: how long this request may wait (SPEC §17), if it says."""
+    """``x-swapgate-max-wait``: how long this request may wait (docs/operations.md), if it says."""
     for name, value in headers:
         if name == BUDGET_HEADER:
             text = value.decode("latin-1").strip()

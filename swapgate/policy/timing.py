@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-EXPECTED_SWAP = 30.0  # before any swap was measured (SPEC §3's expected_swap)
+EXPECTED_SWAP = 30.0  # before any swap was measured (docs/configuration.md's expected_swap)
 RESIDENCY_SWAPS = 1.0
 RESIDENCY_BOUNDS = (0.25, 300.0)  # the floor guards against a load measured at ~0 s
 STARVATION_SWAPS = 1.0

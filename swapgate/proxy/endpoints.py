@@ -1,4 +1,5 @@
-"""The proxied endpoints (SPEC §4, §19) and the dialect each one speaks to its clients.
+"""The proxied endpoints (docs/architecture.md, docs/compatibility.md) and the dialect each one
+speaks to its clients.
 
 Every endpoint is placed by its body's ``model`` and goes through the same request path; what
 differs is how an error or a keep-alive looks to the client (its ``Dialect``), whether leading
@@ -19,7 +20,8 @@ Protocol = Literal["openai", "anthropic", "responses"]
 
 
 class Dialect:
-    """OpenAI's: errors are ``{"error": {...}}``, in-band one ``data:`` event (SPEC §5)."""
+    """OpenAI's: errors are ``{"error": {...}}``, in-band one ``data:`` event
+    (docs/operations.md)."""
 
     ping_kind: ClassVar[Literal["comment", "ping"]] = "comment"
 

@@ -1,4 +1,4 @@
-"""The OpenAI-compatible POST endpoints, as one pure ASGI callable (SPEC §4).
+"""The OpenAI-compatible POST endpoints, as one pure ASGI callable (docs/architecture.md).
 
 Pure ASGI because bytes flow here: status and headers go out first, then the upstream's body
 chunks as they arrive. Nothing is buffered beyond one chunk, and a client that goes away cancels
@@ -71,7 +71,7 @@ class Exchange:
     failed: SwapgateError | None = None  # an error told in-band, after a committed 200
     # A Messages request as chat completions, for an upstream that does not speak Messages
     translation: Translated | None = None
-    want: Want | None = None  # its pool and wait budget (SPEC §17)
+    want: Want | None = None  # its pool and wait budget (docs/operations.md)
     # Keep-alives committed the 200 before the upstream answered: its x-swapgate-wait-ms is
     # the wait until then, and a stream tells the whole wait in a last comment.
     committed_early: bool = False
@@ -120,7 +120,7 @@ class ProxyEndpoint:
         except ConnectionAbortedError:
             # nginx's "client closed request"; 408 if the connection layer timed the client out
             writer.status = 408 if TIMED_OUT in (scope.get("extensions") or {}) else 499
-        except Exception as exc:  # a bug of ours: still an OpenAI-shaped answer (SPEC §11)
+        except Exception as exc:  # a bug of ours: an OpenAI-shaped answer (docs/operations.md)
             log.error("internal error on %s (request %s): %r", ex.endpoint.path, ex.request_id, exc)
             log.debug("internal error on %s", ex.request_id, exc_info=True)
             internal = InternalError(
@@ -128,7 +128,7 @@ class ProxyEndpoint:
             )
             await self._tell(ex, writer, internal)
         except asyncio.CancelledError:
-            # The server is shutting down and shutdown_grace has run out (SPEC §4.8): the
+            # The server is shutting down and shutdown_grace has run out (docs/architecture.md): the
             # client is told so, in-band if the status went out; never a silent cut, nor
             # the ASGI server's plain-text 500.
             shutting = ShuttingDown("swapgate is shutting down; retry the request")
@@ -306,8 +306,8 @@ class ProxyEndpoint:
     ) -> None:
         """Copy the upstream's body; keep-alives still ``pinging`` stop at its first byte. An
         upstream that breaks off or stalls past ``stream_idle_timeout`` after the status went
-        out (SPEC §4.7) is told as the writer's mode allows; either way the request counts as
-        failed."""
+        out (docs/architecture.md) is told as the writer's mode allows; either way the request
+        counts as failed."""
         translation, pulse = ex.translation, lease.pulse
         try:
             async for chunk in response.chunks():

@@ -1,4 +1,4 @@
-"""Keep-alive bytes while a request waits (SPEC §5), so no proxy in front times out.
+"""Keep-alive bytes while a request waits (docs/operations.md), so no proxy in front times out.
 
 When the upstream's headers have not arrived ``early_headers_after`` into a request, the
 ``Pinger`` commits ``200`` with its own headers and then writes one keep-alive every ``interval``:

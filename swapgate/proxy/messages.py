@@ -13,11 +13,11 @@ from swapgate.errors import BadRequest, RequestTooLarge, SwapgateError
 from swapgate.proxy.endpoints import OPENAI, Dialect
 
 # Never forwarded (docs/compatibility.md, "Headers", says which engine each one matters to):
-# hop-by-hop headers; every credential a client library sends (SPEC §4.1); what swapgate sets
-# itself (the body's length and type, the request id); ``accept-encoding``, since keep-alive
-# bytes written before a compressed body would corrupt it; ``origin``, which Ollama answers
-# with 403 unless it is on OLLAMA_ORIGINS; and vLLM's client-chosen data-parallel rank.
-# Bytes, as ASGI gives header names (lower-case): filtering decodes only what is kept.
+# hop-by-hop headers; every credential a client library sends (docs/architecture.md); what swapgate
+# sets itself (the body's length and type, the request id); ``accept-encoding``, since keep-alive
+# bytes written before a compressed body would corrupt it; ``origin``, which Ollama answers with 403
+# unless it is on OLLAMA_ORIGINS; and vLLM's client-chosen data-parallel rank. Bytes, as ASGI gives
+# header names (lower-case): filtering decodes only what is kept.
 DROP_REQUEST = frozenset(
     {
         b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer",
@@ -122,7 +122,7 @@ BodyMode = Literal["pings", "whitespace", "events", "body"]
 
 class ResponseWriter:
     """Sends one ASGI response, remembers how far it got, and tells a failure the one way
-    that is still possible (SPEC §4.7, §4.8, §11)."""
+    that is still possible (docs/architecture.md, docs/operations.md)."""
 
     def __init__(
         self, send: Send, headers: list[tuple[bytes, bytes]], dialect: Dialect = OPENAI

@@ -1,4 +1,5 @@
-"""Request ids: the client's own, or one swapgate makes that every engine accepts (SPEC §14).
+"""Request ids: the client's own, or one swapgate makes that every engine accepts
+(docs/compatibility.md).
 
 llama-cpp-python's server answers 400 to an ``x-request-id`` that ``uuid.UUID`` cannot parse, so
 generated ids are UUIDs: a random per-process prefix and a counter, laid out as a version-4 UUID

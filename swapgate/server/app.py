@@ -55,8 +55,8 @@ class SwapgateApp:
 
 
 async def _answered(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
-    """Every request FastAPI serves ends OpenAI-shaped (SPEC §11). An unforeseen exception was
-    answered and logged by the ``internal_error`` handler; Starlette re-raises it only for the
+    """Every request FastAPI serves ends OpenAI-shaped (docs/operations.md). An unforeseen exception
+    was answered and logged by the ``internal_error`` handler; Starlette re-raises it only for the
     server to log again, as a traceback: it ends here. A request still unanswered when
     ``shutdown_grace`` runs out is cancelled: ``503 shutting_down``, not uvicorn's plain 500."""
     started = False
@@ -121,7 +121,8 @@ def _install_error_handlers(app: FastAPI) -> None:
         return _error_response(BadRequest(f"invalid request: {exc}"))
 
     async def internal_error(request: Request, exc: Exception) -> Response:
-        # Starlette's last resort would be a plain-text 500 (SPEC §11): one log line instead.
+        # Starlette's last resort would be a plain-text 500 (docs/operations.md): one log line
+        # instead.
         log.error("internal error on %s %s: %r", request.method, request.url.path, exc)
         log.debug("internal error", exc_info=exc)
         return _error_response(InternalError("swapgate failed on this request; retry later"))

@@ -1,5 +1,5 @@
-"""What one client connection may cost the gateway (SPEC §11): the bytes of its headers, the time
-it takes to send its request, and how many connections are open at once.
+"""What one client connection may cost the gateway (docs/operations.md): the bytes of its headers,
+the time it takes to send its request, and how many connections are open at once.
 
 uvicorn bounds none of these under httptools: a client may send endless headers, a byte at a
 time, on as many connections as it likes. ``GuardedProtocol`` is uvicorn's HTTP protocol with

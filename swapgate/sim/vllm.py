@@ -1,4 +1,5 @@
-"""The simulator's ``vllm`` flavour: one vLLM server of one model, with sleep mode (SPEC §15).
+"""The simulator's ``vllm`` flavour: one vLLM server of one model, with sleep mode
+(docs/configuration.md).
 
 ``POST /sleep?level=1`` keeps its weights in CPU RAM (a wake takes ``--wake-time``);
 ``level=2`` drops them: a wake gives back their memory, whose values are undefined until

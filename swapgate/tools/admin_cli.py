@@ -1,4 +1,5 @@
-"""``swapgate status | preload | unload | jobs | logs``: the admin API from a terminal (SPEC §9)."""
+"""``swapgate status | preload | unload | jobs | logs``: the admin API from a terminal
+(docs/operations.md)."""
 
 from __future__ import annotations
 
@@ -154,7 +155,7 @@ def render_status(state: dict[str, Any]) -> str:
 
 
 def render_cluster(cluster: dict[str, Any]) -> str:
-    """The replicas sharing state (SPEC §18): heartbeats, swap locks, the scheduler."""
+    """The replicas sharing state (docs/deploy.md): heartbeats, swap locks, the scheduler."""
     now = time.time()
     rows = [("REPLICA", "LAST HEARTBEAT", "HOLDS")]
     locks = cluster.get("swap_locks", {})

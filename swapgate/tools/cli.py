@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     check.set_defaults(run=_check_config)
 
     plan = commands.add_parser(
-        "plan", help="what each model takes in memory, and what fits where (SPEC §16)"
+        "plan", help="what each model takes in memory, and what fits where (docs/memory.md)"
     )
     plan.add_argument("path", help="the config file")
     plan.add_argument("--json", action="store_true", help="machine-readable output")

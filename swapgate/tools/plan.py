@@ -1,4 +1,5 @@
-"""``swapgate plan CONFIG``: what each model takes, what fits where, and what would fit (SPEC §16).
+"""``swapgate plan CONFIG``: what each model takes, what fits where, and what would fit
+(docs/memory.md).
 
 Read before a model OOMs under real prompts: per model its weights, KV cache per token, per
 sequence at its context and at ``max_seqs`` sequences, and its total; per instance which models

@@ -157,6 +157,22 @@ def metric_in(text: str, name: str, **labels: str) -> float:
     return total
 
 
+HELLO = [{"role": "user", "content": "hi"}]
+
+
+def chat(
+    url: str,
+    model: str,
+    max_tokens: int = 3,
+    timeout: float = 30,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> httpx.Response:
+    """One chat completion of ``model`` (not streamed) from the gateway or server at ``url``."""
+    body = {"model": model, "messages": HELLO, "max_tokens": max_tokens, **extra}
+    return httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=timeout)
+
+
 def wait_for(predicate: Any, timeout: float = 10.0, interval: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():

@@ -9,10 +9,9 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import httpx
 import pytest
 
-from tests.e2e.processes import Gateway, Sim, gateway, instance, simulator, wait_for
+from tests.e2e.processes import Gateway, Sim, chat, gateway, instance, simulator, wait_for
 
 pytestmark = pytest.mark.e2e
 TOKEN = "admin-secret"
@@ -27,11 +26,6 @@ def _config(*instances: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "instances": list(instances),
         **extra,
     }
-
-
-def _chat(gw: Gateway, model: str) -> httpx.Response:
-    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-    return httpx.post(f"{gw.url}/v1/chat/completions", json=body, timeout=30)
 
 
 def _cli(gw: Gateway, *args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess[str]:
@@ -109,7 +103,7 @@ def test_a_pinned_model_survives_a_burst_for_other_models(pair) -> None:
         assert pinned["instances"] == ["gpu-a"]
         admin.post("/admin/unload", json={"model": "p", "instance": "gpu-b"})
         loads_before = dict(one.stats()["loads"])
-        answers = [_chat(gw, model) for model in ["x", "y"] * 4]
+        answers = [chat(gw.url, model, max_tokens=2) for model in ["x", "y"] * 4]
         assert [a.status_code for a in answers] == [200] * 8
         assert {a.headers["x-swapgate-route"] for a in answers} == {"instance/gpu-b"}
         assert one.stats()["resident"] == {"p": "ready"}
@@ -121,7 +115,7 @@ def test_a_lone_pinned_instance_makes_other_models_wait_not_evict() -> None:
         config = _config(instance("gpu-a", sim), models={"x": {"max_wait": "1s"}})
         with gateway(config, ENV) as gw, gw.admin(TOKEN) as admin:
             admin.post("/admin/preload", json={"model": "p", "pin_for": "1h"}).raise_for_status()
-            response = _chat(gw, "x")
+            response = chat(gw.url, "x", max_tokens=2)
             assert response.status_code == 503
             assert "max_wait" in response.json()["error"]["message"]
             assert sim.stats()["resident"] == {"p": "ready"}
@@ -142,7 +136,9 @@ def test_drained_instances_take_no_new_requests(pair) -> None:
     with gw.admin(TOKEN) as admin:
         assert admin.post("/admin/instances/gpu-a/drain").json()["drained"] is True
         try:
-            routes = {_chat(gw, model).headers["x-swapgate-route"] for model in "pxy"}
+            routes = {
+                chat(gw.url, model, max_tokens=2).headers["x-swapgate-route"] for model in "pxy"
+            }
             assert routes == {"instance/gpu-b"}
         finally:
             admin.post("/admin/instances/gpu-a/undrain").raise_for_status()
@@ -153,10 +149,10 @@ def test_reload_keeps_warm_models_warm_and_refuses_broken_files() -> None:
     with simulator(models=("a", "b"), load_time=0.5) as sim:
         config = _config(instance("gpu-a", sim))
         with gateway(config, ENV) as gw, gw.admin(TOKEN) as admin:
-            assert _chat(gw, "a").status_code == 200
+            assert chat(gw.url, "a", max_tokens=2).status_code == 200
             gw.rewrite_config({**config, "models": {"a": {"aliases": ["alpha"]}}})
             assert admin.post("/admin/reload").json()["status"] == "reloaded"
-            again = _chat(gw, "alpha")
+            again = chat(gw.url, "alpha", max_tokens=2)
             assert again.status_code == 200
             assert again.headers["x-swapgate-wait-ms"] == "0"
             assert sim.loads() == 1, "no new swap on the backend"
@@ -166,11 +162,13 @@ def test_reload_keeps_warm_models_warm_and_refuses_broken_files() -> None:
             assert refused.status_code == 400
             problems = refused.json()["error"]["problems"]
             assert any(p.startswith("routing.max_wait: not a duration") for p in problems)
-            assert _chat(gw, "alpha").status_code == 200, "the running config stayed"
+            assert chat(gw.url, "alpha", max_tokens=2).status_code == 200, (
+                "the running config stayed"
+            )
 
             gw.rewrite_config({**config, "models": {"a": {"aliases": ["first"]}}})
             gw.process.send_signal(signal.SIGHUP)
-            wait_for(lambda: _chat(gw, "first").status_code == 200)
+            wait_for(lambda: chat(gw.url, "first", max_tokens=2).status_code == 200)
             assert sim.loads() == 1
 
 
@@ -224,7 +222,7 @@ def test_after_a_reload_scheduled_preloads_place_by_the_new_policy() -> None:
         config = _config(instance("gpu-a", sim, capacity=1), preloads=[job])
         config["routing"] = {**config["routing"], "min_residency": "1h", "swap_timeout": "3s"}
         with gateway(config, ENV) as gw, gw.admin(TOKEN) as admin:
-            assert _chat(gw, "a").status_code == 200  # a is warm and was just used
+            assert chat(gw.url, "a", max_tokens=2).status_code == 200  # a is warm and was just used
             config["routing"] = {**config["routing"], "min_residency": 0}
             gw.rewrite_config(config)
             assert admin.post("/admin/reload").json()["status"] == "reloaded"

@@ -1,4 +1,4 @@
-"""Two swapgate replicas on one real redis-server (SPEC §18), in front of two simulators.
+"""Two swapgate replicas on one real redis-server (docs/deploy.md), in front of two simulators.
 
 Polls are an hour apart: whatever one replica learns from the other it learns from Redis.
 """
@@ -16,7 +16,7 @@ import pytest
 
 from bench.redis import RedisServer, redis_server
 from tests.e2e.nginx import nginx
-from tests.e2e.processes import Gateway, Sim, gateway, instance, simulator, wait_for
+from tests.e2e.processes import Gateway, Sim, chat, gateway, instance, simulator, wait_for
 
 pytestmark = pytest.mark.e2e
 TOKEN = "cluster-admin"
@@ -62,11 +62,6 @@ def fleet(load_time: float = 2.0, **config: Any) -> Iterator[Fleet]:
             for name in ("r1", "r2")
         ]
         yield Fleet(replicas, sims, redis)
-
-
-def chat(url: str, model: str, timeout: float = 30) -> httpx.Response:
-    body = {"model": model, "messages": HELLO, "max_tokens": 3}
-    return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=timeout)
 
 
 def test_20_requests_split_across_replicas_cause_one_swap_and_warm_models_stay() -> None:

@@ -1,4 +1,5 @@
-"""The APIs coding tools speak (SPEC §19), with their own SDKs, behind nginx during swaps.
+"""The APIs coding tools speak (docs/compatibility.md), with their own SDKs, behind nginx during
+swaps.
 
 nginx gives up after 2 s without a byte; every request here waits for a 5 s swap. One
 simulator speaks Anthropic Messages itself; the other only OpenAI's APIs, so a Messages request

@@ -5,15 +5,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.e2e.processes import gateway, instance, simulator
+from tests.e2e.processes import chat, gateway, instance, simulator
 
 pytestmark = pytest.mark.e2e
 MESSAGES = [{"role": "user", "content": "hello"}]
-
-
-def _chat(url: str, model: str) -> httpx.Response:
-    body = {"model": model, "messages": MESSAGES, "max_tokens": 3}
-    return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30)
 
 
 def test_ollama_models_are_discovered_loaded_and_renamed() -> None:
@@ -26,11 +21,11 @@ def test_ollama_models_are_discovered_loaded_and_renamed() -> None:
         with gateway(config) as gw:
             listed = {m["id"] for m in httpx.get(f"{gw.url}/v1/models").json()["data"]}
             assert listed == {"qwen-coder", "llama3:8b"}
-            response = _chat(gw.url, "qwen-coder")
+            response = chat(gw.url, "qwen-coder")
             assert response.status_code == 200
             assert response.json()["model"] == "qwen2.5-coder:32b"  # the upstream's own answer
             assert sim.stats()["loads"] == {"qwen2.5-coder:32b": 1}
-            assert _chat(gw.url, "llama3:8b").status_code == 200
+            assert chat(gw.url, "llama3:8b").status_code == 200
             stats = sim.stats()
             assert stats["loads"] == {"qwen2.5-coder:32b": 1, "llama3:8b": 1}
             assert stats["resident"] == {"llama3:8b": "ready"}
@@ -40,7 +35,7 @@ def test_openai_servers_are_warm_without_swaps() -> None:
     with simulator("openai", models=("big",)) as sim:
         config = {"instances": [instance("vllm", sim, kind="openai")]}
         with gateway(config) as gw:
-            response = _chat(gw.url, "big")
+            response = chat(gw.url, "big")
             assert response.status_code == 200
             assert response.headers["x-swapgate-wait-ms"] == "0"
             assert sim.stats()["loads"] == {}
@@ -53,9 +48,9 @@ def test_swap_on_request_servers_are_warmed_with_one_token() -> None:
             "routing": {"poll_interval": "1h", "min_residency": 0},
         }
         with gateway(config) as gw:
-            assert _chat(gw.url, "x").status_code == 200
-            assert _chat(gw.url, "y").status_code == 200
-            second = _chat(gw.url, "y")
+            assert chat(gw.url, "x").status_code == 200
+            assert chat(gw.url, "y").status_code == 200
+            second = chat(gw.url, "y")
             assert second.headers["x-swapgate-wait-ms"] == "0"
             metrics = httpx.get(f"{gw.url}/metrics").text
             assert 'swapgate_swaps_total{instance="cpp",model="x",result="ok"} 1.0' in metrics

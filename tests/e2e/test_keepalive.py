@@ -1,4 +1,5 @@
-"""The keep-alive protocol of SPEC §5 on the wire, with the openai SDK and raw sockets."""
+"""The keep-alive protocol of docs/operations.md on the wire, with the openai SDK and raw
+sockets."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Placement by memory (SPEC §16) against a simulator: 10, 10 and 20 GiB models on 24 GiB."""
+"""Placement by memory (docs/memory.md) against a simulator: 10, 10 and 20 GiB models on 24 GiB."""
 
 from __future__ import annotations
 

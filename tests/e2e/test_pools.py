@@ -1,4 +1,5 @@
-"""Workload pools and wait budgets (SPEC §17): one model, two pool shapes, one endpoint."""
+"""Workload pools and wait budgets (docs/operations.md): one model, two pool shapes, one
+endpoint."""
 
 from __future__ import annotations
 

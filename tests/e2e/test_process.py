@@ -20,7 +20,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.e2e.processes import Gateway, free_port, gateway, wait_for
+from tests.e2e.processes import Gateway, chat, free_port, gateway, wait_for
 
 pytestmark = pytest.mark.e2e
 TOKEN = "admin-secret"
@@ -54,11 +54,6 @@ def process_config(**commands: str) -> dict[str, Any]:
     }
 
 
-def chat(gw: Gateway, model: str, **extra: Any) -> httpx.Response:
-    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
-    return httpx.post(f"{gw.url}/v1/chat/completions", json={**body, **extra}, timeout=60)
-
-
 def processes(gw: Gateway) -> dict[str, Any]:
     state = httpx.get(f"{gw.url}/admin/state", headers={"authorization": f"Bearer {TOKEN}"})
     instance: dict[str, Any] = state.json()["instances"][0]
@@ -77,12 +72,12 @@ def alive(pid: int) -> bool:
 def test_each_swap_stops_one_process_and_starts_the_other_and_waiters_share_one_start() -> None:
     config = process_config(a=sim_command("a"), b=sim_command("b"))
     with gateway(config, ENV) as gw:
-        first = chat(gw, "a")
+        first = chat(gw.url, "a", timeout=60)
         assert first.status_code == 200, first.text
         assert first.headers["x-swapgate-route"] == "instance/node"
         a_pid = processes(gw)["a"]["pid"]
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            answers = list(pool.map(lambda _: chat(gw, "b"), range(8)))
+            answers = list(pool.map(lambda _: chat(gw.url, "b", timeout=60), range(8)))
         procs = processes(gw)
         metrics = httpx.get(f"{gw.url}/metrics").text
     assert [a.status_code for a in answers] == [200] * 8
@@ -97,7 +92,7 @@ def test_no_process_outlives_the_gateway_sigterm_or_sigkill() -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         config = process_config(a=sim_command("a", startup=0))
         with gateway(config, ENV) as gw:
-            assert chat(gw, "a").status_code == 200
+            assert chat(gw.url, "a", timeout=60).status_code == 200
             proc = processes(gw)["a"]
             gw.process.send_signal(sig)
             gw.process.wait(timeout=15)
@@ -130,7 +125,7 @@ def test_what_a_killed_gateways_process_left_in_its_group_is_stopped_when_the_ne
     command = f"/bin/sh -c 'sleep 300 & exec {sim_command('a', startup=0)}'"
     env = {**ENV, "SWAPGATE_STATE_DIR": str(tmp_path)}
     with gateway(process_config(a=command), env) as gw:
-        assert chat(gw, "a").status_code == 200
+        assert chat(gw.url, "a", timeout=60).status_code == 200
         server = processes(gw)["a"]["pid"]
         (helper,) = [p for p in psutil.Process(server).children() if p.name() == "sleep"]
         assert list(tmp_path.iterdir()), "the process is on record while it runs"
@@ -147,13 +142,13 @@ def test_what_a_killed_gateways_process_left_in_its_group_is_stopped_when_the_ne
 def test_a_process_killed_mid_stream_ends_the_stream_in_band_and_starts_again() -> None:
     config = process_config(a=sim_command("a", startup=0))
     with gateway(config, ENV) as gw:
-        assert chat(gw, "a").status_code == 200
+        assert chat(gw.url, "a", timeout=60).status_code == 200
         pid, events = stream_and_kill(gw, "a", after=3, max_tokens=2000)
         # The stream ends when the connection breaks; the exit is counted when the process is
         # reaped, which a busy machine does a moment later (and forgets its pid then).
         wait_for(lambda: "pid" not in processes(gw)["a"])
         metrics = httpx.get(f"{gw.url}/metrics").text
-        again = chat(gw, "a")
+        again = chat(gw.url, "a", timeout=60)
         restarted = processes(gw)["a"]
     assert "error" in json.loads(events[-1])
     assert 'swapgate_process_exits_total{instance="node",model="a"} 1.0' in metrics
@@ -167,7 +162,7 @@ def test_a_command_that_exits_while_starting_fails_the_swap_with_its_last_words(
     config["models"] = {"a": {"max_wait": "5s"}}
     with gateway(config, ENV) as gw:
         started = time.monotonic()
-        failed = chat(gw, "a", stream=False)
+        failed = chat(gw.url, "a", stream=False, timeout=60)
         took = time.monotonic() - started
         output = processes(gw)["a"]["output"]
         logs = gw.cli("logs", "a", token=TOKEN)
@@ -200,7 +195,7 @@ def test_a_process_above_recycle_rss_is_drained_and_restarted_when_idle_no_reque
             return [line for line in r.iter_lines() if line.startswith("data: ")]
 
     with gateway(config, ENV) as gw:
-        assert chat(gw, "a").status_code == 200
+        assert chat(gw.url, "a", timeout=60).status_code == 200
         first_pid = processes(gw)["a"]["pid"]
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             answers = list(pool.map(stream, range(8)))
@@ -242,7 +237,7 @@ def test_a_load_nobody_waits_for_is_stopped_for_the_model_queued_behind_it() -> 
         body = {"model": "a", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
         gone = pool.submit(httpx.post, f"{gw.url}/v1/chat/completions", json=body, timeout=1.0)
         wait_for(lambda: "a" in processes(gw), timeout=2)
-        queued = pool.submit(chat, gw, "b")
+        queued = pool.submit(chat, gw.url, "b", 3, 60)
         with pytest.raises(httpx.ReadTimeout):  # the client gives up and disconnects at 1 s
             gone.result()
         answer = queued.result()
@@ -272,7 +267,7 @@ def test_a_server_whose_port_was_taken_while_it_started_is_started_again_on_anot
              " sleep 0.5; exit 3; fi")  # fmt: skip
     command = f"/bin/sh -c '{first}; exec {sim_command('a', startup=0)}'"
     with gateway(process_config(a=command), ENV) as gw:
-        answer = chat(gw, "a")
+        answer = chat(gw.url, "a", timeout=60)
         assert answer.status_code == 200, answer.text
         assert gw.metric("swapgate_swaps_total", model="a", result="ok") == 1
         assert gw.metric("swapgate_swaps_total", model="a", result="failed") == 0

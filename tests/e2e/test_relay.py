@@ -15,10 +15,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.processes import Gateway, Sim, gateway, instance, simulator, wait_for
+from tests.e2e.processes import Gateway, Sim, chat, gateway, instance, simulator, wait_for
 
 pytestmark = pytest.mark.e2e
 CLIENT_KEY = "client-key"
+AUTH = {"authorization": f"Bearer {CLIENT_KEY}"}
 RELAY_KEY = "relay-secret"
 ENV = {"TEST_CLIENT_KEYS": CLIENT_KEY, "TEST_RELAY_KEY": RELAY_KEY}
 
@@ -43,22 +44,12 @@ def _config(
     }
 
 
-def _chat(gw: Gateway, model: str, **extra: Any) -> httpx.Response:
-    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
-    return httpx.post(
-        f"{gw.url}/v1/chat/completions",
-        json={**body, **extra},
-        headers={"authorization": f"Bearer {CLIENT_KEY}"},
-        timeout=30,
-    )
-
-
 def test_swap_policy_answers_from_the_relay_while_the_swap_runs(relay) -> None:
     with simulator(models=("a",), load_time=3.0) as node:
         models = {"a": {"relay": "cloud", "relay_model": "remote-a", "fallback": "swap"}}
         with gateway(_config(relay, [instance("gpu-a", node)], models), ENV) as gw:
             started = time.monotonic()
-            response = _chat(gw, "a")
+            response = chat(gw.url, "a", headers=AUTH)
             assert time.monotonic() - started < 1.0
             assert response.status_code == 200, response.text
             assert response.headers["x-swapgate-route"] == "relay/cloud"
@@ -71,7 +62,7 @@ def test_swap_policy_answers_from_the_relay_while_the_swap_runs(relay) -> None:
 
             wait_for(lambda: node.stats()["resident"] == {"a": "ready"}, timeout=5)
             wait_for(lambda: 'swapgate_model_warm{instance="gpu-a",model="a"} 1.0' in gw.metrics())
-            after = _chat(gw, "a")
+            after = chat(gw.url, "a", headers=AUTH)
             assert after.headers["x-swapgate-route"] == "instance/gpu-a"
             assert after.json()["model"] == "a"
             assert node.loads() == 1
@@ -110,9 +101,14 @@ def test_slow_policy_relays_when_the_measured_eta_exceeds_max_wait(relay) -> Non
         instances = [instance("gpu-slow", slow), instance("gpu-fast", fast)]
         with gateway(_config(relay, instances, models, expected_swap="1s"), ENV) as gw:
             # Never measured: the 1 s default ETA is inside max_wait, so it waits for the swap.
-            assert _chat(gw, "small").headers["x-swapgate-route"] == "instance/gpu-fast"
+            assert (
+                chat(gw.url, "small", headers=AUTH).headers["x-swapgate-route"]
+                == "instance/gpu-fast"
+            )
 
-            first = _chat(gw, "big")  # ETA 1 s < 1.5 s: waits; the swap takes 2.5 s
+            first = chat(
+                gw.url, "big", headers=AUTH
+            )  # ETA 1 s < 1.5 s: waits; the swap takes 2.5 s
             assert first.headers["x-swapgate-route"] == "relay/cloud"  # max_wait passed
             wait_for(lambda: slow.stats()["resident"] == {"big": "ready"}, timeout=5)
             httpx.post(f"{slow.url}/api/models/unload/big", timeout=5).raise_for_status()
@@ -121,7 +117,9 @@ def test_slow_policy_relays_when_the_measured_eta_exceeds_max_wait(relay) -> Non
             )
 
             started = time.monotonic()
-            second = _chat(gw, "big")  # measured ETA 2.5 s > 1.5 s: relayed at once
+            second = chat(
+                gw.url, "big", headers=AUTH
+            )  # measured ETA 2.5 s > 1.5 s: relayed at once
             assert second.headers["x-swapgate-route"] == "relay/cloud"
             assert time.monotonic() - started < 1.0
             assert 'reason="slow",relay="cloud"} 1.0' in gw.metrics()
@@ -142,7 +140,9 @@ def test_an_instance_killed_mid_traffic_loses_no_request(relay) -> None:
             killer = threading.Timer(0.6, one.kill)
             killer.start()
             with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
-                answered = list(pool.map(lambda _: _chat(gw, "a", max_tokens=8), range(sent)))
+                answered = list(
+                    pool.map(lambda _: chat(gw.url, "a", max_tokens=8, headers=AUTH), range(sent))
+                )
             killer.join()
             assert len(answered) == sent
             outcomes = [r.headers["x-swapgate-route"] for r in answered if r.status_code == 200]
@@ -158,12 +158,15 @@ def test_fallback_off_never_leaves_the_premises(relay) -> None:
     with simulator(models=("private",), load_time=0.2) as node:
         models = {"private": {"relay": "cloud", "relay_model": "remote-a", "fallback": "off"}}
         with gateway(_config(relay, [instance("gpu-a", node)], models, queue_limit=1), ENV) as gw:
-            assert _chat(gw, "private").headers["x-swapgate-route"] == "instance/gpu-a"
+            assert (
+                chat(gw.url, "private", headers=AUTH).headers["x-swapgate-route"]
+                == "instance/gpu-a"
+            )
             node.kill()
             wait_for(lambda: httpx.get(f"{gw.url}/readyz").status_code == 503)
-            response = _chat(gw, "private")
+            response = chat(gw.url, "private", headers=AUTH)
             assert response.status_code in (502, 503)
-            response = _chat(gw, "private")
+            response = chat(gw.url, "private", headers=AUTH)
             assert response.status_code == 503
             assert response.headers["retry-after"]
             assert response.json()["error"]["code"] == "no_capacity"
@@ -179,7 +182,9 @@ def test_a_full_queue_relays_or_answers_429(relay) -> None:
         instances = [instance("gpu-a", node, capacity=2)]
         with gateway(_config(relay, instances, models, queue_limit=2), ENV) as gw:
             with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
-                answers = list(pool.map(lambda m: _chat(gw, m), ["a"] * 4 + ["private"] * 4))
+                answers = list(
+                    pool.map(lambda m: chat(gw.url, m, headers=AUTH), ["a"] * 4 + ["private"] * 4)
+                )
             a_routes = sorted(r.headers["x-swapgate-route"] for r in answers[:4])
             assert a_routes == ["instance/gpu-a"] * 2 + ["relay/cloud"] * 2
             private = sorted(r.status_code for r in answers[4:])

@@ -106,8 +106,9 @@ def test_a_killed_instance_fails_over_and_readiness_follows() -> None:
             victim, survivor = (one, two) if warm_on == "instance/gpu-a" else (two, one)
             victim.kill()
 
-            # No other instance has "a" warm, so the request in flight gets the error (SPEC §4.7);
-            # the dead instance is out of placement at once, and the next one swaps elsewhere.
+            # No other instance has "a" warm, so the request in flight gets the error
+            # (docs/architecture.md); the dead instance is out of placement at once, and the next
+            # one swaps elsewhere.
             with pytest.raises(openai.APIStatusError) as failure:
                 client.chat.completions.create(model="a", messages=MESSAGES)
             assert failure.value.status_code == 502

@@ -9,17 +9,11 @@ import threading
 import time
 from typing import Any
 
-import httpx
 import pytest
 
-from tests.e2e.processes import Gateway, gateway, instance, simulator, wait_for
+from tests.e2e.processes import chat, gateway, instance, simulator, wait_for
 
 pytestmark = pytest.mark.e2e
-
-
-def _chat(gw: Gateway, model: str, tokens: int = 2) -> httpx.Response:
-    body = {"model": model, "messages": [], "max_tokens": tokens}
-    return httpx.post(f"{gw.url}/v1/chat/completions", json=body, timeout=60)
 
 
 def test_requests_queued_for_a_swap_are_served_before_the_next_swap() -> None:
@@ -41,11 +35,11 @@ def test_requests_queued_for_a_swap_are_served_before_the_next_swap() -> None:
             )  # fmt: skip
             swapping = 'swapgate_swaps_in_progress{instance="gpu-a"} 1.0'
             wait_for(lambda: swapping in gw.metrics())
-            b = pool.submit(_chat, gw, "b")
+            b = pool.submit(chat, gw.url, "b", 2, 60)
             wait_for(lambda: 'swapgate_queue_depth{model="b"} 1.0' in gw.metrics())
             starter.close()
             wait_for(lambda: 'swapgate_queue_depth{model="a"} 1.0' not in gw.metrics())
-            a = pool.submit(_chat, gw, "a")
+            a = pool.submit(chat, gw.url, "a", 2, 60)
             assert a.result().status_code == 200
             assert b.result().status_code == 200
         assert sim.stats()["loads"] == {"a": 1, "b": 1}, "a served its waiter before b's swap"
@@ -62,14 +56,20 @@ def test_a_cold_model_gets_its_swap_although_every_instance_stays_busy() -> None
             "instances": [instance("gpu-a", one), instance("gpu-b", two)],
         }
         with gateway(config) as gw:
-            assert _chat(gw, "a").headers["x-swapgate-route"] == "instance/gpu-a"
-            assert _chat(gw, "b").headers["x-swapgate-route"] == "instance/gpu-b"
+            assert (
+                chat(gw.url, "a", max_tokens=2, timeout=60).headers["x-swapgate-route"]
+                == "instance/gpu-a"
+            )
+            assert (
+                chat(gw.url, "b", max_tokens=2, timeout=60).headers["x-swapgate-route"]
+                == "instance/gpu-b"
+            )
             stop = threading.Event()
             warm_answers: list[int] = []
 
             def keep_busy(model: str) -> None:  # one second per request, two at a time
                 while not stop.is_set():
-                    warm_answers.append(_chat(gw, model, tokens=20).status_code)
+                    warm_answers.append(chat(gw.url, model, max_tokens=20, timeout=60).status_code)
 
             workers = [threading.Thread(target=keep_busy, args=(m,)) for m in "aabb"]
             for worker in workers:
@@ -77,7 +77,7 @@ def test_a_cold_model_gets_its_swap_although_every_instance_stays_busy() -> None
             try:
                 time.sleep(1.0)
                 started = time.monotonic()
-                cold = _chat(gw, "c")
+                cold = chat(gw.url, "c", max_tokens=2, timeout=60)
                 waited = time.monotonic() - started
             finally:
                 stop.set()
@@ -108,14 +108,14 @@ def test_demand_keeps_the_steady_model_and_evicts_the_burst_that_is_over(
 
             def burst() -> None:
                 for _ in range(4):
-                    assert _chat(gw, "b", tokens=1).status_code == 200
+                    assert chat(gw.url, "b", max_tokens=1, timeout=60).status_code == 200
 
             burst()
             for _ in range(4):  # 2.4 s of steady traffic on a, nothing on b
-                assert _chat(gw, "a", tokens=1).status_code == 200
+                assert chat(gw.url, "a", max_tokens=1, timeout=60).status_code == 200
                 time.sleep(0.8)
-            assert _chat(gw, "a", tokens=1).status_code == 200
+            assert chat(gw.url, "a", max_tokens=1, timeout=60).status_code == 200
             burst()
             time.sleep(0.4)  # b: idle longer than between its requests within a burst
-            assert _chat(gw, "c", tokens=1).status_code == 200
+            assert chat(gw.url, "c", max_tokens=1, timeout=60).status_code == 200
         assert set(sim.stats()["resident"]) == {kept, "c"}, f"{eviction} evicts {evicted}"

@@ -1,4 +1,5 @@
-"""``kind: vllm-sleep`` (SPEC §15) against the simulator's ``vllm`` flavour: wakes, not loads."""
+"""``kind: vllm-sleep`` (docs/configuration.md) against the simulator's ``vllm`` flavour: wakes, not
+loads."""
 
 from __future__ import annotations
 
@@ -9,16 +10,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.processes import gateway, instance, simulator, wait_for
+from tests.e2e.processes import chat, gateway, instance, simulator, wait_for
 
 pytestmark = pytest.mark.e2e
 TOKEN = "sleep-admin"
 HELLO = [{"role": "user", "content": "hi"}]
-
-
-def chat(url: str, model: str) -> httpx.Response:
-    body = {"model": model, "messages": HELLO, "max_tokens": 3}
-    return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30)
 
 
 @pytest.mark.parametrize("level", [1, 2])

@@ -1,4 +1,4 @@
-"""The real engine: llama-cpp-python's OpenAI server with Gemma-3-270M (SPEC §14).
+"""The real engine: llama-cpp-python's OpenAI server with Gemma-3-270M (docs/compatibility.md).
 
 The engine is built once per machine into a cache (swapgate/tools/engines.py); every server here is
 a real process on loopback that the test starts and stops.

@@ -1,4 +1,4 @@
-"""A real GGUF (Gemma-3-270M, SPEC §14) read by ``gguf:`` (SPEC §16)."""
+"""A real GGUF (Gemma-3-270M, docs/compatibility.md) read by ``gguf:`` (docs/memory.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""swapgate in front of two real llama-cpp-python servers (SPEC §7 ``swap-on-request``, §14).
+"""swapgate in front of two real llama-cpp-python servers (``kind: swap-on-request``,
+docs/configuration.md; docs/compatibility.md).
 
 Each server serves the same GGUF under two aliases with different ``n_ctx``; it keeps one loaded
 and swaps when asked for the other, so every cold request makes the engine really load a model.

@@ -1,4 +1,4 @@
-"""Requests FastAPI serves end OpenAI-shaped whatever goes wrong (SPEC §11)."""
+"""Requests FastAPI serves end OpenAI-shaped whatever goes wrong (docs/operations.md)."""
 
 from __future__ import annotations
 

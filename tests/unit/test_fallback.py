@@ -1,4 +1,4 @@
-"""The fallback policies of SPEC §3 as a table."""
+"""The fallback policies of docs/configuration.md as a table."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every metric of SPEC §10 with exactly its name, type, labels (and swap buckets)."""
+"""Every metric of docs/metrics.md with exactly its name, type, labels (and swap buckets)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ SPEC = {
     "swapgate_preload_runs": ("counter", {"job", "result"}),
     "swapgate_upstream_errors": ("counter", {"instance", "kind"}),
 }
-# Beyond SPEC §10 (its metrics keep their labels): what dashboards and alerts may also name.
+# Beyond docs/metrics.md (its metrics keep their labels): what dashboards and alerts may also name.
 EXTENDED = {
     "swapgate_placements": ("counter", {"model", "placement"}),
     "swapgate_thrash": ("counter", {"instance", "model"}),

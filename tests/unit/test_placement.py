@@ -410,7 +410,7 @@ def test_first_come_first_swapped(
     assert place("a", snap(*instances, queued=queued), POLICY) == decision
 
 
-# -- memory (SPEC §16): sizes in GiB for reading; a 24 GiB card of capacity 3 --------------------
+# -- memory (docs/memory.md): sizes in GiB for reading; a 24 GiB card of capacity 3 ----------------
 
 G = 2**30
 SIZES = {"a": 10 * G, "b": 10 * G, "c": 20 * G, "d": 4 * G, "e": 8 * G, "huge": 30 * G}
@@ -453,7 +453,7 @@ def test_memory_placement(instances: tuple[I, ...], model: str, decision: object
     assert place(model, snap(*instances), POLICY) == decision
 
 
-# -- warmth tiers (SPEC §15 vllm-sleep): warm < asleep (its wake) < cold (its load) --------------
+# -- warmth tiers (docs/configuration.md vllm-sleep): warm < asleep (its wake) < cold (its load) ---
 
 A = WarmState.ASLEEP
 TIERS = Policy(min_residency=0.0, eta=lambda i, m: 20.0, wake=lambda i, m: {"x": 1.0}.get(i, 3.0))

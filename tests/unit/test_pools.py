@@ -1,4 +1,4 @@
-"""Per-request routing (SPEC §17): prompt sizes, pool choice, wait budgets."""
+"""Per-request routing (docs/operations.md): prompt sizes, pool choice, wait budgets."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Model sizes (SPEC §16) and ``swapgate plan``: the arithmetic, its validation, its advice."""
+"""Model sizes (docs/memory.md) and ``swapgate plan``: the arithmetic, its validation, its
+advice."""
 
 from __future__ import annotations
 

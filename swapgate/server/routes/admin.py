@@ -1,4 +1,5 @@
-"""The admin API (SPEC §9): state, preload, unload, drain, jobs and reload, behind a token."""
+"""The admin API (docs/operations.md): state, preload, unload, drain, jobs and reload, behind a
+token."""
 
 from __future__ import annotations
 

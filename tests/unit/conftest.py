@@ -1,4 +1,4 @@
-"""What every driver test shares: one HTTP client, closed after the test."""
+"""What the unit tests of drivers share: one HTTP client, closed after the test."""
 
 from __future__ import annotations
 

@@ -97,7 +97,7 @@ async def test_ollama_state_reads_ps_and_tags(api, client) -> None:
     report = await OllamaDriver(URL, client).state()
     assert report.running == {"qwen2.5:7b": WarmState.WARM}
     assert report.available == frozenset({"qwen2.5:7b", "llama3:8b"})
-    assert report.sizes == {"qwen2.5:7b": 5}  # size_vram: what it really takes (SPEC §16)
+    assert report.sizes == {"qwen2.5:7b": 5}  # size_vram: what it really takes (docs/memory.md)
 
 
 @pytest.mark.parametrize(("verb", "keep_alive"), [("load", -1), ("unload", 0)])
