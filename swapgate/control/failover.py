@@ -8,7 +8,8 @@ the data plane never releases leases itself.
 
 from __future__ import annotations
 
-from swapgate.control.router import Router, Want
+from swapgate.control.router import Router
+from swapgate.control.waiter import Want
 from swapgate.model.lease import Lease, Progress
 
 

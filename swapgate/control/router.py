@@ -12,19 +12,20 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Protocol
 
 from swapgate.config.catalog import Catalog
 from swapgate.config.settings import Settings, secret
 from swapgate.control.swaps import Swaps
+from swapgate.control.waiter import Waiter, Waiting, Want
 from swapgate.control.waiting import until
-from swapgate.errors import NoCapacity, PathNotFound, QueueFull, SwapFailed
+from swapgate.errors import NoCapacity, PathNotFound, QueueFull
 from swapgate.metrics import Metrics
 from swapgate.model.lease import Lease, Progress, Pulse, Upstream
 from swapgate.model.snapshot import Snapshot
 from swapgate.policy import pools, timing
-from swapgate.policy.fallback import Reason, allows, relay_reason
+from swapgate.policy.fallback import Reason, allows
 from swapgate.policy.placement import (
     Decision,
     Join,
@@ -41,7 +42,6 @@ from swapgate.policy.placement import (
 log = logging.getLogger("swapgate.router")
 # The APIs swapgate translates to chat completions for an instance that does not speak them
 TRANSLATED = frozenset({"anthropic", "responses"})
-_STATES = {Serve: "waiting", Join: "loading", Swap: "loading", Queue: "queued"}
 # How a request found its model (swapgate_placements_total), by its first decision
 _PLACEMENT = {Serve: "warm", Join: "swap", Swap: "swap", Queue: "queued", Unavailable: "swap"}
 
@@ -69,15 +69,6 @@ class Addresses(Protocol):
     proxy_query: str
 
     def model_url(self, model: str) -> str | None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Want:
-    """A request's own routing: the pool it may use (None: every instance) and how long it
-    may wait (None: the model's max_wait)."""
-
-    pool: pools.Pool | None = None
-    budget: float | None = None
 
 
 class Router:
@@ -169,7 +160,7 @@ class Router:
         if isinstance(decision, Serve):
             progress.instance, progress.state = decision.instance, "waiting"
             self._placed(model, "warm", 0.0)
-            return self._lease(decision.instance, model, None)
+            return self.lease(decision.instance, model, None)
         lease = await self._wait(model, progress, want, decision, started)
         placement = "relay" if lease.kind == "relay" else _PLACEMENT[type(decision)]
         self._placed(model, placement, lease.waited)
@@ -184,7 +175,7 @@ class Router:
     ) -> Lease:
         """A request its model is not warm for: wait, relay, or refuse, as the rules say."""
         if want.budget is not None and not isinstance(decision, Unavailable):
-            expected = self._expected_wait(model, decision)
+            expected = self.expected_wait(model, decision)
             if expected > want.budget:
                 return self._over_budget(model, decision, expected, want.budget, started)
         with self._registry.queued(model, started) as depth:
@@ -194,9 +185,16 @@ class Router:
                     return relayed
                 raise QueueFull(
                     f"{depth - 1} requests already wait for {model!r}; retry later",
-                    retry_after=self._retry_after(model),
+                    retry_after=self.retry_after(model),
                 )
-            waiter = _Waiter(self, model, started, progress, decision, want)
+            conf = self._settings.model_settings(model)
+            max_wait = want.budget if want.budget is not None else self._max_wait(model)
+            waiter = Waiter(
+                self, self._registry, self._coordinator, self._metrics,
+                Waiting(model, started, max_wait, self._policy.patience(model),
+                        conf.fallback_policy, want),
+                progress, decision,
+            )  # fmt: skip
             try:
                 lease = await until(self._registry, waiter.step, waiter.deadline)
             finally:
@@ -208,7 +206,7 @@ class Router:
         snap = self.snapshot(want)
         others = replace(snap, instances=tuple(i for i in snap.instances if i.name != besides))
         decision = place(model, others, self._policy)
-        return self._lease(decision.instance, model, None) if isinstance(decision, Serve) else None
+        return self.lease(decision.instance, model, None) if isinstance(decision, Serve) else None
 
     def relay(self, model: str, reason: Reason, started: float | None = None) -> Lease | None:
         """Lease the model's relay if its fallback policy allows ``reason``."""
@@ -224,7 +222,11 @@ class Router:
         if lease.kind == "instance":
             self._registry.end_request(lease.name, lease.model)
 
-    def _close_for(self, model: str, until: float) -> str | None:
+    def place(self, model: str, want: Want) -> Decision:
+        """Where ``model`` would go now, among the instances of the request's pool."""
+        return place(model, self.snapshot(want), self._policy)
+
+    def close_for(self, model: str, until: float) -> str | None:
         """The starvation rule: stop new requests to the cheapest busy victims so they drain;
         returns the instance it made room on, if any."""
         target = starvation_target(model, self._registry.snapshot(), self._policy)
@@ -234,7 +236,7 @@ class Router:
         self._registry.close(target.instance, target.victims, until, model)
         return target.instance
 
-    def _expected_wait(self, model: str, decision: Decision) -> float:
+    def expected_wait(self, model: str, decision: Decision) -> float:
         """Seconds until ``model`` would be warm on the decision's instance."""
         if isinstance(decision, Serve | Unavailable):
             return 0.0
@@ -263,13 +265,16 @@ class Router:
             retry_after=max(1, math.ceil(expected)),
         )
 
-    def _timed_out(self, model: str, waiter: _Waiter) -> Lease:
+    def _timed_out(self, model: str, waiter: Waiter) -> Lease:
         raise NoCapacity(
             f"{model!r} did not become warm within max_wait ({waiter.max_wait:g}s); retry later",
-            retry_after=self._retry_after(model),
+            retry_after=self.retry_after(model),
         )
 
-    def _lease(self, instance: str, model: str, started: float | None) -> Lease:
+    def _max_wait(self, model: str) -> float:
+        return self._settings.model_settings(model).max_wait or self._settings.routing.max_wait
+
+    def lease(self, instance: str, model: str, started: float | None) -> Lease:
         """Lease ``instance``; ``started`` is when the request began waiting, None if it did not."""
         self._registry.begin_request(instance, model)
         upstream_model = self._catalog.upstream_name(instance, model)
@@ -282,7 +287,7 @@ class Router:
         pulse = self._registry.pulse(instance)
         return Lease("instance", instance, model, upstream_model, upstream, waited, pulse)
 
-    def _retry_after(self, model: str) -> int:
+    def retry_after(self, model: str) -> int:
         return max(1, math.ceil(self._coordinator.quickest(model)))
 
 
@@ -308,79 +313,3 @@ def starvation_point(settings: Settings, quickest: Callable[[str], float], model
     expected swap, capped at a quarter of ``max_wait`` (swapgate/policy/timing.py)."""
     max_wait = settings.model_settings(model).max_wait or settings.routing.max_wait
     return timing.starvation_point(settings.routing.starvation_after, max_wait, quickest(model))
-
-
-class _Waiter:
-    """One request waiting for its model, placed again at every change (``step``). It holds
-    a count on the instance whose swap it awaits, so the model is not evicted before its
-    waiters are served (A A A B B, not A B A B), and maybe the room the starvation rule made
-    for it; ``release`` gives both back, however the wait ended."""
-
-    def __init__(
-        self,
-        router: Router,
-        model: str,
-        started: float,
-        progress: Progress,
-        first: Decision,
-        want: Want,
-    ) -> None:
-        self._router = router
-        self._model = model
-        self._started = started
-        self._progress = progress
-        self._first: Decision | None = first  # placed before it queued: used as it was
-        self._want = want
-        self._conf = router._settings.model_settings(model)
-        configured = self._conf.max_wait or router._settings.routing.max_wait
-        self.max_wait = want.budget if want.budget is not None else configured
-        self.deadline = started + self.max_wait
-        self._starving_at = started + router._policy.patience(model)
-        self._swap_on: str | None = None  # where this request waits for a swap of its model
-        self._room_on: str | None = None  # where the starvation rule made room for it
-        self._started_swap = False  # whether a swap it waits for was started by it
-
-    def step(self) -> Lease | None:
-        router, model = self._router, self._model
-        decision = self._first or place(model, router.snapshot(self._want), router._policy)
-        self._first = None
-        self._await_swap_on(decision.instance if isinstance(decision, Join | Swap) else None)
-        if isinstance(decision, Serve):
-            self._progress.instance, self._progress.state = decision.instance, "waiting"
-            if not self._started_swap:  # another request's swap served it too
-                router._metrics.swaps_avoided.labels(model).inc()
-            return router._lease(decision.instance, model, self._started)
-        if isinstance(decision, Swap):  # also when relaying: later requests find it warm
-            started = router._coordinator.start(decision.instance, model, decision.victims)
-            self._started_swap = self._started_swap or started
-        expected = router._expected_wait(model, decision)
-        reason = relay_reason(self._conf.fallback_policy, decision, expected, self.max_wait)
-        relayed = router.relay(model, reason, self._started) if reason else None
-        if relayed:
-            return relayed
-        if isinstance(decision, Unavailable):
-            error = SwapFailed if decision.backing_off else NoCapacity
-            retry_after = router._retry_after(model)
-            raise error(f"{decision.reason}; retry later", retry_after=retry_after)
-        self._progress.instance = decision.instance
-        self._progress.state = _STATES[type(decision)]
-        if self._progress.state == "loading" and router._coordinator.waking(decision.instance):
-            self._progress.state = "waking"
-        starving = time.monotonic() >= self._starving_at
-        if isinstance(decision, Queue) and starving and self._room_on is None:
-            self._room_on = router._close_for(model, self.deadline)
-        return None
-
-    def _await_swap_on(self, instance: str | None) -> None:
-        if self._swap_on == instance:
-            return
-        if self._swap_on is not None:
-            self._router._registry.wait_on(self._swap_on, self._model, -1)
-        if instance is not None:
-            self._router._registry.wait_on(instance, self._model, +1)
-        self._swap_on = instance
-
-    def release(self) -> None:
-        self._await_swap_on(None)
-        if self._room_on is not None:  # served, relayed, timed out or gone: room not needed
-            self._router._registry.reopen(self._room_on, self._model)

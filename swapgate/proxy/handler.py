@@ -22,7 +22,8 @@ from swapgate.config.catalog import Catalog
 from swapgate.config.settings import Settings
 from swapgate.control.failover import Attempts
 from swapgate.control.registry import Registry
-from swapgate.control.router import Router, Want
+from swapgate.control.router import Router
+from swapgate.control.waiter import Want
 from swapgate.errors import (
     InternalError,
     ShuttingDown,

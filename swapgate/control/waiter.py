@@ -1,0 +1,133 @@
+"""One request waiting for its model, placed again at every registry change until it is served,
+relayed, refused or out of time; the router's ``acquire`` runs it through ``waiting.until``
+(docs/architecture.md, the request path)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from swapgate.config.settings import FallbackPolicy
+from swapgate.control.swaps import Swaps
+from swapgate.errors import NoCapacity, SwapFailed
+from swapgate.metrics import Metrics
+from swapgate.model.lease import Lease, Progress
+from swapgate.policy import pools
+from swapgate.policy.fallback import Reason, relay_reason
+from swapgate.policy.placement import Decision, Join, Queue, Serve, Swap, Unavailable
+
+_STATES = {Serve: "waiting", Join: "loading", Swap: "loading", Queue: "queued"}
+
+
+@dataclass(frozen=True, slots=True)
+class Want:
+    """A request's own routing: the pool it may use (None: every instance) and how long it
+    may wait (None: the model's max_wait)."""
+
+    pool: pools.Pool | None = None
+    budget: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """What one wait is for: ``model``, since ``started`` (monotonic), at most ``max_wait``
+    seconds; after ``patience`` seconds the starvation rule may make room for it; ``fallback``
+    says when it goes to the relay instead."""
+
+    model: str
+    started: float
+    max_wait: float
+    patience: float
+    fallback: FallbackPolicy
+    want: Want
+
+
+class Routing(Protocol):
+    """What a waiter asks of the router (swapgate/control/router.py)."""
+
+    def place(self, model: str, want: Want) -> Decision: ...
+    def lease(self, instance: str, model: str, started: float | None) -> Lease: ...
+    def expected_wait(self, model: str, decision: Decision) -> float: ...
+    def relay(self, model: str, reason: Reason, started: float | None = None) -> Lease | None: ...
+    def retry_after(self, model: str) -> int: ...
+    def close_for(self, model: str, until: float) -> str | None: ...
+
+
+class Holds(Protocol):
+    """The registry's counts a waiter holds while it waits."""
+
+    def wait_on(self, name: str, model: str, delta: int) -> None: ...
+    def reopen(self, name: str, room_for: str) -> None: ...
+
+
+class Waiter:
+    """One request waiting for its model, placed again at every change (``step``). It holds
+    a count on the instance whose swap it awaits, so the model is not evicted before its
+    waiters are served (A A A B B, not A B A B), and maybe the room the starvation rule made
+    for it; ``release`` gives both back, however the wait ended."""
+
+    def __init__(
+        self,
+        router: Routing,
+        registry: Holds,
+        swaps: Swaps,
+        metrics: Metrics,
+        wait: Waiting,
+        progress: Progress,
+        first: Decision,
+    ) -> None:
+        self._router, self._registry, self._swaps, self._metrics = router, registry, swaps, metrics
+        self._wait = wait
+        self._progress = progress
+        self._first: Decision | None = first  # placed before it queued: used as it was
+        self.max_wait = wait.max_wait
+        self.deadline = wait.started + wait.max_wait
+        self._starving_at = wait.started + wait.patience
+        self._swap_on: str | None = None  # where this request waits for a swap of its model
+        self._room_on: str | None = None  # where the starvation rule made room for it
+        self._started_swap = False  # whether a swap it waits for was started by it
+
+    def step(self) -> Lease | None:
+        router, model, started = self._router, self._wait.model, self._wait.started
+        decision = self._first or router.place(model, self._wait.want)
+        self._first = None
+        self._await_swap_on(decision.instance if isinstance(decision, Join | Swap) else None)
+        if isinstance(decision, Serve):
+            self._progress.instance, self._progress.state = decision.instance, "waiting"
+            if not self._started_swap:  # another request's swap served it too
+                self._metrics.swaps_avoided.labels(model).inc()
+            return router.lease(decision.instance, model, started)
+        if isinstance(decision, Swap):  # also when relaying: later requests find it warm
+            began = self._swaps.start(decision.instance, model, decision.victims)
+            self._started_swap = self._started_swap or began
+        expected = router.expected_wait(model, decision)
+        reason = relay_reason(self._wait.fallback, decision, expected, self.max_wait)
+        relayed = router.relay(model, reason, started) if reason else None
+        if relayed:
+            return relayed
+        if isinstance(decision, Unavailable):
+            error = SwapFailed if decision.backing_off else NoCapacity
+            raise error(f"{decision.reason}; retry later", retry_after=router.retry_after(model))
+        self._progress.instance = decision.instance
+        self._progress.state = _STATES[type(decision)]
+        if self._progress.state == "loading" and self._swaps.waking(decision.instance):
+            self._progress.state = "waking"
+        starving = time.monotonic() >= self._starving_at
+        if isinstance(decision, Queue) and starving and self._room_on is None:
+            self._room_on = router.close_for(model, self.deadline)
+        return None
+
+    def _await_swap_on(self, instance: str | None) -> None:
+        if self._swap_on == instance:
+            return
+        if self._swap_on is not None:
+            self._registry.wait_on(self._swap_on, self._wait.model, -1)
+        if instance is not None:
+            self._registry.wait_on(instance, self._wait.model, +1)
+        self._swap_on = instance
+
+    def release(self) -> None:
+        self._await_swap_on(None)
+        if self._room_on is not None:  # served, relayed, timed out or gone: room not needed
+            self._registry.reopen(self._room_on, self._wait.model)
