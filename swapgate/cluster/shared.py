@@ -27,6 +27,16 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+from swapgate.cluster.events import (
+    Beat,
+    Drained,
+    Event,
+    Evicted,
+    Heard,
+    Pinned,
+    SwapDone,
+    SwapStarted,
+)
 from swapgate.cluster.store import Holder
 from swapgate.config.catalog import Catalog
 from swapgate.control.registry import Registry
@@ -41,7 +51,7 @@ RECHECK = 1.0  # how often the holders of swaps seen from here are checked for l
 class Replicas(Protocol):
     """What a replica asks of the shared state (swapgate/cluster/store.py's ``Cluster``)."""
 
-    on_event: Callable[[dict[str, Any]], None]
+    on_event: Callable[[Heard], None]
     on_reconnect: Callable[[], Awaitable[None]] | None
     inflight: Callable[[], dict[str, dict[str, int]]]
 
@@ -50,7 +60,7 @@ class Replicas(Protocol):
     async def claim(self, instance: str, model: str) -> Holder | None: ...
     async def release(self, instance: str) -> None: ...
     async def holder(self, instance: str) -> Holder | bool | None: ...
-    async def publish(self, event: dict[str, Any]) -> bool: ...
+    async def publish(self, event: Event) -> bool: ...
     async def share(self, key: str, field: str, value: str | None) -> bool: ...
     async def shared(self, key: str) -> dict[str, str]: ...
     async def leads(self) -> bool: ...
@@ -73,7 +83,7 @@ class SharedSwaps(SwapCoordinator):
         self.cluster = cluster
         self._marks: dict[str, str] = {}  # instance -> model another replica is swapping there
         # (key, field) -> (value, event): pins and drains set while Redis did not take them
-        self._untold: dict[tuple[str, str], tuple[str | None, dict[str, Any]]] = {}
+        self._untold: dict[tuple[str, str], tuple[str | None, Event]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._recheck: asyncio.Task[None] | None = None
         cluster.on_event = self.apply
@@ -100,7 +110,7 @@ class SharedSwaps(SwapCoordinator):
         holder = await self.cluster.claim(instance, model)
         if holder is None:
             eta = self.times.eta(instance, model)
-            await self.cluster.publish({"t": "swap", "i": instance, "m": model, "eta": eta})
+            await self.cluster.publish(SwapStarted(instance, model, eta))
             return True
         log.info("%s on %s: replica %s swaps %s on %s; its waiters here join that swap",
                  model, instance, holder.replica, holder.model, holder.instance)  # fmt: skip
@@ -114,8 +124,7 @@ class SharedSwaps(SwapCoordinator):
         ok = slot is not None and slot.state == "warm"
         backoff = max(0.0, view.backoff_until - time.monotonic())
         seconds = self.times.last(instance, model)
-        event = {"t": "done", "i": instance, "m": model, "ok": ok, "s": seconds, "b": backoff}
-        await self.cluster.publish(event)
+        await self.cluster.publish(SwapDone(instance, model, ok, seconds, backoff))
         await self.cluster.release(instance)
 
     async def _may_trim(self) -> bool:
@@ -124,31 +133,29 @@ class SharedSwaps(SwapCoordinator):
 
     def _evicted(self, instance: str, model: str) -> None:
         super()._evicted(instance, model)
-        self._spawn(self.cluster.publish({"t": "evict", "i": instance, "m": model}))
+        self._spawn(self.cluster.publish(Evicted(instance, model)))
 
     # -- the others' -------------------------------------------------------------------------
 
-    def apply(self, event: dict[str, Any]) -> None:
+    def apply(self, heard: Heard) -> None:
         """Another replica's event, applied to this replica's registry."""
-        kind, instance = event.get("t"), event.get("i")
-        if kind == "beat":
-            inflight = event.get("inflight")
-            if isinstance(inflight, dict):
-                self._registry.elsewhere(str(event.get("r")), inflight, time.monotonic())
+        event = heard.event
+        if isinstance(event, Beat):
+            self._registry.elsewhere(heard.replica, event.inflight, time.monotonic())
             return
-        if not isinstance(instance, str) or not self._registry.has(instance):
+        if not self._registry.has(event.instance):
             return  # an instance this replica's config does not have
-        model = str(event.get("m", ""))
-        if kind == "swap":
-            self._mark(instance, model, float(event.get("eta", 0.0)))
-        elif kind == "done":
-            self._done(instance, model, bool(event.get("ok")), event)
-        elif kind == "evict":
-            self._registry.evicted(instance, model)
-        elif kind == "pin":
-            self._pin(instance, model, float(event.get("until", 0.0)))
-        elif kind == "drain":
-            self._registry.set_drained(instance, bool(event.get("on")), share=False)
+        match event:
+            case SwapStarted(instance, model, eta):
+                self._mark(instance, model, eta)
+            case SwapDone():
+                self._done(event)
+            case Evicted(instance, model):
+                self._registry.evicted(instance, model)
+            case Pinned(instance, model, until):
+                self._pin(instance, model, until)
+            case Drained(instance, on):
+                self._registry.set_drained(instance, on, share=False)
 
     def _mark(self, instance: str, model: str, eta: float | None = None, own: str = "") -> None:
         """Another replica swaps ``model`` on ``instance``: waiters here join it. ``own``:
@@ -160,18 +167,18 @@ class SharedSwaps(SwapCoordinator):
         )
         self._marks[instance] = model
 
-    def _done(self, instance: str, model: str, ok: bool, event: dict[str, Any]) -> None:
+    def _done(self, done: SwapDone) -> None:
+        instance, model = done.instance, done.model
         marked = self._marks.pop(instance, None)
-        if ok:
-            seconds = event.get("s")
-            if isinstance(seconds, (int, float)) and seconds > 0:
-                self.times.record(instance, model, float(seconds))
+        if done.ok:
+            if done.seconds > 0:
+                self.times.record(instance, model, done.seconds)
             if marked == model:
                 self._registry.end_swap(instance, model, ok=True)
             else:
                 self._registry.warmed(instance, model)
         elif marked is not None:
-            self._registry.end_swap(instance, marked, False, float(event.get("b", 0.0)))
+            self._registry.end_swap(instance, marked, False, done.backoff)
 
     def _unmark(self, instance: str) -> None:
         model = self._marks.pop(instance, None)
@@ -194,13 +201,12 @@ class SharedSwaps(SwapCoordinator):
         if kind == "pin":
             until = _wall(float(value)) if value else 0.0
             field, stored = f"{instance}\t{model}", str(until) if until else None
-            event = {"t": "pin", "i": instance, "m": model, "until": until}
-            self._spawn(self._tell("pins", field, stored, event))
+            self._spawn(self._tell("pins", field, stored, Pinned(instance, model, until)))
         else:
-            event = {"t": "drain", "i": instance, "on": bool(value)}
-            self._spawn(self._tell("drains", instance, "1" if value else None, event))
+            drained = Drained(instance, bool(value))
+            self._spawn(self._tell("drains", instance, "1" if value else None, drained))
 
-    async def _tell(self, key: str, field: str, value: str | None, event: dict[str, Any]) -> None:
+    async def _tell(self, key: str, field: str, value: str | None, event: Event) -> None:
         """Store an operator's pin or drain and tell the others; what Redis did not take is
         kept (the latest per pin or drain) and told again once it answers."""
         stored = await self.cluster.share(key, field, value)

@@ -32,6 +32,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeout
 
+from swapgate.cluster.events import Beat, Event, Heard, decode, encode
 from swapgate.control.forecast import SLOTS
 from swapgate.control.registry import REPLICA_TTL
 from swapgate.metrics import Metrics
@@ -103,7 +104,7 @@ class Cluster:
         self.replica = replica
         self.up = False
         self.leader: str | None = None  # who holds the scheduler, as last seen
-        self.on_event: Callable[[dict[str, Any]], None] = lambda _: None
+        self.on_event: Callable[[Heard], None] = lambda _: None
         self.on_reconnect: Callable[[], Awaitable[None]] | None = None
         self.inflight: Callable[[], dict[str, dict[str, int]]] = dict
         # One retry, on a fresh connection: after Redis restarts, the first command on each
@@ -195,9 +196,9 @@ class Cluster:
 
     # -- events and shared operator state ------------------------------------------------------
 
-    async def publish(self, event: dict[str, Any]) -> bool:
+    async def publish(self, event: Event) -> bool:
         """Tell the others (those listening now); False if Redis did not take it."""
-        message = json.dumps({**event, "r": self.replica})
+        message = encode(event, self.replica)
         return await self._call(self._redis.publish(CHANNEL, message)) is not None
 
     async def share(self, key: str, field: str, value: str | None) -> bool:
@@ -282,13 +283,14 @@ class Cluster:
     async def _beat(self) -> None:
         """Say this replica lives and what it has in flight; keep or take the scheduler."""
         while True:
-            beat = {"replica": self.replica, "at": time.time(), "inflight": self.inflight()}
+            inflight = self.inflight()
+            beat = {"replica": self.replica, "at": time.time(), "inflight": inflight}
             await self._call(
                 self._redis.set(
                     self._replica_key(self.replica), json.dumps(beat), px=_ms(REPLICA_TTL)
                 )
             )
-            await self.publish({"t": "beat", "inflight": beat["inflight"]})
+            await self.publish(Beat(inflight))
             await self.leads()
             await asyncio.sleep(HEARTBEAT)
 
@@ -305,12 +307,9 @@ class Cluster:
                 await asyncio.sleep(RETRY)
 
     def _apply(self, data: object) -> None:
-        try:
-            event = json.loads(data) if isinstance(data, str) else None
-        except ValueError:
-            return
-        if isinstance(event, dict) and event.get("r") != self.replica:
-            self.on_event(event)
+        heard = decode(data)
+        if heard is not None and heard.replica != self.replica:
+            self.on_event(heard)
 
     async def _sync(self) -> None:
         """Once Redis answers again, read back what the replicas share (pins, drains)."""

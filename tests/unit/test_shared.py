@@ -6,6 +6,7 @@ The Redis side is a fake here; tests/e2e/test_cluster.py runs the real one.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from swapgate.cluster import shared
+from swapgate.cluster.events import Event, Heard, decode, encode
 from swapgate.cluster.shared import SharedSwaps
 from swapgate.cluster.store import Holder
 from swapgate.config.catalog import Catalog
@@ -31,7 +33,7 @@ class FakeReplicas:
     """Records what the replica tells the others; ``taken`` says who holds which instance."""
 
     def __init__(self) -> None:
-        self.on_event: Callable[[dict[str, Any]], None] = lambda _: None
+        self.on_event: Callable[[Heard], None] = lambda _: None
         self.on_reconnect: Callable[[], Awaitable[None]] | None = None
         self.inflight: Callable[[], dict[str, dict[str, int]]] = dict
         self.taken: dict[str, Holder] = {}
@@ -53,10 +55,12 @@ class FakeReplicas:
     async def holder(self, instance: str) -> Holder | bool | None:
         return self.taken.get(instance)
 
-    async def publish(self, event: dict[str, Any]) -> bool:
+    async def publish(self, event: Event) -> bool:
+        """Records the event as it goes on the wire (without the sender)."""
         if self.down:
             return False
-        self.published.append(event)
+        wire = json.loads(encode(event, "here"))
+        self.published.append({k: v for k, v in wire.items() if k != "r"})
         return True
 
     async def share(self, key: str, field: str, value: str | None) -> bool:
@@ -73,6 +77,13 @@ class FakeReplicas:
 
     async def leads(self) -> bool:
         return self.leading
+
+
+def heard(wire: dict[str, Any]) -> Heard:
+    """An event as another replica's message brings it."""
+    event = decode(json.dumps(wire))
+    assert event is not None, wire
+    return event
 
 
 def replica(delay: float = 0.02) -> tuple[SharedSwaps, Registry, FakeReplicas, FakeDriver]:
@@ -112,7 +123,7 @@ async def test_a_swap_another_replica_holds_is_joined_not_repeated() -> None:
     await asyncio.sleep(0.05)
     assert driver.calls == [], "no second load"
     assert registry.swapping("gpu-1") == "x", "its waiters here wait for r2's swap"
-    swaps.apply({"t": "done", "i": "gpu-1", "m": "x", "ok": True, "s": 12.0, "r": "r2"})
+    swaps.apply(heard({"t": "done", "i": "gpu-1", "m": "x", "ok": True, "s": 12.0, "r": "r2"}))
     assert state(registry, "gpu-1", "x") == "warm"
     assert registry.swapping("gpu-1") is None
     assert swaps.eta("gpu-1", "x") == 12.0, "r2's measured time feeds the ETA here"
@@ -134,7 +145,7 @@ async def test_a_swap_whose_holder_died_is_given_up_so_waiters_place_again(
     monkeypatch.setattr(shared, "RECHECK", 0.02)
     swaps, registry, fake, _ = replica()
     await swaps.connect()
-    swaps.apply({"t": "swap", "i": "gpu-1", "m": "x", "eta": 20.0, "r": "r2"})
+    swaps.apply(heard({"t": "swap", "i": "gpu-1", "m": "x", "eta": 20.0, "r": "r2"}))
     fake.taken["gpu-1"] = Holder("r2", "gpu-1", "x")
     await asyncio.sleep(0.06)
     assert registry.swapping("gpu-1") == "x", "held: still loading"
@@ -148,9 +159,9 @@ async def test_a_swap_whose_holder_died_is_given_up_so_waiters_place_again(
 async def test_evictions_and_drains_from_others_apply_and_are_not_echoed() -> None:
     swaps, registry, fake, _ = replica()
     registry.warmed("gpu-1", "x")
-    swaps.apply({"t": "evict", "i": "gpu-1", "m": "x", "r": "r2"})
-    swaps.apply({"t": "drain", "i": "gpu-2", "on": True, "r": "r2"})
-    swaps.apply({"t": "swap", "i": "gpu-9", "m": "x", "r": "r2"})  # not in this config
+    swaps.apply(heard({"t": "evict", "i": "gpu-1", "m": "x", "r": "r2"}))
+    swaps.apply(heard({"t": "drain", "i": "gpu-2", "on": True, "r": "r2"}))
+    swaps.apply(heard({"t": "swap", "i": "gpu-9", "m": "x", "r": "r2"}))  # not in this config
     await asyncio.sleep(0)
     assert state(registry, "gpu-1", "x") == "cold"
     assert registry.snapshot().instance("gpu-2").drained
