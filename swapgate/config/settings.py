@@ -1,40 +1,33 @@
-"""Configuration: a YAML file, overridden by ``SWAPGATE_*`` environment variables.
+"""The configuration's schema: ``Settings`` and its sections, validated field by field.
 
-``load_config`` is the one entry point. It returns a frozen ``Settings`` or raises ``ConfigError``
-carrying every problem found, each prefixed by its YAML path (``instances[1].url: not a URL``).
-Secrets never live in the file: ``*_env`` keys name the environment variables that hold them.
+``swapgate.config.loading.load_config`` reads a file into them. Secrets never live in the file:
+``*_env`` keys name the environment variables that hold them (``secret``).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
-    ValidationError,
     model_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from swapgate.config.cron import cron_trigger
-from swapgate.model.sizes import Bytes, SizeConfig, parse_size, sizes
+from swapgate.model.sizes import Bytes, SizeConfig, parse_size
 
-__all__ = ["ConfigError", "Settings", "load_config", "parse_config", "parse_duration", "parse_size"]
+__all__ = ["ConfigError", "Settings", "parse_duration", "parse_size"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
-_UNKNOWN_KEY = "unknown key; check its spelling against the documented schema"
 
 
 class ConfigError(Exception):
@@ -363,136 +356,3 @@ def secret(env_name: str | None) -> str | None:
     if not env_name:
         return None
     return os.environ.get(env_name) or None
-
-
-def load_config(path: str | Path) -> Settings:
-    """Read, validate and cross-check the file at ``path``; raise ``ConfigError`` on any problem."""
-    return parse_config(_read_yaml(Path(path)))
-
-
-def parse_config(data: Mapping[str, Any]) -> Settings:
-    # Only sections become keyword arguments: pydantic-settings takes ``_env_file`` and its other
-    # ``_*`` options from them, and a key YAML read as a number or null cannot be one at all.
-    sections = {key: value for key, value in data.items() if key in Settings.model_fields}
-    try:
-        settings = Settings(**sections)
-    except ValidationError as exc:
-        problems = [_describe(err) for err in exc.errors()]
-    else:
-        problems = list(_cross_check(settings))
-    problems += [f"{key}: {_UNKNOWN_KEY}" for key in data if key not in sections]
-    if problems:
-        raise ConfigError(problems)
-    return settings
-
-
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader, but a value its constructors cannot build is a YAML error at its line.
-
-    They let Python's errors out: ``2001-13-01`` (read as a date) a ValueError, ``!!bool x`` a
-    KeyError, ``!!timestamp x`` an AttributeError.
-    """
-
-    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
-        try:
-            return super().construct_object(node, deep)
-        except (ArithmeticError, AttributeError, LookupError, TypeError, ValueError) as exc:
-            problem = f"cannot read {node.value!r} as {node.tag} ({exc}); quote it to keep a string"
-            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark) from None
-
-
-def _read_yaml(path: Path) -> dict[Any, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError([f"{path}: cannot read the file ({exc.strerror})"]) from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError([f"{path}: not UTF-8 (byte {exc.start}); save it as UTF-8"]) from None
-    try:
-        data = yaml.load(text, Loader=_Loader)  # a SafeLoader: builds plain data only
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"{path}: not valid YAML: {exc}"]) from None
-    except RecursionError:
-        raise ConfigError([f"{path}: nested too deeply to read; flatten it"]) from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError([f"{path}: the top level must be a mapping of sections"])
-    return data
-
-
-def _describe(error: Mapping[str, Any]) -> str:
-    path = ""
-    for part in error["loc"]:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-    message = str(error["msg"]).removeprefix("Value error, ")
-    if error["type"] == "extra_forbidden":
-        message = _UNKNOWN_KEY
-    return f"{path or '(top level)'}: {message}"
-
-
-def _cross_check(settings: Settings) -> Iterable[str]:
-    names = [inst.name for inst in settings.instances]
-    for index, name in enumerate(names):
-        if names.index(name) != index:
-            yield f"instances[{index}].name: duplicate instance name {name!r}"
-    models = set(settings.models)
-    seen_aliases: dict[str, str] = {}
-    for model, conf in settings.models.items():
-        yield from _check_model(model, conf, settings, models, seen_aliases)
-    jobs: set[str] = set()
-    for index, job in enumerate(settings.preloads):
-        yield from _check_preload(index, job, settings)
-        if job.name in jobs:
-            yield f"preloads[{index}].name: duplicate job name {job.name!r}"
-        jobs.add(job.name)
-    yield from sizes(settings.models)[1]  # a gguf that cannot be read
-
-
-def _check_model(
-    model: str,
-    conf: ModelConfig,
-    settings: Settings,
-    models: set[str],
-    seen_aliases: dict[str, str],
-) -> Iterable[str]:
-    where = f"models.{model}"
-    instance_names = {inst.name for inst in settings.instances}
-    for alias in conf.aliases:
-        if alias in models:
-            yield f"{where}.aliases: {alias!r} is already a model name"
-        elif alias in seen_aliases:
-            yield f"{where}.aliases: {alias!r} is already an alias of {seen_aliases[alias]!r}"
-        seen_aliases[alias] = model
-    for instance in conf.upstream_names:
-        if instance not in instance_names:
-            yield f"{where}.upstream_names.{instance}: no instance is named {instance!r}"
-    pool_names = [pool.name for pool in conf.pools]
-    for index, pool in enumerate(conf.pools):
-        if pool_names.index(pool.name) != index:
-            yield f"{where}.pools[{index}].name: duplicate pool name {pool.name!r}"
-        for instance in pool.instances:
-            if instance not in {i.name for i in settings.instances}:
-                yield f"{where}.pools[{index}].instances: no instance is named {instance!r}"
-    if conf.relay is not None and conf.relay not in settings.relays:
-        known = ", ".join(sorted(settings.relays)) or "none defined"
-        yield f"{where}.relay: no relay named {conf.relay!r} (relays: {known})"
-    if conf.relay is None and conf.fallback_policy != "off":
-        yield f"{where}.fallback: {conf.fallback!r} needs a relay; set {where}.relay"
-
-
-def _check_preload(index: int, job: PreloadConfig, settings: Settings) -> Iterable[str]:
-    where = f"preloads[{index}]"
-    if job.auto and job.cron is not None:
-        yield f"{where}: auto learns when to preload; drop cron, or drop auto to keep the cron"
-    elif job.cron is None and not job.auto:
-        yield f"{where}.cron: missing; give a cron such as '0 8 * * 1-5', or auto: true"
-    try:
-        cron_trigger(job.cron or "0 0 * * *", job.timezone)
-    except Exception as exc:  # APScheduler raises ValueError or zoneinfo errors
-        yield f"{where}: invalid cron {job.cron!r} or timezone {job.timezone!r}: {exc}"
-    if job.instances > len(settings.instances):
-        yield (
-            f"{where}.instances: {job.instances} instances asked for, "
-            f"only {len(settings.instances)} configured"
-        )

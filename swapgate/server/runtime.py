@@ -30,7 +30,8 @@ from swapgate.cluster.shared import SharedSwaps
 from swapgate.cluster.shared_demand import SharedDemand
 from swapgate.cluster.store import Cluster
 from swapgate.config.catalog import Catalog
-from swapgate.config.settings import ConfigError, Settings, load_config, secret
+from swapgate.config.loading import load_config
+from swapgate.config.settings import ConfigError, Settings, secret
 from swapgate.control.forecast import DayDemand, state_file
 from swapgate.control.poller import Poller
 from swapgate.control.preload import Preloader

@@ -13,14 +13,8 @@ from pathlib import Path
 
 from swapgate import __version__
 from swapgate.cluster.store import url_problem
-from swapgate.config.settings import (
-    ConfigError,
-    Settings,
-    load_config,
-    parse_duration,
-    parse_size,
-    secret,
-)
+from swapgate.config.loading import load_config
+from swapgate.config.settings import ConfigError, Settings, parse_duration, parse_size, secret
 from swapgate.tools.admin_cli import add_commands as add_admin_commands
 
 

@@ -34,7 +34,8 @@ from typing import Any
 import httpx
 import yaml
 
-from swapgate.config.settings import ConfigError, parse_config, parse_duration
+from swapgate.config.loading import parse_config
+from swapgate.config.settings import ConfigError, parse_duration
 from swapgate.drivers.ledger import STATE_DIR_ENV
 from swapgate.drivers.processes import free_port, serving, start, stop, wait_until_serving
 

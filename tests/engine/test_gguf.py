@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from swapgate.config.settings import parse_config
+from swapgate.config.loading import parse_config
 from swapgate.model.sizes import read_gguf, size_of
 from swapgate.tools.engines import LlamaCppEngine
 

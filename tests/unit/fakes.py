@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from swapgate.config.catalog import Catalog
-from swapgate.config.settings import Settings, parse_config
+from swapgate.config.loading import parse_config
+from swapgate.config.settings import Settings
 from swapgate.control.preload import Preloader
 from swapgate.control.registry import Registry
 from swapgate.control.router import Router, policy_for

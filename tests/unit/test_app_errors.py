@@ -7,7 +7,7 @@ import logging
 import httpx
 import pytest
 
-from swapgate.config.settings import parse_config
+from swapgate.config.loading import parse_config
 from swapgate.server.app import create_app
 
 

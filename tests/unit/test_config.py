@@ -5,13 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from swapgate.config.settings import (
-    ConfigError,
-    load_config,
-    parse_config,
-    parse_duration,
-    parse_size,
-)
+from swapgate.config.loading import load_config, parse_config
+from swapgate.config.settings import ConfigError, parse_duration, parse_size
 
 MINIMAL = {"instances": [{"name": "gpu-a", "url": "http://127.0.0.1:8000/"}]}
 

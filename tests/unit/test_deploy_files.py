@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from swapgate.config.settings import parse_config
+from swapgate.config.loading import parse_config
 from tests.unit.test_metrics import EXTENDED
 from tests.unit.test_metrics import SPEC as SPEC_METRICS
 

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from swapgate.config.catalog import Catalog
-from swapgate.config.settings import KeepaliveConfig, parse_config
+from swapgate.config.loading import parse_config
+from swapgate.config.settings import KeepaliveConfig
 from swapgate.control.registry import Registry
 from swapgate.errors import SwapFailed
 from swapgate.metrics import Metrics

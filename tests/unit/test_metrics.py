@@ -6,7 +6,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from swapgate.config.catalog import Catalog
-from swapgate.config.settings import parse_config
+from swapgate.config.loading import parse_config
 from swapgate.control.registry import Registry
 from swapgate.metrics import SWAP_BUCKETS, Metrics
 from swapgate.model.state import InstanceReport, WarmState

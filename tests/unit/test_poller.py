@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 
 from swapgate.config.catalog import Catalog
-from swapgate.config.settings import parse_config
+from swapgate.config.loading import parse_config
 from swapgate.control.poller import Poller
 from swapgate.control.registry import Registry
 from swapgate.errors import DriverError, DriverTimeout

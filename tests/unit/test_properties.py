@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from swapgate.config.loading import load_config, parse_config
 from swapgate.config.settings import (
     ClusterConfig,
     ConfigError,
@@ -30,8 +31,6 @@ from swapgate.config.settings import (
     RoutingConfig,
     ServerConfig,
     Settings,
-    load_config,
-    parse_config,
 )
 from swapgate.errors import BadRequest, RequestTooLarge
 from swapgate.proxy.messages import parse_request, read_body

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from swapgate.config.catalog import Catalog
-from swapgate.config.settings import parse_config
+from swapgate.config.loading import parse_config
 from swapgate.control.registry import Registry
 from swapgate.model.demand import HISTORY, Arrivals
 from swapgate.model.state import InstanceReport, WarmState

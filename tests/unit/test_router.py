@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from swapgate.config.catalog import Catalog
-from swapgate.config.settings import parse_config
+from swapgate.config.loading import parse_config
 from swapgate.control.failover import Attempts
 from swapgate.control.registry import Registry
 from swapgate.control.router import Router

@@ -18,7 +18,7 @@ from swapgate.cluster.events import Event, Heard, decode, encode
 from swapgate.cluster.shared import SharedSwaps
 from swapgate.cluster.store import Holder
 from swapgate.config.catalog import Catalog
-from swapgate.config.settings import parse_config
+from swapgate.config.loading import parse_config
 from swapgate.control.registry import REPLICA_TTL, Registry
 from swapgate.control.scheduler import PreloadScheduler
 from swapgate.control.swaps import SwapTimes

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from swapgate.config.settings import ConfigError, parse_config
+from swapgate.config.loading import parse_config
+from swapgate.config.settings import ConfigError
 from swapgate.model.sizes import Size, SizeConfig, human, size_of
 from swapgate.tools.cli import main
 from swapgate.tools.plan import as_json, make_plan, render
@@ -64,7 +65,7 @@ def test_sizes_that_do_not_add_up_are_named_by_their_yaml_path(
     path.write_text(
         json.dumps({"instances": [{"name": "x", "url": "http://x"}], "models": {"m": model}})
     )
-    from swapgate.config.settings import load_config
+    from swapgate.config.loading import load_config
 
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(path)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import asyncio
 
 from swapgate.config.catalog import Catalog
-from swapgate.config.settings import parse_config
+from swapgate.config.loading import parse_config
 from swapgate.control.registry import Registry
 from swapgate.control.swaps import SwapCoordinator, SwapTimes
 from swapgate.errors import DriverError
@@ -101,7 +101,7 @@ async def test_closing_cancels_a_running_swap() -> None:
 
 
 async def test_waiters_on_a_swap_protect_its_model_until_they_are_served() -> None:
-    from swapgate.config.settings import parse_config as parse
+    from swapgate.config.loading import parse_config as parse
     from swapgate.control.router import Router
     from swapgate.policy.placement import Policy, Serve, Swap, place
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from swapgate.config.settings import parse_config
+from swapgate.config.loading import parse_config
 from swapgate.control.router import starvation_point
 from swapgate.control.swaps import SwapTimes
 from swapgate.policy import timing
