@@ -21,10 +21,9 @@ each replica swaps on its own, under its own single flight, until Redis returns.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Protocol
 
 from swapgate.cluster.events import (
@@ -43,6 +42,7 @@ from swapgate.control.registry import Registry
 from swapgate.control.swaps import SwapCoordinator, SwapTimes
 from swapgate.drivers import Driver
 from swapgate.metrics import Metrics
+from swapgate.tasks import TaskSet, stop
 
 log = logging.getLogger("swapgate.cluster")
 RECHECK = 1.0  # how often the holders of swaps seen from here are checked for life
@@ -84,7 +84,7 @@ class SharedSwaps(SwapCoordinator):
         self._marks: dict[str, str] = {}  # instance -> model another replica is swapping there
         # (key, field) -> (value, event): pins and drains set while Redis did not take them
         self._untold: dict[tuple[str, str], tuple[str | None, Event]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet()  # events and shares on their way to Redis
         self._recheck: asyncio.Task[None] | None = None
         cluster.on_event = self.apply
         cluster.on_reconnect = self.resync
@@ -96,12 +96,9 @@ class SharedSwaps(SwapCoordinator):
         self._recheck = asyncio.create_task(self._check_marks(), name="cluster marks")
 
     async def aclose(self) -> None:
-        if self._recheck is not None:
-            self._recheck.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._recheck
+        await stop(self._recheck)
         await super().aclose()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.finish()
         await self.cluster.aclose()
 
     # -- this replica's swaps ------------------------------------------------------------------
@@ -235,10 +232,8 @@ class SharedSwaps(SwapCoordinator):
         for name in self._registry.names():
             self._registry.set_drained(name, name in drains, share=False)
 
-    def _spawn(self, work: Any) -> None:
-        task = asyncio.ensure_future(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _spawn(self, work: Coroutine[Any, Any, object]) -> None:
+        self._tasks.spawn(work)
 
 
 def _wall(monotonic: float) -> float:

@@ -36,6 +36,7 @@ from swapgate.cluster.events import Beat, Event, Heard, decode, encode
 from swapgate.control.forecast import SLOTS
 from swapgate.control.registry import REPLICA_TTL
 from swapgate.metrics import Metrics
+from swapgate.tasks import stop
 
 log = logging.getLogger("swapgate.cluster")
 T = TypeVar("T")
@@ -137,10 +138,7 @@ class Cluster:
     async def aclose(self) -> None:
         for instance in list(self._held):
             await self.release(instance)
-        pending = [*self._tasks, *([self._resyncing] if self._resyncing else [])]
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        await stop(*self._tasks, self._resyncing)
         with contextlib.suppress(RedisError, OSError):
             await self._redis.delete(self._replica_key(self.replica))
         await self._redis.aclose()

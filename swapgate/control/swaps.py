@@ -24,6 +24,7 @@ from swapgate.model.state import WarmState
 from swapgate.policy.backoff import Backoff
 from swapgate.policy.placement import Policy, overflow
 from swapgate.policy.timing import EXPECTED_SWAP
+from swapgate.tasks import stop
 
 log = logging.getLogger("swapgate.swaps")
 RECENT_SWAPS = 5
@@ -201,10 +202,7 @@ class SwapCoordinator:
         self._drivers, self._catalog, self._swap_timeout = drivers, catalog, swap_timeout
 
     async def aclose(self) -> None:
-        tasks = list(self._running.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await stop(*self._running.values())
 
     async def _swap(self, instance: str, model: str, victims: tuple[str, ...]) -> bool:
         if not await self._claim(instance, model):

@@ -49,6 +49,7 @@ from swapgate.proxy.request_id import request_id
 from swapgate.proxy.translated import CHAT_PATH, Translated
 from swapgate.proxy.upload import PLAIN_FORMATS
 from swapgate.proxy.upstream import UpstreamClient, UpstreamResponse
+from swapgate.tasks import stop
 
 # Set in a request's scope by the server when its read timeout cut the request's body
 # (swapgate/server/connections.py): counted as 408, not as a client that went away.
@@ -172,10 +173,10 @@ class ProxyEndpoint:
             try:
                 response = await self._open(scope, ex, request, attempts, progress)
             except BaseException:
-                await _stop(pinging)
+                await stop(pinging)
                 raise
             if not (writer.started and response.ok):
-                await _stop(pinging)
+                await stop(pinging)
                 pinging = None
             # Else keep-alives go on until the engine's first byte: it may have sent its
             # headers and still be reading a long prompt.
@@ -183,7 +184,7 @@ class ProxyEndpoint:
             try:
                 await self._answer(response, writer, ex, attempts.lease, pinging)
             finally:
-                await _stop(pinging)
+                await stop(pinging)
                 response.close()
         finally:
             attempts.release()
@@ -314,7 +315,7 @@ class ProxyEndpoint:
             async for chunk in response.chunks():
                 pulse.beat()
                 if pinging is not None:
-                    await _stop(pinging)
+                    await stop(pinging)
                     pinging = None
                     writer.upstream_body(writer.mode == "pings")
                 if translation is not None:
@@ -386,20 +387,6 @@ async def _until_disconnect(receive: Receive, work: Coroutine[Any, Any, None]) -
     finally:
         state["done"] = True
         watcher.cancel()
-
-
-async def _stop(task: asyncio.Task[None] | None) -> None:
-    """Cancel ``task`` and wait for it; a cancellation of the caller's own (shutdown) that
-    arrives meanwhile goes on, it is not the task's to swallow."""
-    if task is None or task.done():
-        return
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
-            raise
 
 
 def _query(scope: Scope, extra: str = "") -> str:

@@ -44,6 +44,7 @@ from swapgate.drivers.ledger import Ledger, default_directory
 from swapgate.metrics import Metrics
 from swapgate.proxy.handler import ProxyEndpoint
 from swapgate.proxy.upstream import UpstreamClient
+from swapgate.tasks import TaskSet, stop
 
 log = logging.getLogger("swapgate")
 # Keys whose change a reload cannot apply to a running server.
@@ -88,7 +89,7 @@ class Runtime:
         self.scheduler: PreloadScheduler | None = None
         self.started = False
         self._poll_task: asyncio.Task[None] | None = None
-        self._background: set[asyncio.Task[object]] = set()
+        self._background = TaskSet()
         self.configured = self._configure(settings, catalog)
 
     def _coordinator(self, settings: Settings, catalog: Catalog) -> SwapCoordinator:
@@ -236,18 +237,15 @@ class Runtime:
 
     def spawn(self, work: Coroutine[Any, Any, object]) -> None:
         """Keep a fire-and-forget task alive until it ends (``?wait=false`` preloads)."""
-        task = asyncio.create_task(work)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._background.spawn(work)
 
     async def aclose(self) -> None:
         self.started = False
         if self.scheduler is not None:
             self.scheduler.shutdown()
             self.scheduler.save()
-        await _cancel(self._poll_task)
-        for task in list(self._background):
-            await _cancel(task)
+        await stop(self._poll_task)
+        await self._background.aclose()
         if self._shared_demand is not None:  # the last arrivals, before the cluster closes
             await self._shared_demand.sync()
         await self.coordinator.aclose()
@@ -256,7 +254,7 @@ class Runtime:
         await self._control.aclose()
 
     async def _restart_poller(self) -> None:
-        await _cancel(self._poll_task)
+        await stop(self._poll_task)
         await self.configured.poller.poll_all()
         self._poll_task = asyncio.create_task(self.configured.poller.run(), name="poller")
 
@@ -270,13 +268,6 @@ class Runtime:
             await self.reload()
         except ConfigError as exc:
             log.error("SIGHUP reload refused; the running config stays. %s", exc)
-
-
-async def _cancel(task: asyncio.Task[object] | asyncio.Task[None] | None) -> None:
-    if task is not None and not task.done():
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def _split_keys(value: str | None) -> list[str]:
