@@ -11,9 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
@@ -38,17 +36,18 @@ from swapgate.model.lease import Lease, Progress
 from swapgate.policy import pools
 from swapgate.proxy.endpoints import ENDPOINTS, Endpoint
 from swapgate.proxy.keepalive import OPT_OUT_HEADER, KeepalivePlan, Pinger, plan_keepalive
-from swapgate.proxy.messages import (
-    DROP_RESPONSE,
-    BodyMode,
-    ResponseWriter,
-    upstream_headers,
-)
 from swapgate.proxy.request import Request, read_request
 from swapgate.proxy.request_id import request_id
 from swapgate.proxy.translated import CHAT_PATH, Translated
 from swapgate.proxy.upload import PLAIN_FORMATS
 from swapgate.proxy.upstream import UpstreamClient, UpstreamResponse
+from swapgate.proxy.wire import (
+    DROP_RESPONSE,
+    BodyMode,
+    ResponseWriter,
+    until_disconnect,
+    upstream_headers,
+)
 from swapgate.tasks import stop
 
 # Set in a request's scope by the server when its read timeout cut the request's body
@@ -116,7 +115,7 @@ class ProxyEndpoint:
                 writer.headers.append((b"x-swapgate-pool", ex.want.pool.name.encode()))
             plan = self._plan(scope, ex, request, stream)
             work = self._forward(scope, ex, request, writer, plan)
-            await _until_disconnect(request.after_body(receive), work)
+            await until_disconnect(request.after_body(receive), work)
         except SwapgateError as exc:
             await self._tell(ex, writer, exc)
         except ConnectionAbortedError:
@@ -358,35 +357,6 @@ class ProxyEndpoint:
                 ex.method, ex.endpoint.path, status, ex.model, ex.route,
                 round(ex.waited * 1000), elapsed * 1000, ex.request_id,
             )  # fmt: skip
-
-
-async def _until_disconnect(receive: Receive, work: Coroutine[Any, Any, None]) -> None:
-    """Run ``work`` in this task; a client that disconnects first cancels it.
-
-    One watcher task per request, not two: the watcher cancels the request's own task.
-    """
-    current = asyncio.current_task()
-    assert current is not None
-    state = {"done": False, "gone": False}
-
-    async def watch() -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        if not state["done"]:
-            state["gone"] = True
-            current.cancel()
-
-    watcher = asyncio.create_task(watch())
-    try:
-        await work
-    except asyncio.CancelledError:
-        if not state["gone"]:
-            raise
-        current.uncancel()
-        raise ConnectionAbortedError("the client went away") from None
-    finally:
-        state["done"] = True
-        watcher.cancel()
 
 
 def _query(scope: Scope, extra: str = "") -> str:

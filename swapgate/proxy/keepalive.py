@@ -23,7 +23,7 @@ from swapgate.metrics import Metrics
 from swapgate.model.lease import Progress
 from swapgate.policy import timing
 from swapgate.proxy.endpoints import Endpoint
-from swapgate.proxy.messages import BodyMode, ResponseWriter
+from swapgate.proxy.wire import BodyMode, ResponseWriter
 
 Kind = Literal["comment", "ping", "reasoning", "whitespace"]
 OPT_OUT_HEADER = b"x-swapgate-keepalive"

@@ -8,9 +8,9 @@ from typing import Any
 from starlette.types import Message, Receive
 
 from swapgate.proxy.endpoints import Endpoint
-from swapgate.proxy.messages import parse_request, read_body, with_model
 from swapgate.proxy.translated import Translated
 from swapgate.proxy.upload import Upload
+from swapgate.proxy.wire import parse_request, read_body, with_model
 
 
 async def read_request(

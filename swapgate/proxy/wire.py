@@ -1,10 +1,12 @@
-"""What the data plane reads from a request and writes back, at the ASGI level."""
+"""The wire of the data plane, at the ASGI level: which headers travel, the JSON body read,
+and the response written (``ResponseWriter``: how its mode tells a failure)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any, Literal
 
 from starlette.types import Receive, Send
@@ -177,3 +179,32 @@ class ResponseWriter:
                 await self.write(self.dialect.error_body(exc))
             else:
                 await self.end(self.dialect.error_event(exc))
+
+
+async def until_disconnect(receive: Receive, work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` in this task; a client that disconnects first cancels it.
+
+    One watcher task per request, not two: the watcher cancels the request's own task.
+    """
+    current = asyncio.current_task()
+    assert current is not None
+    state = {"done": False, "gone": False}
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if not state["done"]:
+            state["gone"] = True
+            current.cancel()
+
+    watcher = asyncio.create_task(watch())
+    try:
+        await work
+    except asyncio.CancelledError:
+        if not state["gone"]:
+            raise
+        current.uncancel()
+        raise ConnectionAbortedError("the client went away") from None
+    finally:
+        state["done"] = True
+        watcher.cancel()
