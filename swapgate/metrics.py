@@ -6,7 +6,7 @@ are read from the registry at scrape time, so the request path never pays for th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -27,121 +27,93 @@ class StateSource(Protocol):
     def queue_depths(self) -> dict[str, int]: ...
 
 
+# Every metric an app declares: (attribute, type, name, help, labels, histogram buckets).
+# swapgate_requests_total's labels are fixed (docs/metrics.md): requests by endpoint and by pool
+# are counted apart. Wakes of models asleep (vLLM's sleep mode) are swaps, and counted apart too.
+_DECLARED: tuple[tuple[str, type[Counter | Gauge | Histogram], str, str, str, Sequence[float]], ...]
+_DECLARED = (
+    ("requests", Counter, "swapgate_requests", "Requests answered", "model route status", ()),
+    ("endpoint_requests", Counter, "swapgate_endpoint_requests",
+     "Requests answered, by endpoint (chat, responses, messages, ...)", "endpoint status", ()),
+    ("pool_requests", Counter, "swapgate_pool_requests",
+     "Requests answered, by the pool they went to", "model pool status", ()),
+    ("pool_wait", Histogram, "swapgate_pool_wait_seconds",
+     "Time spent waiting for a swap or the queue, by pool", "model pool",
+     Histogram.DEFAULT_BUCKETS),
+    ("request_duration", Histogram, "swapgate_request_duration_seconds",
+     "Time from a request's arrival to its last byte", "model route", LATENCY_BUCKETS),
+    ("ttfb", Histogram, "swapgate_time_to_first_byte_seconds",
+     "Time from a request's arrival to the upstream's first byte (keep-alives excluded)",
+     "model route", LATENCY_BUCKETS),
+    ("wait", Histogram, "swapgate_wait_seconds",
+     "Time a request waited for a swap or the queue", "model", LATENCY_BUCKETS),
+    ("swap_duration", Histogram, "swapgate_swap_duration_seconds",
+     "Time from a swap's start to the model being ready", "instance model result",
+     SWAP_BUCKETS),
+    ("wake_duration", Histogram, "swapgate_wake_duration_seconds",
+     "Wakes of a model asleep, from the swap's start to the model being ready",
+     "instance model result", (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120)),
+    ("swaps", Counter, "swapgate_swaps", "Swaps finished", "instance model result", ()),
+    ("placements", Counter, "swapgate_placements",
+     "Requests by how their model was found: warm, after a swap, queued, or relayed",
+     "model placement", ()),
+    ("placement_wait", Histogram, "swapgate_placement_wait_seconds",
+     "Time each request waited for its model, by how it was found (warm: 0)",
+     "model placement", LATENCY_BUCKETS),
+    ("swaps_avoided", Counter, "swapgate_swaps_avoided",
+     "Requests served after a swap another request started: swaps grouping saved", "model",
+     ()),
+    ("thrash", Counter, "swapgate_thrash",
+     "Swaps that load a model evicted from the same instance within THRASH_WINDOW of its"
+     " swap time", "instance model", ()),
+    ("keepalives", Counter, "swapgate_keepalives_sent", "Keep-alive writes", "model kind", ()),
+    ("fallbacks", Counter, "swapgate_fallbacks", "Requests sent to a relay",
+     "model relay reason", ()),
+    ("preload_runs", Counter, "swapgate_preload_runs", "Preload job runs", "job result", ()),
+    ("upstream_errors", Counter, "swapgate_upstream_errors", "Failed upstream calls",
+     "instance kind", ()),
+    ("process_exits", Counter, "swapgate_process_exits",
+     "Model processes that exited by themselves", "instance model", ()),
+    ("process_rss", Gauge, "swapgate_process_rss_bytes",
+     "Resident size of a model's process group", "instance model", ()),
+    ("process_recycles", Counter, "swapgate_process_recycles",
+     "Model processes restarted above their recycle_rss", "instance model", ()),
+)  # fmt: skip
+
+
 class Metrics:
+    requests: Counter
+    endpoint_requests: Counter
+    pool_requests: Counter
+    pool_wait: Histogram
+    request_duration: Histogram
+    ttfb: Histogram
+    wait: Histogram
+    swap_duration: Histogram
+    wake_duration: Histogram
+    swaps: Counter
+    placements: Counter
+    placement_wait: Histogram
+    swaps_avoided: Counter
+    thrash: Counter
+    keepalives: Counter
+    fallbacks: Counter
+    preload_runs: Counter
+    upstream_errors: Counter
+    process_exits: Counter
+    process_rss: Gauge
+    process_recycles: Counter
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.requests = Counter(
-            "swapgate_requests", "Requests answered", ["model", "route", "status"], registry=r
-        )
-        # Apart from swapgate_requests_total, whose labels docs/metrics.md fixes: by endpoint
-        # (docs/compatibility.md)
-        self.endpoint_requests = Counter(
-            "swapgate_endpoint_requests",
-            "Requests answered, by endpoint (chat, responses, messages, ...)",
-            ["endpoint", "status"],
-            registry=r,
-        )
-        # Models with pools (docs/operations.md): their requests and waits by pool, apart, for the
-        # same reason as endpoint_requests
-        self.pool_requests = Counter(
-            "swapgate_pool_requests", "Requests answered, by the pool they went to",
-            ["model", "pool", "status"], registry=r,
-        )  # fmt: skip
-        self.pool_wait = Histogram(
-            "swapgate_pool_wait_seconds", "Time spent waiting for a swap or the queue, by pool",
-            ["model", "pool"], registry=r,
-        )  # fmt: skip
-        self.request_duration = Histogram(
-            "swapgate_request_duration_seconds",
-            "Time from a request's arrival to its last byte",
-            ["model", "route"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.ttfb = Histogram(
-            "swapgate_time_to_first_byte_seconds",
-            "Time from a request's arrival to the upstream's first byte (keep-alives excluded)",
-            ["model", "route"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.wait = Histogram(
-            "swapgate_wait_seconds",
-            "Time a request waited for a swap or the queue",
-            ["model"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.swap_duration = Histogram(
-            "swapgate_swap_duration_seconds",
-            "Time from a swap's start to the model being ready",
-            ["instance", "model", "result"],
-            buckets=SWAP_BUCKETS,
-            registry=r,
-        )
-        # Wakes of models asleep (vLLM's sleep mode) apart: swapgate_swap_duration_seconds
-        # counts them as the swaps they are, with the labels docs/metrics.md gives it.
-        self.wake_duration = Histogram(
-            "swapgate_wake_duration_seconds",
-            "Wakes of a model asleep, from the swap's start to the model being ready",
-            ["instance", "model", "result"],
-            buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120),
-            registry=r,
-        )
-        # Issue 23: how each request found its model, and swaps that undo a recent eviction
-        self.placements = Counter(
-            "swapgate_placements",
-            "Requests by how their model was found: warm, after a swap, queued, or relayed",
-            ["model", "placement"], registry=r,
-        )  # fmt: skip
-        self.placement_wait = Histogram(
-            "swapgate_placement_wait_seconds",
-            "Time each request waited for its model, by how it was found (warm: 0)",
-            ["model", "placement"], buckets=LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
-        self.swaps_avoided = Counter(
-            "swapgate_swaps_avoided",
-            "Requests served after a swap another request started: swaps grouping saved",
-            ["model"], registry=r,
-        )  # fmt: skip
-        self.thrash = Counter(
-            "swapgate_thrash",
-            "Swaps that load a model evicted from the same instance within THRASH_WINDOW of its"
-            " swap time",
-            ["instance", "model"], registry=r,
-        )  # fmt: skip
-        self.swaps = Counter(
-            "swapgate_swaps", "Swaps finished", ["instance", "model", "result"], registry=r
-        )
-        self.keepalives = Counter(
-            "swapgate_keepalives_sent", "Keep-alive writes", ["model", "kind"], registry=r
-        )
-        self.fallbacks = Counter(
-            "swapgate_fallbacks",
-            "Requests sent to a relay",
-            ["model", "relay", "reason"],
-            registry=r,
-        )
-        self.preload_runs = Counter(
-            "swapgate_preload_runs", "Preload job runs", ["job", "result"], registry=r
-        )
-        self.upstream_errors = Counter(
-            "swapgate_upstream_errors", "Failed upstream calls", ["instance", "kind"], registry=r
-        )
-        self.process_exits = Counter(
-            "swapgate_process_exits", "Model processes that exited by themselves",
-            ["instance", "model"], registry=r,
-        )  # fmt: skip
-        self.process_rss = Gauge(
-            "swapgate_process_rss_bytes", "Resident size of a model's process group",
-            ["instance", "model"], registry=r,
-        )  # fmt: skip
-        self.process_recycles = Counter(
-            "swapgate_process_recycles", "Model processes restarted above their recycle_rss",
-            ["instance", "model"], registry=r,
-        )  # fmt: skip
-
+        for attribute, kind, name, doc, labels, buckets in _DECLARED:
+            names, r = labels.split(), self.registry
+            metric: Counter | Gauge | Histogram = (
+                Histogram(name, doc, names, buckets=buckets, registry=r)
+                if kind is Histogram
+                else kind(name, doc, names, registry=r)
+            )
+            setattr(self, attribute, metric)
         self._cluster_up: Gauge | None = None
         # Labelled children, looked up once per label set: .labels() takes a lock and hashes.
         self._children: dict[tuple[str, ...], Any] = {}

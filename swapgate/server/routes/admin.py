@@ -125,6 +125,13 @@ def admin_routes(runtime: Operated) -> APIRouter:
     async def undrain(name: str) -> dict[str, Any]:
         return _set_drained(runtime, name, False)
 
+    _job_routes(router, runtime)
+    return router
+
+
+def _job_routes(router: APIRouter, runtime: Operated) -> None:
+    """The preload jobs and the config reload."""
+
     @router.get("/jobs")
     async def jobs() -> dict[str, Any]:
         return {"jobs": runtime.scheduler.describe() if runtime.scheduler else []}
@@ -146,8 +153,6 @@ def admin_routes(runtime: Operated) -> APIRouter:
             return JSONResponse(body, status_code=400)
         names = [inst.name for inst in settings.instances]
         return JSONResponse({"status": "reloaded", "instances": names})
-
-    return router
 
 
 def describe_state(runtime: Operated) -> dict[str, Any]:
