@@ -89,7 +89,7 @@ class SharedSwaps(SwapCoordinator):
         cluster.on_event = self.apply
         cluster.on_reconnect = self.resync
         cluster.inflight = registry.in_flight
-        registry.on_shared = self._share
+        registry.shares = self
 
     async def connect(self) -> None:
         await self.cluster.start()
@@ -194,14 +194,15 @@ class SharedSwaps(SwapCoordinator):
 
     # -- pins and drains -------------------------------------------------------------------------
 
-    def _share(self, kind: str, instance: str, model: str, value: float | bool) -> None:
-        if kind == "pin":
-            until = _wall(float(value)) if value else 0.0
-            field, stored = f"{instance}\t{model}", str(until) if until else None
-            self._spawn(self._tell("pins", field, stored, Pinned(instance, model, until)))
-        else:
-            drained = Drained(instance, bool(value))
-            self._spawn(self._tell("drains", instance, "1" if value else None, drained))
+    def pinned(self, instance: str, model: str, until: float) -> None:
+        """An operator pinned ``model`` here until ``until`` (monotonic; 0: unpinned)."""
+        wall = _wall(until) if until else 0.0
+        field, stored = f"{instance}\t{model}", str(wall) if wall else None
+        self._spawn(self._tell("pins", field, stored, Pinned(instance, model, wall)))
+
+    def drained(self, instance: str, on: bool) -> None:
+        """An operator drained ``instance`` here (or undrained it)."""
+        self._spawn(self._tell("drains", instance, "1" if on else None, Drained(instance, on)))
 
     async def _tell(self, key: str, field: str, value: str | None, event: Event) -> None:
         """Store an operator's pin or drain and tell the others; what Redis did not take is

@@ -33,8 +33,8 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeout
 
 from swapgate.cluster.events import Beat, Event, Heard, decode, encode
+from swapgate.control.elsewhere import REPLICA_TTL
 from swapgate.control.forecast import SLOTS
-from swapgate.control.registry import REPLICA_TTL
 from swapgate.metrics import Metrics
 from swapgate.tasks import stop
 

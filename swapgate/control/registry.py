@@ -7,105 +7,31 @@ that can unblock a waiting request wakes the waiters, who then place again.
 
 from __future__ import annotations
 
-import asyncio
-import bisect
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from typing import Protocol
 
 from swapgate.config.catalog import Catalog
 from swapgate.config.settings import InstanceConfig
-from swapgate.model.demand import Arrivals
+from swapgate.control.changes import Changes
+from swapgate.control.elsewhere import Elsewhere
+from swapgate.control.slots import InstanceSlot
+from swapgate.control.waitlist import Waitlist
 from swapgate.model.lease import Pulse
-from swapgate.model.snapshot import InstanceView, ModelView, Snapshot
+from swapgate.model.snapshot import Snapshot
 from swapgate.model.state import InstanceReport, WarmState
 
 # ``closing_until`` of a model being evicted: no new request goes to it until it is gone.
 LEAVING = float("inf")
-REPLICA_TTL = 3.0  # a replica unheard this long has nothing in flight any more (docs/deploy.md)
-NO_COUNT_LIMIT = 1 << 30  # an instance whose memory alone limits what is resident
 
 
-@dataclass(slots=True)
-class _Slot:
-    state: WarmState = WarmState.COLD
-    since: float = 0.0
-    last_used: float = 0.0
-    inflight: int = 0
-    pinned_until: float = 0.0
-    waiting: int = 0
-    closing_until: float = 0.0
-    unwanted: bool = False  # loaded by a swap abandoned by every request: the first victim
+class Shares(Protocol):
+    """Told of what an operator set on this replica, for the others (swapgate/cluster/shared.py):
+    a pin until ``until`` (monotonic; 0: unpinned), a drain on or off."""
 
-    def set_state(self, state: WarmState, now: float) -> None:
-        if self.state is not state:
-            self.state, self.since = state, now
-            self.closing_until = 0.0
-            self.unwanted = False
-
-    def view(self, now: float, elsewhere: int = 0) -> ModelView:
-        return ModelView(
-            self.state, self.since, self.last_used, self.inflight + elsewhere, self.pinned_until,
-            self.waiting, self.closing_until > now, self.unwanted,
-        )  # fmt: skip
-
-
-@dataclass(slots=True)
-class _Instance:
-    config: InstanceConfig
-    serves: frozenset[str]
-    up: bool = False
-    drained: bool = False
-    backoff_until: float = 0.0
-    inflight: int = 0
-    swapping: str | None = None
-    swap_done_by: float = 0.0
-    evicting: bool = False  # models leaving it (``leaving``): no swap may start meanwhile
-    generation: int = 0
-    reserved_for: str | None = None
-    reserved_until: float = 0.0
-    slots: dict[str, _Slot] = field(default_factory=dict)
-    learned: dict[str, int] = field(default_factory=dict)  # sizes its backend reported
-    reported_capacity: int | None = None  # what its backend said it runs at once
-    pulse: Pulse = field(default_factory=Pulse)  # when its answers last moved
-
-    @property
-    def capacity(self) -> int:
-        """Models resident at once by count: the config's, else what the backend reports,
-        else none at all where memory alone limits (docs/memory.md)."""
-        if self.reported_capacity is not None and not self.config.capacity_set:
-            return self.reported_capacity
-        count = self.config.count_limit
-        return count if count is not None else NO_COUNT_LIMIT
-
-    def slot(self, model: str) -> _Slot:
-        return self.slots.setdefault(model, _Slot())
-
-    def view(
-        self, now: float, estimates: dict[str, int], elsewhere: dict[str, int] | None = None
-    ) -> InstanceView:
-        """``estimates``: the configured sizes; ``elsewhere``: what other replicas have in
-        flight here, per model."""
-        others = elsewhere or {}
-        memory = self.config.memory
-        return InstanceView(
-            name=self.config.name,
-            up=self.up,
-            drained=self.drained,
-            capacity=self.capacity,
-            weight=self.config.weight,
-            inflight=self.inflight + sum(others.values()),
-            serves=self.serves,
-            models={name: slot.view(now, others.get(name, 0)) for name, slot in self.slots.items()},
-            swapping=self.swapping,
-            swap_done_by=self.swap_done_by,
-            backoff_until=self.backoff_until,
-            reserved_for=self.reserved_for if self.reserved_until > now else None,
-            memory=memory,
-            evicting=self.evicting,
-            sizes={**estimates, **self.learned} if memory is not None else {},
-        )
+    def pinned(self, instance: str, model: str, until: float) -> None: ...
+    def drained(self, instance: str, on: bool) -> None: ...
 
 
 class Registry:
@@ -118,23 +44,14 @@ class Registry:
         self._catalog = catalog
         self._clock = clock
         self._instances = {
-            conf.name: _Instance(conf, _configured_models(conf, catalog)) for conf in instances
+            conf.name: InstanceSlot(conf, _configured_models(conf, catalog)) for conf in instances
         }
-        # model -> when each queued request arrived, oldest first: snapshots read the first
-        self._queued: dict[str, list[float]] = {}
-        self._arrivals: dict[str, Arrivals] = {}
-        self._changed = asyncio.Event()
-        self._waiters = 0
         self._known: frozenset[str] | None = None
-        # Other replicas' in-flight requests (docs/deploy.md): replica -> (heard at, instance ->
-        # model -> count), and their sum per instance, which snapshots add to this replica's.
-        self._remote: dict[str, tuple[float, dict[str, dict[str, int]]]] = {}
-        self._elsewhere: dict[str, dict[str, int]] = {}
-        # Told of pins and drains an operator set here, for other replicas
-        # (swapgate/cluster/shared.py)
-        self.on_shared: Callable[[str, str, str, float | bool], None] | None = None
-        # Told of every arrival: the demand by time of day (swapgate/control/forecast.py)
-        self.on_arrival: Callable[[str], None] | None = None
+        self.waitlist = Waitlist(clock)  # arrivals, and the requests waiting now
+        self._changes = Changes()
+        self._elsewhere = Elsewhere()  # other replicas' requests in flight
+        # Told of pins and drains an operator set here, for the other replicas
+        self.shares: Shares | None = None
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -143,9 +60,9 @@ class Registry:
         elsewhere, estimates = self._elsewhere, self._catalog.sizes
         return Snapshot(
             now,
-            tuple(i.view(now, estimates, elsewhere.get(n)) for n, i in self._instances.items()),
-            dict(self._arrivals),
-            {model: since[0] for model, since in self._queued.items()},
+            tuple(i.view(now, estimates, elsewhere.on(n)) for n, i in self._instances.items()),
+            self.waitlist.arrivals(),
+            self.waitlist.oldest(),
         )
 
     def names(self) -> list[str]:
@@ -166,7 +83,7 @@ class Registry:
         return self._instances[name].generation
 
     def queue_depths(self) -> dict[str, int]:
-        return {model: len(since) for model, since in self._queued.items()}
+        return self.waitlist.depths()
 
     def up_names(self) -> list[str]:
         return [name for name, inst in self._instances.items() if inst.up]
@@ -178,49 +95,16 @@ class Registry:
 
     async def wait_for_change(self, timeout: float) -> None:
         """Return when the state changed in a way that may unblock a waiter, or at ``timeout``."""
-        event = self._changed
-        self._waiters += 1
-        try:
-            await asyncio.wait_for(event.wait(), timeout)
-        except TimeoutError:
-            pass
-        finally:
-            self._waiters -= 1
+        await self._changes.wait(timeout)
 
     def arrived(self, model: str) -> None:
-        """Count a request for ``model`` in its gateway-wide arrivals, however it is served."""
-        now = self._clock()
-        seen = self._arrivals.get(model)
-        self._arrivals[model] = seen.counted(now) if seen else Arrivals(now)
-        if self.on_arrival is not None:
-            self.on_arrival(model)
+        self.waitlist.arrived(model)
 
-    @contextmanager
-    def queued(self, model: str, since: float) -> Iterator[int]:
-        """Count a request for ``model`` that arrived at ``since`` as queued while it waits;
-        gives the queue's depth with it."""
-        depth = self.enter_queue(model, since)
-        try:
-            yield depth
-        finally:
-            self.leave_queue(model, since)
-
-    def enter_queue(self, model: str, since: float) -> int:
-        """Queue a request for ``model`` that arrived at ``since``; returns the queue's depth."""
-        queue = self._queued.setdefault(model, [])
-        bisect.insort(queue, since)  # requests queue as they arrive: an append, nearly always
-        return len(queue)
-
-    def leave_queue(self, model: str, since: float) -> None:
-        queue = self._queued[model]
-        queue.remove(since)
-        if not queue:  # only models with requests queued stay: snapshots iterate them
-            del self._queued[model]
+    def queued(self, model: str, since: float) -> AbstractContextManager[int]:
+        return self.waitlist.queued(model, since)
 
     def _notify(self) -> None:
-        if self._waiters:
-            self._changed.set()
-            self._changed = asyncio.Event()
+        self._changes.notify()
 
     # -- polls ---------------------------------------------------------------------------------
 
@@ -240,7 +124,7 @@ class Registry:
             self._apply_running(inst, report)
         self._notify()
 
-    def _apply_running(self, inst: _Instance, report: InstanceReport) -> None:
+    def _apply_running(self, inst: InstanceSlot, report: InstanceReport) -> None:
         now = self._clock()
         if report.all_warm:
             running = dict.fromkeys(inst.serves, WarmState.WARM)
@@ -344,18 +228,8 @@ class Registry:
         }
 
     def elsewhere(self, replica: str, counts: dict[str, dict[str, int]], now: float) -> None:
-        """``replica`` has ``counts`` in flight; replicas unheard for ``REPLICA_TTL`` drop."""
-        self._remote[replica] = (now, counts)
-        total: dict[str, dict[str, int]] = {}
-        for heard, seen in list(self._remote.values()):
-            if now - heard > REPLICA_TTL:
-                continue
-            for name, models in seen.items():
-                into = total.setdefault(name, {})
-                for model, count in models.items():
-                    into[model] = into.get(model, 0) + int(count)
-        self._remote = {r: v for r, v in self._remote.items() if now - v[0] <= REPLICA_TTL}
-        self._elsewhere = total
+        """``replica`` has ``counts`` in flight (its heartbeat)."""
+        self._elsewhere.heard(replica, counts, now)
 
     def end_swap(self, name: str, model: str, ok: bool, backoff: float = 0.0) -> None:
         """The swap on ``name`` ended; a failed one keeps it out of placement ``backoff`` s."""
@@ -411,13 +285,13 @@ class Registry:
         inst = self._instances.get(name)
         if inst is None:
             return False
-        for other, since in self._queued.items():
+        for other, depth in self.waitlist.depths().items():
             if other == model or other not in inst.serves:
                 continue
             joined = sum(
                 i.slots[other].waiting for i in self._instances.values() if other in i.slots
             )
-            if len(since) > joined:
+            if depth > joined:
                 return True
         return False
 
@@ -456,19 +330,19 @@ class Registry:
         """Keep ``model`` out of request-driven eviction on ``name`` until ``until`` (monotonic)."""
         slot = self._instances[name].slot(model)
         slot.pinned_until = max(slot.pinned_until, until)
-        if share and self.on_shared is not None:
-            self.on_shared("pin", name, model, slot.pinned_until)
+        if share and self.shares is not None:
+            self.shares.pinned(name, model, slot.pinned_until)
 
     def unpin(self, name: str, model: str, *, share: bool = True) -> None:
         self._instances[name].slot(model).pinned_until = 0.0
-        if share and self.on_shared is not None:
-            self.on_shared("pin", name, model, 0.0)
+        if share and self.shares is not None:
+            self.shares.pinned(name, model, 0.0)
 
     def set_drained(self, name: str, drained: bool, *, share: bool = True) -> None:
         self._instances[name].drained = drained
         self._notify()
-        if share and self.on_shared is not None:
-            self.on_shared("drain", name, "", drained)
+        if share and self.shares is not None:
+            self.shares.drained(name, drained)
 
     def has(self, name: str) -> bool:
         return name in self._instances
@@ -476,11 +350,11 @@ class Registry:
     def reconfigure(self, instances: Iterable[InstanceConfig], catalog: Catalog) -> None:
         """Take a reloaded config: instances that stay keep their warm state and counts."""
         self._catalog = catalog
-        kept: dict[str, _Instance] = {}
+        kept: dict[str, InstanceSlot] = {}
         for conf in instances:
-            inst = self._instances.get(conf.name) or _Instance(conf, frozenset())
+            inst = self._instances.get(conf.name) or InstanceSlot(conf, frozenset())
             if inst.config.url != conf.url or inst.config.kind != conf.kind:
-                inst = _Instance(conf, frozenset())  # another server: nothing known about it
+                inst = InstanceSlot(conf, frozenset())  # another server: nothing known about it
             inst.config = conf
             if conf.models is not None or not inst.serves:
                 inst.serves = _configured_models(conf, catalog)

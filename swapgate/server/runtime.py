@@ -81,7 +81,7 @@ class Runtime:
         cluster = self.cluster
         self.demand = DayDemand(None if cluster else state_file())
         self._shared_demand = SharedDemand(self.demand, cluster) if cluster else None
-        self.registry.on_arrival = self.demand.arrived
+        self.registry.waitlist.on_arrival = self.demand.arrived
         self.upstream = UpstreamClient(settings.routing.stream_idle_timeout)
         self.endpoint = ProxyEndpoint(
             registry=self.registry, client=self.upstream, metrics=self.metrics

@@ -41,7 +41,7 @@ def exposed() -> str:
     settings = parse_config({"instances": [{"name": "gpu-a", "url": "http://x", "models": ["a"]}]})
     registry = Registry(settings.instances, Catalog(settings))
     registry.apply_report("gpu-a", InstanceReport({"a": WarmState.WARM}, None), 0)
-    registry.enter_queue("a", 0.0)
+    registry.waitlist.enter("a", 0.0)
     metrics = Metrics()
     metrics.watch(registry)
     labels = {

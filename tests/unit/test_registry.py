@@ -112,21 +112,21 @@ async def test_waiters_wake_on_a_change_and_time_out_without_one() -> None:
 
 def test_queue_depths_only_list_waiting_models() -> None:
     registry, _ = make()
-    assert registry.enter_queue("a", 10.0) == 1
-    assert registry.enter_queue("a", 12.0) == 2
+    assert registry.waitlist.enter("a", 10.0) == 1
+    assert registry.waitlist.enter("a", 12.0) == 2
     assert registry.queue_depths() == {"a": 2}
-    registry.leave_queue("a", 10.0)
-    registry.leave_queue("a", 12.0)
+    registry.waitlist.leave("a", 10.0)
+    registry.waitlist.leave("a", 12.0)
     assert registry.queue_depths() == {}
 
 
 def test_the_snapshot_knows_each_queue_s_oldest_request() -> None:
     registry, _ = make()
-    registry.enter_queue("a", 12.0)
-    registry.enter_queue("a", 10.0)
-    registry.enter_queue("b", 11.0)
+    registry.waitlist.enter("a", 12.0)
+    registry.waitlist.enter("a", 10.0)
+    registry.waitlist.enter("b", 11.0)
     assert registry.snapshot().queued == {"a": 10.0, "b": 11.0}
-    registry.leave_queue("a", 10.0)  # the oldest is served: the next one is the oldest now
+    registry.waitlist.leave("a", 10.0)  # the oldest is served: the next one is the oldest now
     assert registry.snapshot().queued == {"a": 12.0, "b": 11.0}
 
 

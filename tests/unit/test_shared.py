@@ -19,7 +19,8 @@ from swapgate.cluster.shared import SharedSwaps
 from swapgate.cluster.store import Holder
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import parse_config
-from swapgate.control.registry import REPLICA_TTL, Registry
+from swapgate.control.elsewhere import REPLICA_TTL
+from swapgate.control.registry import Registry
 from swapgate.control.scheduler import PreloadScheduler
 from swapgate.control.swaps import SwapTimes
 from swapgate.metrics import Metrics

@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from swapgate.config.settings import ConfigError, Duration, Settings
 from swapgate.control.preload import PreloadResult
-from swapgate.control.registry import NO_COUNT_LIMIT
 from swapgate.control.scheduler import describe_result
+from swapgate.control.slots import NO_COUNT_LIMIT
 from swapgate.errors import BadRequest, Conflict, DriverError, PathNotFound, SwapgateError
 from swapgate.model.snapshot import InstanceView, ModelView, Snapshot
 from swapgate.model.state import WarmState

@@ -1,0 +1,94 @@
+"""The mutable state of one instance and of each model on it, as the registry keeps it, and
+the frozen views of them that snapshots hand to placement."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from swapgate.config.settings import InstanceConfig
+from swapgate.model.lease import Pulse
+from swapgate.model.snapshot import InstanceView, ModelView
+from swapgate.model.state import WarmState
+
+NO_COUNT_LIMIT = 1 << 30  # an instance whose memory alone limits what is resident
+
+
+@dataclass(slots=True)
+class ModelSlot:
+    state: WarmState = WarmState.COLD
+    since: float = 0.0
+    last_used: float = 0.0
+    inflight: int = 0
+    pinned_until: float = 0.0
+    waiting: int = 0
+    closing_until: float = 0.0
+    unwanted: bool = False  # loaded by a swap abandoned by every request: the first victim
+
+    def set_state(self, state: WarmState, now: float) -> None:
+        if self.state is not state:
+            self.state, self.since = state, now
+            self.closing_until = 0.0
+            self.unwanted = False
+
+    def view(self, now: float, elsewhere: int = 0) -> ModelView:
+        return ModelView(
+            self.state, self.since, self.last_used, self.inflight + elsewhere, self.pinned_until,
+            self.waiting, self.closing_until > now, self.unwanted,
+        )  # fmt: skip
+
+
+@dataclass(slots=True)
+class InstanceSlot:
+    config: InstanceConfig
+    serves: frozenset[str]
+    up: bool = False
+    drained: bool = False
+    backoff_until: float = 0.0
+    inflight: int = 0
+    swapping: str | None = None
+    swap_done_by: float = 0.0
+    evicting: bool = False  # models leaving it (``leaving``): no swap may start meanwhile
+    generation: int = 0
+    reserved_for: str | None = None
+    reserved_until: float = 0.0
+    slots: dict[str, ModelSlot] = field(default_factory=dict)
+    learned: dict[str, int] = field(default_factory=dict)  # sizes its backend reported
+    reported_capacity: int | None = None  # what its backend said it runs at once
+    pulse: Pulse = field(default_factory=Pulse)  # when its answers last moved
+
+    @property
+    def capacity(self) -> int:
+        """Models resident at once by count: the config's, else what the backend reports,
+        else none at all where memory alone limits (docs/memory.md)."""
+        if self.reported_capacity is not None and not self.config.capacity_set:
+            return self.reported_capacity
+        count = self.config.count_limit
+        return count if count is not None else NO_COUNT_LIMIT
+
+    def slot(self, model: str) -> ModelSlot:
+        return self.slots.setdefault(model, ModelSlot())
+
+    def view(
+        self, now: float, estimates: dict[str, int], elsewhere: dict[str, int] | None = None
+    ) -> InstanceView:
+        """``estimates``: the configured sizes; ``elsewhere``: what other replicas have in
+        flight here, per model."""
+        others = elsewhere or {}
+        memory = self.config.memory
+        return InstanceView(
+            name=self.config.name,
+            up=self.up,
+            drained=self.drained,
+            capacity=self.capacity,
+            weight=self.config.weight,
+            inflight=self.inflight + sum(others.values()),
+            serves=self.serves,
+            models={name: slot.view(now, others.get(name, 0)) for name, slot in self.slots.items()},
+            swapping=self.swapping,
+            swap_done_by=self.swap_done_by,
+            backoff_until=self.backoff_until,
+            reserved_for=self.reserved_for if self.reserved_until > now else None,
+            memory=memory,
+            evicting=self.evicting,
+            sizes={**estimates, **self.learned} if memory is not None else {},
+        )
