@@ -229,9 +229,9 @@ def test_a_process_above_recycle_rss_is_drained_and_restarted_when_idle_no_reque
 
 
 def test_a_load_nobody_waits_for_is_stopped_for_the_model_queued_behind_it() -> None:
-    """Issue 23: a's 5 s load loses its only waiter after 1 s while b queues for the instance;
+    """Issue 23: a's 8 s load loses its only waiter after 1 s while b queues for the instance;
     a's process is stopped and b is warm long before a's load would have finished."""
-    config = process_config(a=sim_command("a", startup=5.0), b=sim_command("b"))
+    config = process_config(a=sim_command("a", startup=8.0), b=sim_command("b"))
     with gateway(config, ENV) as gw, concurrent.futures.ThreadPoolExecutor(2) as pool:
         started = time.monotonic()
         body = {"model": "a", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
@@ -243,7 +243,8 @@ def test_a_load_nobody_waits_for_is_stopped_for_the_model_queued_behind_it() -> 
         answer = queued.result()
         served_after = time.monotonic() - started
         assert answer.status_code == 200, answer.text
-        assert served_after < 4.0, served_after  # a's load alone would have ended at 5 s
+        # a's load alone would have ended at 8 s; b takes ~1.5 s, more on a loaded machine
+        assert served_after < 6.0, served_after
         assert gw.metric("swapgate_swaps_total", model="a", result="abandoned") == 1
         assert gw.metric("swapgate_swaps_total", model="a", result="ok") == 0
         running = {model for model, proc in processes(gw).items() if "pid" in proc}
