@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swapgate.drivers.ledger import explicit_directory, state_root
+from swapgate.config.paths import state_directory
 
 log = logging.getLogger("swapgate.forecast")
 SLOT = 15 * 60
@@ -34,7 +34,7 @@ FILE = "demand-by-day.state"  # not *.json: the process ledger reads those in th
 
 def state_file() -> Path:
     """``$SWAPGATE_STATE_DIR/demand-by-day.state``, else under ``$XDG_STATE_HOME/swapgate``."""
-    return (explicit_directory() or state_root()) / FILE
+    return state_directory() / FILE
 
 
 @dataclass

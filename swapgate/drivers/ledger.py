@@ -23,23 +23,6 @@ from pathlib import Path
 import psutil
 
 log = logging.getLogger("swapgate.process")
-STATE_DIR_ENV = "SWAPGATE_STATE_DIR"
-
-
-def default_directory() -> Path:
-    return explicit_directory() or state_root() / "processes"
-
-
-def explicit_directory() -> Path | None:
-    """``$SWAPGATE_STATE_DIR``: where everything swapgate keeps goes, when set."""
-    explicit = os.environ.get(STATE_DIR_ENV)
-    return Path(explicit) if explicit else None
-
-
-def state_root() -> Path:
-    """swapgate's own directory under ``$XDG_STATE_HOME`` (else ``~/.local/state``)."""
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "swapgate"
 
 
 @dataclass(frozen=True)

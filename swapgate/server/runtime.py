@@ -31,6 +31,7 @@ from swapgate.cluster.shared_demand import SharedDemand
 from swapgate.cluster.store import Cluster
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import load_config
+from swapgate.config.paths import processes_directory
 from swapgate.config.settings import ConfigError, Settings, secret
 from swapgate.control.forecast import DayDemand, state_file
 from swapgate.control.poller import Poller
@@ -40,7 +41,7 @@ from swapgate.control.router import Router, policy_for
 from swapgate.control.scheduler import PreloadScheduler
 from swapgate.control.swaps import SwapCoordinator, SwapTimes
 from swapgate.drivers import Driver, ProcessDriver, make_driver
-from swapgate.drivers.ledger import Ledger, default_directory
+from swapgate.drivers.ledger import Ledger
 from swapgate.metrics import Metrics
 from swapgate.proxy.handler import ProxyEndpoint
 from swapgate.proxy.upstream import UpstreamClient
@@ -72,7 +73,7 @@ class Runtime:
         self.metrics = Metrics()
         self.metrics.watch(self.registry)
         self._control = httpx.AsyncClient()
-        self._ledger = Ledger(default_directory())  # what process instances started
+        self._ledger = Ledger(processes_directory())  # what process instances started
         self.drivers = self._drivers(settings)
         self.coordinator = self._coordinator(settings, catalog)
         # The demand by time of day (auto preloads): alone, kept in a file (read at start,

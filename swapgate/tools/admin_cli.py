@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from swapgate.drivers.ledger import explicit_directory, state_root
+from swapgate.config.paths import state_directory
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 PROGRESS_INTERVAL = 0.5
@@ -65,7 +65,7 @@ def _connection(parser: argparse.ArgumentParser) -> None:
 def demo_token_path() -> Path:
     """Where a running demo keeps its admin token for the CLI (swapgate/tools/demo.py)."""
     # not .json: the process ledger sweeps those from the same directory
-    return (explicit_directory() or state_root()) / "demo-admin-token"
+    return state_directory() / "demo-admin-token"
 
 
 def _demo_token(url: str) -> str | None:

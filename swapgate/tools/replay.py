@@ -35,8 +35,8 @@ import httpx
 import yaml
 
 from swapgate.config.loading import parse_config
+from swapgate.config.paths import STATE_DIR_ENV
 from swapgate.config.settings import ConfigError, parse_duration
-from swapgate.drivers.ledger import STATE_DIR_ENV
 from swapgate.drivers.processes import free_port, serving, start, stop, wait_until_serving
 
 _ACCESS = re.compile(
