@@ -22,6 +22,11 @@ class ChatStreamReader:
         self._data: list[str] = []  # the data lines of the event being read
         self._done = False
 
+    @property
+    def done(self) -> bool:
+        """Whether the translated stream's last event was made (nothing more will be)."""
+        return self._done
+
     def feed(self, chunk: bytes) -> bytes:
         """The events ``chunk`` completes (b"" if none yet)."""
         if self._done:

@@ -119,8 +119,10 @@ class ProxyEndpoint:
         except SwapgateError as exc:
             await self._tell(ex, writer, exc)
         except ConnectionAbortedError:
-            # nginx's "client closed request"; 408 if the connection layer timed the client out
-            writer.status = 408 if TIMED_OUT in (scope.get("extensions") or {}) else 499
+            # nginx's "client closed request"; 408 if the connection layer timed the client out.
+            # A client that hangs up once its whole answer went out lost nothing: it stays 200.
+            if not writer.ended:
+                writer.status = 408 if TIMED_OUT in (scope.get("extensions") or {}) else 499
         except Exception as exc:  # a bug of ours: an OpenAI-shaped answer (docs/operations.md)
             log.error("internal error on %s (request %s): %r", ex.endpoint.path, ex.request_id, exc)
             log.debug("internal error on %s", ex.request_id, exc_info=True)
@@ -322,6 +324,8 @@ class ProxyEndpoint:
                     if not chunk:
                         continue
                 await writer.write(chunk)
+                if translation is not None and translation.finished:
+                    break  # its last event is out: end the answer now (Codex hangs up on it)
             last = translation.close() if translation is not None else b""
         except (UpstreamError, UpstreamTimeout) as exc:
             kind = "stall" if isinstance(exc, UpstreamTimeout) else "broken"
@@ -329,11 +333,16 @@ class ProxyEndpoint:
             log.warning("%s failed mid-answer for %s: %s", lease.route, ex.request_id, exc)
             await self._tell(ex, writer, exc)
             return
-        response.release()
         if ex.committed_early and writer.mode == "events":
             # the header went out with the wait so far; an SSE comment, which parsers skip
             last += b": swapgate waited %d ms\n\n" % round(ex.waited * 1000)
         await writer.end(last)
+        # What the upstream still sends after a translation's last event is read to its end,
+        # so that its connection is used again.
+        with contextlib.suppress(UpstreamError, UpstreamTimeout):
+            async for _ in response.chunks():
+                pass
+        response.release()
 
     async def _tell(self, ex: Exchange, writer: ResponseWriter, exc: SwapgateError) -> None:
         """The one way to report a failure: the writer knows what the client got so far."""

@@ -68,6 +68,12 @@ class Translated:
         kind = b"text/event-stream" if streaming else b"application/json"
         return [*kept, (b"content-type", kind), HEADER]
 
+    @property
+    def finished(self) -> bool:
+        """Whether a translated stream's last event was made: the client has its whole answer,
+        whatever the upstream still sends (its ``[DONE]``, the end of its body)."""
+        return self._stream is not None and self._stream.done
+
     def feed(self, chunk: bytes) -> bytes:
         if self._stream is not None:
             return self._stream.feed(chunk)

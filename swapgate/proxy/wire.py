@@ -133,6 +133,7 @@ class ResponseWriter:
         self.headers = headers  # swapgate's own, added to whatever status goes out
         self.dialect = dialect
         self.status = 0
+        self.ended = False
         self.mode: BodyMode | None = None
 
     @property
@@ -157,6 +158,7 @@ class ResponseWriter:
 
     async def end(self, chunk: bytes = b"") -> None:
         await self._send({"type": "http.response.body", "body": chunk, "more_body": False})
+        self.ended = True  # the whole answer went out: a client that hangs up now lost nothing
 
     async def error(self, exc: SwapgateError) -> None:
         await self.start(exc.status, exc.headers())
