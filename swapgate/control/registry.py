@@ -16,14 +16,11 @@ from swapgate.config.catalog import Catalog
 from swapgate.config.settings import InstanceConfig
 from swapgate.control.changes import Changes
 from swapgate.control.elsewhere import Elsewhere
-from swapgate.control.slots import InstanceSlot
+from swapgate.control.slots import LEAVING, InstanceSlot
 from swapgate.control.waitlist import Waitlist
 from swapgate.model.lease import Pulse
 from swapgate.model.snapshot import Snapshot
 from swapgate.model.state import InstanceReport, WarmState
-
-# ``closing_until`` of a model being evicted: no new request goes to it until it is gone.
-LEAVING = float("inf")
 
 
 class Shares(Protocol):
@@ -172,7 +169,6 @@ class Registry:
         if not models:
             return
         inst = self._instances[name]
-        inst.evicting = True
         for model in models:
             inst.slot(model).closing_until = LEAVING
         self._notify()
@@ -182,7 +178,6 @@ class Registry:
         inst = self._instances.get(name)
         if inst is None:
             return
-        inst.evicting = False
         for slot in inst.slots.values():
             if slot.closing_until == LEAVING:
                 slot.closing_until = 0.0

@@ -11,6 +11,8 @@ from swapgate.model.snapshot import InstanceView, ModelView
 from swapgate.model.state import WarmState
 
 NO_COUNT_LIMIT = 1 << 30  # an instance whose memory alone limits what is resident
+# ``closing_until`` of a model being evicted: no new request goes to it until it is gone.
+LEAVING = float("inf")
 
 
 @dataclass(slots=True)
@@ -47,7 +49,6 @@ class InstanceSlot:
     inflight: int = 0
     swapping: str | None = None
     swap_done_by: float = 0.0
-    evicting: bool = False  # models leaving it (``leaving``): no swap may start meanwhile
     generation: int = 0
     reserved_for: str | None = None
     reserved_until: float = 0.0
@@ -89,6 +90,7 @@ class InstanceSlot:
             backoff_until=self.backoff_until,
             reserved_for=self.reserved_for if self.reserved_until > now else None,
             memory=memory,
-            evicting=self.evicting,
+            # models leaving it: no swap may start meanwhile
+            evicting=any(slot.closing_until == LEAVING for slot in self.slots.values()),
             sizes={**estimates, **self.learned} if memory is not None else {},
         )

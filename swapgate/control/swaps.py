@@ -12,8 +12,8 @@ import logging
 import statistics
 import time
 from collections import deque
-from collections.abc import Mapping
-from typing import Literal, Protocol
+from collections.abc import Coroutine, Mapping
+from typing import Any, Literal, Protocol
 
 from swapgate.config.catalog import Catalog
 from swapgate.control.registry import Registry
@@ -128,9 +128,7 @@ class SwapCoordinator:
         if left is not None and time.monotonic() - left < THRASH_WINDOW * eta:
             self._metrics.thrash.labels(instance, model).inc()
         self._registry.begin_swap(instance, model, eta)
-        task = asyncio.create_task(self._swap(instance, model, victims), name=f"swap {instance}")
-        self._running[instance] = task
-        task.add_done_callback(lambda _: self._running.pop(instance, None))
+        self._occupy(instance, self._swap(instance, model, victims), "swap")
         return True
 
     def recycle(self, instance: str, model: str) -> bool:
@@ -141,9 +139,7 @@ class SwapCoordinator:
         if instance in self._running:
             return False
         self._registry.begin_swap(instance, model, self.times.eta(instance, model))
-        task = asyncio.create_task(self._recycle(instance, model), name=f"recycle {instance}")
-        self._running[instance] = task
-        task.add_done_callback(lambda _: self._running.pop(instance, None))
+        self._occupy(instance, self._recycle(instance, model), "recycle")
         return True
 
     def reconcile(self, instance: str, policy: Policy) -> bool:
@@ -159,10 +155,14 @@ class SwapCoordinator:
         extra = overflow(view, snap, policy) if view.up else ()
         if not extra:
             return False
-        task = asyncio.create_task(self._trim(instance, extra), name=f"trim {instance}")
+        self._occupy(instance, self._trim(instance, extra), "trim")
+        return True
+
+    def _occupy(self, instance: str, work: Coroutine[Any, Any, bool], what: str) -> None:
+        """Run ``work`` in ``instance``'s one swap slot until it ends."""
+        task = asyncio.create_task(work, name=f"{what} {instance}")
         self._running[instance] = task
         task.add_done_callback(lambda _: self._running.pop(instance, None))
-        return True
 
     def eta(self, instance: str, model: str) -> float:
         """Seconds a swap of ``model`` onto ``instance`` is expected to take."""

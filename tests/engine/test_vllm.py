@@ -26,7 +26,15 @@ import psutil
 import pytest
 
 from swapgate.tools.engines import VllmEngine, ensure_vllm
-from tests.e2e.processes import Gateway, free_port, gateway, start, stop, wait_for
+from tests.e2e.processes import (
+    Gateway,
+    free_port,
+    gateway,
+    start,
+    stop,
+    wait_for,
+    wait_until_serving,
+)
 from tests.e2e.wire import post
 from tests.engine.recorder import Event, Recorder, recording
 
@@ -74,18 +82,10 @@ def vllm_servers(engine: VllmEngine, root: Path, names: tuple[str, ...]) -> Iter
 
 
 def _until_healthy(server: VllmServer) -> None:
-    deadline = time.monotonic() + STARTUP
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(f"vllm serve exited: {server.log.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    said = server.log.read_text()[-3000:]
-    raise TimeoutError(f"vllm serve did not start in {STARTUP:g}s: {said}")
+    try:
+        wait_until_serving(f"{server.url}/health", server.process, timeout=STARTUP)
+    except (RuntimeError, TimeoutError) as exc:  # with what vLLM said
+        raise RuntimeError(f"{exc}: {server.log.read_text()[-3000:]}") from exc
 
 
 def chat(gw: Gateway, model: str, max_tokens: int = 4) -> httpx.Response:
