@@ -6,8 +6,8 @@ are read from the registry at scrape time, so the request path never pays for th
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -19,12 +19,6 @@ from swapgate.model.state import WarmState
 SWAP_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 UNKNOWN = "unknown"
-
-
-class StateSource(Protocol):
-    def snapshot(self) -> Snapshot: ...
-
-    def queue_depths(self) -> dict[str, int]: ...
 
 
 # Every metric an app declares: (attribute, type, name, help, labels, histogram buckets).
@@ -154,20 +148,26 @@ class Metrics:
             child = self._children[key] = metric.labels(*labels)
         return child
 
-    def watch(self, source: StateSource) -> None:
-        """Export the live-state gauges from ``source`` at every scrape."""
-        self.registry.register(_StateCollector(source))
+    def watch(
+        self, snapshot: Callable[[], Snapshot], queue_depths: Callable[[], dict[str, int]]
+    ) -> None:
+        """Export the live-state gauges at every scrape: the warm state of ``snapshot()``, the
+        queues of ``queue_depths()``: the registry's (swapgate/control/, which counts with
+        these metrics and so is not imported here)."""
+        self.registry.register(_StateCollector(snapshot, queue_depths))
 
 
 class _StateCollector(Collector):
-    def __init__(self, source: StateSource) -> None:
-        self._source = source
+    def __init__(
+        self, snapshot: Callable[[], Snapshot], queue_depths: Callable[[], dict[str, int]]
+    ) -> None:
+        self._snapshot, self._queue_depths = snapshot, queue_depths
 
     def describe(self) -> Iterator[Metric]:
         return iter(())
 
     def collect(self) -> Iterator[Metric]:
-        snap = self._source.snapshot()
+        snap = self._snapshot()
         warm = GaugeMetricFamily(
             "swapgate_model_warm",
             "1 if the model is warm on the instance",
@@ -191,6 +191,6 @@ class _StateCollector(Collector):
         queue = GaugeMetricFamily(
             "swapgate_queue_depth", "Requests waiting for the model", labels=["model"]
         )
-        for model, depth in sorted(self._source.queue_depths().items()):
+        for model, depth in sorted(self._queue_depths().items()):
             queue.add_metric([model], float(depth))
         yield from (warm, up, inflight, swapping, queue)

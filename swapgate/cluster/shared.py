@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any, Protocol
 
 from swapgate.cluster.events import (
@@ -36,7 +36,7 @@ from swapgate.cluster.events import (
     SwapDone,
     SwapStarted,
 )
-from swapgate.cluster.store import Holder
+from swapgate.cluster.store import Holder, Listener
 from swapgate.config.catalog import Catalog
 from swapgate.control.registry import Registry
 from swapgate.control.swaps import SwapCoordinator, SwapTimes
@@ -49,13 +49,10 @@ RECHECK = 1.0  # how often the holders of swaps seen from here are checked for l
 
 
 class Replicas(Protocol):
-    """What a replica asks of the shared state (swapgate/cluster/store.py's ``Cluster``)."""
+    """What a replica asks of the shared state: swapgate/cluster/store.py's ``Cluster``, or the
+    unit tests' fake."""
 
-    on_event: Callable[[Heard], None]
-    on_reconnect: Callable[[], Awaitable[None]] | None
-    inflight: Callable[[], dict[str, dict[str, int]]]
-
-    async def start(self) -> None: ...
+    async def start(self, listener: Listener) -> None: ...
     async def aclose(self) -> None: ...
     async def claim(self, instance: str, model: str) -> Holder | None: ...
     async def release(self, instance: str) -> None: ...
@@ -78,27 +75,25 @@ class SharedSwaps(SwapCoordinator):
         metrics: Metrics,
         swap_timeout: float,
         cluster: Replicas,
+        shares: OperatorShares,
     ) -> None:
+        """``shares``: the same that tells ``registry``'s pins and drains to the others."""
         super().__init__(registry, drivers, catalog, times, metrics, swap_timeout)
         self.cluster = cluster
+        self._shares = shares
         self._marks: dict[str, str] = {}  # instance -> model another replica is swapping there
-        # (key, field) -> (value, event): pins and drains set while Redis did not take them
-        self._untold: dict[tuple[str, str], tuple[str | None, Event]] = {}
-        self._tasks = TaskSet()  # events and shares on their way to Redis
+        self._tasks = TaskSet()  # events on their way to Redis
         self._recheck: asyncio.Task[None] | None = None
-        cluster.on_event = self.apply
-        cluster.on_reconnect = self.resync
-        cluster.inflight = registry.in_flight
-        registry.shares = self
 
     async def connect(self) -> None:
-        await self.cluster.start()
+        await self.cluster.start(self)
         self._recheck = asyncio.create_task(self._check_marks(), name="cluster marks")
 
     async def aclose(self) -> None:
         await stop(self._recheck)
         await super().aclose()
         await self._tasks.finish()
+        await self._shares.finish()
         await self.cluster.aclose()
 
     # -- this replica's swaps ------------------------------------------------------------------
@@ -138,7 +133,7 @@ class SharedSwaps(SwapCoordinator):
         """Another replica's event, applied to this replica's registry."""
         event = heard.event
         if isinstance(event, Beat):
-            self._registry.elsewhere(heard.replica, event.inflight, time.monotonic())
+            self._registry.elsewhere.heard(heard.replica, event.inflight, time.monotonic())
             return
         if not self._registry.has(event.instance):
             return  # an instance this replica's config does not have
@@ -194,26 +189,6 @@ class SharedSwaps(SwapCoordinator):
 
     # -- pins and drains -------------------------------------------------------------------------
 
-    def pinned(self, instance: str, model: str, until: float) -> None:
-        """An operator pinned ``model`` here until ``until`` (monotonic; 0: unpinned)."""
-        wall = _wall(until) if until else 0.0
-        field, stored = f"{instance}\t{model}", str(wall) if wall else None
-        self._spawn(self._tell("pins", field, stored, Pinned(instance, model, wall)))
-
-    def drained(self, instance: str, on: bool) -> None:
-        """An operator drained ``instance`` here (or undrained it)."""
-        self._spawn(self._tell("drains", instance, "1" if on else None, Drained(instance, on)))
-
-    async def _tell(self, key: str, field: str, value: str | None, event: Event) -> None:
-        """Store an operator's pin or drain and tell the others; what Redis did not take is
-        kept (the latest per pin or drain) and told again once it answers."""
-        stored = await self.cluster.share(key, field, value)
-        told = await self.cluster.publish(event)
-        if stored and told:
-            self._untold.pop((key, field), None)
-        else:
-            self._untold[key, field] = (value, event)
-
     def _pin(self, instance: str, model: str, until: float) -> None:
         if until > time.time():
             self._registry.pin(instance, model, _monotonic(until), share=False)
@@ -223,8 +198,7 @@ class SharedSwaps(SwapCoordinator):
     async def resync(self) -> None:
         """Redis answers (again): tell what it missed, then read back the pins and drains
         every replica shares."""
-        for (key, field), (value, event) in list(self._untold.items()):
-            await self._tell(key, field, value, event)
+        await self._shares.retell()
         for field, until in (await self.cluster.shared("pins")).items():
             instance, _, model = field.partition("\t")
             if self._registry.has(instance):
@@ -233,8 +207,53 @@ class SharedSwaps(SwapCoordinator):
         for name in self._registry.names():
             self._registry.set_drained(name, name in drains, share=False)
 
+    def in_flight(self) -> dict[str, dict[str, int]]:
+        return self._registry.in_flight()
+
     def _spawn(self, work: Coroutine[Any, Any, object]) -> None:
         self._tasks.spawn(work)
+
+
+class OperatorShares:
+    """Tells the other replicas of the pins and drains an operator set on this one
+    (swapgate/control/registry.py's ``Shares``): kept in Redis, for replicas that start later,
+    and published, for those running now."""
+
+    def __init__(self, cluster: Replicas) -> None:
+        self._cluster = cluster
+        # (key, field) -> (value, event): pins and drains set while Redis did not take them
+        self._untold: dict[tuple[str, str], tuple[str | None, Event]] = {}
+        self._tasks = TaskSet()  # shares on their way to Redis
+
+    def pinned(self, instance: str, model: str, until: float) -> None:
+        """An operator pinned ``model`` here until ``until`` (monotonic; 0: unpinned)."""
+        wall = _wall(until) if until else 0.0
+        field, stored = f"{instance}\t{model}", str(wall) if wall else None
+        self._tasks.spawn(self._tell("pins", field, stored, Pinned(instance, model, wall)))
+
+    def drained(self, instance: str, on: bool) -> None:
+        """An operator drained ``instance`` here (or undrained it)."""
+        self._tasks.spawn(
+            self._tell("drains", instance, "1" if on else None, Drained(instance, on))
+        )
+
+    async def retell(self) -> None:
+        """Tell again what Redis did not take."""
+        for (key, field), (value, event) in list(self._untold.items()):
+            await self._tell(key, field, value, event)
+
+    async def finish(self) -> None:
+        await self._tasks.finish()
+
+    async def _tell(self, key: str, field: str, value: str | None, event: Event) -> None:
+        """Store an operator's pin or drain and tell the others; what Redis did not take is
+        kept (the latest per pin or drain) and told again once it answers."""
+        stored = await self._cluster.share(key, field, value)
+        told = await self._cluster.publish(event)
+        if stored and told:
+            self._untold.pop((key, field), None)
+        else:
+            self._untold[key, field] = (value, event)
 
 
 def _wall(monotonic: float) -> float:

@@ -21,9 +21,9 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import redis.asyncio as redis
 from redis.asyncio.retry import Retry
@@ -98,16 +98,29 @@ class Holder:
         return cls(str(data["replica"]), str(data["instance"]), str(data["model"]))
 
 
+class Listener(Protocol):
+    """What a replica does with what the others tell it (swapgate/cluster/shared.py's
+    ``SharedSwaps``)."""
+
+    def apply(self, heard: Heard) -> None:
+        """Another replica's event."""
+
+    async def resync(self) -> None:
+        """Redis answers (again): what it missed is told, what it holds read back."""
+
+    def in_flight(self) -> dict[str, dict[str, int]]:
+        """This replica's requests in flight, per instance and model, for its heartbeat."""
+
+
 class Cluster:
-    """This replica's side of the shared state; ``on_event`` gets the others' events."""
+    """This replica's side of the shared state; its listener (given at ``start``) gets the
+    others' events."""
 
     def __init__(self, url: str, replica: str, metrics: Metrics) -> None:
         self.replica = replica
         self.up = False
         self.leader: str | None = None  # who holds the scheduler, as last seen
-        self.on_event: Callable[[Heard], None] = lambda _: None
-        self.on_reconnect: Callable[[], Awaitable[None]] | None = None
-        self.inflight: Callable[[], dict[str, dict[str, int]]] = dict
+        self._listener: Listener | None = None
         # One retry, on a fresh connection: after Redis restarts, the first command on each
         # pooled connection fails although Redis answers again.
         self._redis = redis.Redis.from_url(
@@ -128,7 +141,8 @@ class Cluster:
         self._up_gauge = metrics.cluster_up()
         self._up_gauge.set(0)
 
-    async def start(self) -> None:
+    async def start(self, listener: Listener) -> None:
+        self._listener = listener
         await self._sync()
         self._tasks = [
             asyncio.create_task(self._beat(), name="cluster heartbeat"),
@@ -281,7 +295,7 @@ class Cluster:
     async def _beat(self) -> None:
         """Say this replica lives and what it has in flight; keep or take the scheduler."""
         while True:
-            inflight = self.inflight()
+            inflight = self._listener.in_flight() if self._listener else {}
             beat = {"replica": self.replica, "at": time.time(), "inflight": inflight}
             await self._call(
                 self._redis.set(
@@ -306,15 +320,15 @@ class Cluster:
 
     def _apply(self, data: object) -> None:
         heard = decode(data)
-        if heard is not None and heard.replica != self.replica:
-            self.on_event(heard)
+        if heard is not None and heard.replica != self.replica and self._listener:
+            self._listener.apply(heard)
 
     async def _sync(self) -> None:
         """Once Redis answers again, read back what the replicas share (pins, drains)."""
         if self._synced or not await self._call(self._redis.ping()):
             return
-        if self.on_reconnect is not None:
-            await self.on_reconnect()
+        if self._listener is not None:
+            await self._listener.resync()
         self._synced = True
 
     async def _call(self, work: Awaitable[T]) -> T | None:

@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Protocol
 
+from swapgate.control.registry import Registry
 from swapgate.errors import DriverError, DriverTimeout
 from swapgate.metrics import Metrics
 from swapgate.model.state import InstanceReport
@@ -25,20 +26,10 @@ class Reports(Protocol):
     def changes(self) -> AsyncIterator[None]: ...
 
 
-class PolledState(Protocol):
-    """The live-state verbs the poller uses (the registry's, or a shared store's)."""
-
-    def is_up(self, name: str) -> bool: ...
-    def generation(self, name: str) -> int: ...
-    def apply_report(self, name: str, report: InstanceReport, generation: int) -> None: ...
-    def mark_down(self, name: str) -> None: ...
-    def progressing(self, name: str, since: float) -> bool: ...
-
-
 class Poller:
     def __init__(
         self,
-        registry: PolledState,
+        registry: Registry,
         drivers: Mapping[str, Reports],
         metrics: Metrics,
         interval: float,

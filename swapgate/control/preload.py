@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Protocol
 
+from swapgate.control.registry import Registry
 from swapgate.control.swaps import Swaps
 from swapgate.control.waiting import until
 from swapgate.model.snapshot import Snapshot
@@ -36,17 +36,9 @@ class _Outcome:
     error: str | None
 
 
-class PreloadState(Protocol):
-    """The live-state verbs a preload uses."""
-
-    def snapshot(self) -> Snapshot: ...
-    def pin(self, name: str, model: str, until: float) -> None: ...
-    async def wait_for_change(self, timeout: float) -> None: ...
-
-
 class Preloader:
     def __init__(
-        self, registry: PreloadState, coordinator: Swaps, policy: Policy, timeout: float
+        self, registry: Registry, coordinator: Swaps, policy: Policy, timeout: float
     ) -> None:
         self._registry = registry
         self._coordinator = coordinator

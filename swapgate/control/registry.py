@@ -1,15 +1,19 @@
 """Live warm state per instance, in-flight counts, and immutable snapshots for placement.
 
-The registry is the only place that mutates this state. Placement reads frozen ``Snapshot``s;
-the swap coordinator, the poller and the data plane call the registry's small verbs. Every change
-that can unblock a waiting request wakes the waiters, who then place again.
+The registry is the only place that mutates this state, held in parts that each keep one kind:
+per instance an ``InstanceSlot`` (warm state, swap, counts, pins, drain, the room kept for a
+starving request: swapgate/control/slots.py), the ``waitlist`` (arrivals and the requests
+queued now), ``elsewhere`` (the other replicas' requests in flight) and the change signal the
+waiters wait on. Placement reads frozen ``Snapshot``s; the swap coordinator, the poller and the
+data plane call the registry's small verbs. Every change that can unblock a waiting request
+wakes the waiters, who then place again. Who is told of what happens here is given at
+construction: ``on_arrival`` (the demand by time of day) and ``shares`` (the other replicas).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
 from typing import Protocol
 
 from swapgate.config.catalog import Catalog
@@ -24,8 +28,9 @@ from swapgate.model.state import InstanceReport, WarmState
 
 
 class Shares(Protocol):
-    """Told of what an operator set on this replica, for the others (swapgate/cluster/shared.py):
-    a pin until ``until`` (monotonic; 0: unpinned), a drain on or off."""
+    """Told of what an operator set on this replica, for the others: a pin until ``until``
+    (monotonic; 0: unpinned), a drain on or off. Implemented in swapgate/cluster/shared.py,
+    which control/ does not import (the arrows point from cluster/ to control/)."""
 
     def pinned(self, instance: str, model: str, until: float) -> None: ...
     def drained(self, instance: str, on: bool) -> None: ...
@@ -37,24 +42,28 @@ class Registry:
         instances: Iterable[InstanceConfig],
         catalog: Catalog,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        on_arrival: Callable[[str], None] | None = None,
+        shares: Shares | None = None,
     ) -> None:
+        """``on_arrival``: told of every request's arrival (the demand by time of day);
+        ``shares``: told of the pins and drains an operator sets here, for the other replicas."""
         self._catalog = catalog
         self._clock = clock
         self._instances = {
             conf.name: InstanceSlot(conf, _configured_models(conf, catalog)) for conf in instances
         }
         self._known: frozenset[str] | None = None
-        self.waitlist = Waitlist(clock)  # arrivals, and the requests waiting now
+        self.waitlist = Waitlist(clock, on_arrival)  # arrivals, and the requests waiting now
         self._changes = Changes()
-        self._elsewhere = Elsewhere()  # other replicas' requests in flight
-        # Told of pins and drains an operator set here, for the other replicas
-        self.shares: Shares | None = None
+        self.elsewhere = Elsewhere()  # other replicas' requests in flight (their heartbeats)
+        self._shares = shares
 
     # -- reading -------------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
         now = self._clock()
-        elsewhere, estimates = self._elsewhere, self._catalog.sizes
+        elsewhere, estimates = self.elsewhere, self._catalog.sizes
         return Snapshot(
             now,
             tuple(i.view(now, estimates, elsewhere.on(n)) for n, i in self._instances.items()),
@@ -79,9 +88,6 @@ class Registry:
     def generation(self, name: str) -> int:
         return self._instances[name].generation
 
-    def queue_depths(self) -> dict[str, int]:
-        return self.waitlist.depths()
-
     def up_names(self) -> list[str]:
         return [name for name, inst in self._instances.items() if inst.up]
 
@@ -93,12 +99,6 @@ class Registry:
     async def wait_for_change(self, timeout: float) -> None:
         """Return when the state changed in a way that may unblock a waiter, or at ``timeout``."""
         await self._changes.wait(timeout)
-
-    def arrived(self, model: str) -> None:
-        self.waitlist.arrived(model)
-
-    def queued(self, model: str, since: float) -> AbstractContextManager[int]:
-        return self.waitlist.queued(model, since)
 
     def _notify(self) -> None:
         self._changes.notify()
@@ -222,10 +222,6 @@ class Registry:
             if inst.inflight
         }
 
-    def elsewhere(self, replica: str, counts: dict[str, dict[str, int]], now: float) -> None:
-        """``replica`` has ``counts`` in flight (its heartbeat)."""
-        self._elsewhere.heard(replica, counts, now)
-
     def end_swap(self, name: str, model: str, ok: bool, backoff: float = 0.0) -> None:
         """The swap on ``name`` ended; a failed one keeps it out of placement ``backoff`` s."""
         inst = self._instances[name]
@@ -290,14 +286,14 @@ class Registry:
                 return True
         return False
 
-    def unwanted(self, name: str, model: str) -> None:
+    def mark_abandoned(self, name: str, model: str) -> None:
         """``model``, just loaded on ``name``, was abandoned by its every request: it goes first
         when room is needed, whatever its residency."""
         inst = self._instances.get(name)
         if inst is not None:
             inst.slot(model).unwanted = True
 
-    def close(self, name: str, models: tuple[str, ...], until: float, room_for: str) -> None:
+    def reserve(self, name: str, models: tuple[str, ...], until: float, room_for: str) -> None:
         """Send no new requests to ``models`` on ``name`` until ``until``, so that they drain
         and make room for ``room_for``, whose request has waited too long (the starvation rule).
         The room is ``room_for``'s: no other model may swap onto ``name`` meanwhile."""
@@ -307,7 +303,7 @@ class Registry:
         inst.reserved_for, inst.reserved_until = room_for, until
         self._notify()
 
-    def reopen(self, name: str, room_for: str) -> None:
+    def unreserve(self, name: str, room_for: str) -> None:
         """The request the room on ``name`` was made for no longer waits. Unless its swap has
         begun there (which takes the room), the models closed for it serve again."""
         inst = self._instances.get(name)
@@ -325,19 +321,19 @@ class Registry:
         """Keep ``model`` out of request-driven eviction on ``name`` until ``until`` (monotonic)."""
         slot = self._instances[name].slot(model)
         slot.pinned_until = max(slot.pinned_until, until)
-        if share and self.shares is not None:
-            self.shares.pinned(name, model, slot.pinned_until)
+        if share and self._shares is not None:
+            self._shares.pinned(name, model, slot.pinned_until)
 
     def unpin(self, name: str, model: str, *, share: bool = True) -> None:
         self._instances[name].slot(model).pinned_until = 0.0
-        if share and self.shares is not None:
-            self.shares.pinned(name, model, 0.0)
+        if share and self._shares is not None:
+            self._shares.pinned(name, model, 0.0)
 
     def set_drained(self, name: str, drained: bool, *, share: bool = True) -> None:
         self._instances[name].drained = drained
         self._notify()
-        if share and self.shares is not None:
-            self.shares.drained(name, drained)
+        if share and self._shares is not None:
+            self._shares.drained(name, drained)
 
     def has(self, name: str) -> bool:
         return name in self._instances

@@ -11,18 +11,18 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any, Protocol
 
 from swapgate.config.catalog import Catalog
 from swapgate.config.settings import Settings, secret
+from swapgate.control.registry import Registry
 from swapgate.control.swaps import Swaps
 from swapgate.control.waiter import Waiter, Waiting, Want
 from swapgate.control.waiting import until
 from swapgate.errors import NoCapacity, PathNotFound, QueueFull
 from swapgate.metrics import Metrics
-from swapgate.model.lease import Lease, Progress, Pulse, Upstream
+from swapgate.model.lease import Lease, Progress, Upstream
 from swapgate.model.snapshot import Snapshot
 from swapgate.policy import pools, timing
 from swapgate.policy.fallback import Reason, allows
@@ -46,22 +46,6 @@ TRANSLATED = frozenset({"anthropic", "responses"})
 _PLACEMENT = {Serve: "warm", Join: "swap", Swap: "swap", Queue: "queued", Unavailable: "swap"}
 
 
-class RoutingState(Protocol):
-    """The live-state verbs the router uses: the in-memory registry's, or a shared store's."""
-
-    def snapshot(self) -> Snapshot: ...
-    def names(self) -> list[str]: ...
-    def arrived(self, model: str) -> None: ...
-    def queued(self, model: str, since: float) -> AbstractContextManager[int]: ...
-    async def wait_for_change(self, timeout: float) -> None: ...
-    def begin_request(self, name: str, model: str) -> None: ...
-    def end_request(self, name: str, model: str) -> None: ...
-    def wait_on(self, name: str, model: str, delta: int) -> None: ...
-    def close(self, name: str, models: tuple[str, ...], until: float, room_for: str) -> None: ...
-    def reopen(self, name: str, room_for: str) -> None: ...
-    def pulse(self, name: str) -> Pulse: ...
-
-
 class Addresses(Protocol):
     """Where an instance serves a model, when not at its ``url`` (a driver's ``model_url``),
     and the query parameters its requests carry."""
@@ -75,7 +59,7 @@ class Router:
     def __init__(
         self,
         settings: Settings,
-        registry: RoutingState,
+        registry: Registry,
         coordinator: Swaps,
         catalog: Catalog,
         metrics: Metrics,
@@ -155,7 +139,7 @@ class Router:
         started = time.monotonic()
         progress = progress or Progress()
         want = want or Want()
-        self._registry.arrived(model)
+        self._registry.waitlist.arrived(model)
         decision = place(model, self.snapshot(want), self._policy)
         if isinstance(decision, Serve):
             progress.instance, progress.state = decision.instance, "waiting"
@@ -178,7 +162,7 @@ class Router:
             expected = self.expected_wait(model, decision)
             if expected > want.budget:
                 return self._over_budget(model, decision, expected, want.budget, started)
-        with self._registry.queued(model, started) as depth:
+        with self._registry.waitlist.queued(model, started) as depth:
             if depth > self._settings.routing.queue_limit:
                 relayed = self.relay(model, "queue_full", started)
                 if relayed:
@@ -226,14 +210,14 @@ class Router:
         """Where ``model`` would go now, among the instances of the request's pool."""
         return place(model, self.snapshot(want), self._policy)
 
-    def close_for(self, model: str, until: float) -> str | None:
+    def reserve_room(self, model: str, until: float) -> str | None:
         """The starvation rule: stop new requests to the cheapest busy victims so they drain;
         returns the instance it made room on, if any."""
         target = starvation_target(model, self._registry.snapshot(), self._policy)
         if target is None or not target.victims:
             return None
         log.info("%s waits too long: closing %s on %s", model, target.victims, target.instance)
-        self._registry.close(target.instance, target.victims, until, model)
+        self._registry.reserve(target.instance, target.victims, until, model)
         return target.instance
 
     def expected_wait(self, model: str, decision: Decision) -> float:

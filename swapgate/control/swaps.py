@@ -196,10 +196,15 @@ class SwapCoordinator:
         self._registry.unpin(instance, model)
 
     def reconfigure(
-        self, drivers: Mapping[str, Driver], catalog: Catalog, swap_timeout: float
+        self,
+        drivers: Mapping[str, Driver],
+        catalog: Catalog,
+        swap_timeout: float,
+        expected_swap: float | None,
     ) -> None:
         """Take a reloaded config; swaps already running finish with what they started with."""
         self._drivers, self._catalog, self._swap_timeout = drivers, catalog, swap_timeout
+        self.times.expected = expected_swap
 
     async def aclose(self) -> None:
         await stop(*self._running.values())
@@ -338,7 +343,7 @@ class SwapCoordinator:
         else:
             self._end(instance, model, warm)
         if result == "abandoned" and warm:
-            self._registry.unwanted(instance, model)
+            self._registry.mark_abandoned(instance, model)
         kind = self._kinds.get(instance, "load")
         self._metrics.swap_duration.labels(instance, model, result).observe(elapsed)
         self._metrics.swaps.labels(instance, model, result).inc()

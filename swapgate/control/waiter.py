@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from swapgate.config.settings import FallbackPolicy
+from swapgate.control.registry import Registry
 from swapgate.control.swaps import Swaps
 from swapgate.errors import NoCapacity, SwapFailed
 from swapgate.metrics import Metrics
@@ -51,14 +52,7 @@ class Routing(Protocol):
     def expected_wait(self, model: str, decision: Decision) -> float: ...
     def relay(self, model: str, reason: Reason, started: float | None = None) -> Lease | None: ...
     def retry_after(self, model: str) -> int: ...
-    def close_for(self, model: str, until: float) -> str | None: ...
-
-
-class Holds(Protocol):
-    """The registry's counts a waiter holds while it waits."""
-
-    def wait_on(self, name: str, model: str, delta: int) -> None: ...
-    def reopen(self, name: str, room_for: str) -> None: ...
+    def reserve_room(self, model: str, until: float) -> str | None: ...
 
 
 class Waiter:
@@ -70,7 +64,7 @@ class Waiter:
     def __init__(
         self,
         router: Routing,
-        registry: Holds,
+        registry: Registry,
         swaps: Swaps,
         metrics: Metrics,
         wait: Waiting,
@@ -115,7 +109,7 @@ class Waiter:
             self._progress.state = "waking"
         starving = time.monotonic() >= self._starving_at
         if isinstance(decision, Queue) and starving and self._room_on is None:
-            self._room_on = router.close_for(model, self.deadline)
+            self._room_on = router.reserve_room(model, self.deadline)
         return None
 
     def _await_swap_on(self, instance: str | None) -> None:
@@ -130,4 +124,4 @@ class Waiter:
     def release(self) -> None:
         self._await_swap_on(None)
         if self._room_on is not None:  # served, relayed, timed out or gone: room not needed
-            self._registry.reopen(self._room_on, self._wait.model)
+            self._registry.unreserve(self._room_on, self._wait.model)

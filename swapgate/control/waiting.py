@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import TypeVar
+
+from swapgate.control.registry import Registry
 
 RECHECK_INTERVAL = 0.5
 T = TypeVar("T")
 
 
-class Changes(Protocol):
-    async def wait_for_change(self, timeout: float) -> None: ...
-
-
-async def until(changes: Changes, decide: Callable[[], T | None], deadline: float) -> T | None:
+async def until(changes: Registry, decide: Callable[[], T | None], deadline: float) -> T | None:
     """Call ``decide`` now and after every change until it returns something; None once
     ``deadline`` (monotonic) has passed. ``decide`` may raise to end the wait."""
     while True:

@@ -11,21 +11,24 @@ from swapgate.model.demand import Arrivals
 
 
 class Waitlist:
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, clock: Callable[[], float], on_arrival: Callable[[str], None] | None = None
+    ) -> None:
+        """``on_arrival`` is told of every arrival: the demand by time of day
+        (swapgate/control/forecast.py)."""
         self._clock = clock
+        self._on_arrival = on_arrival
         # model -> when each queued request arrived, oldest first: snapshots read the first
         self._queued: dict[str, list[float]] = {}
         self._arrivals: dict[str, Arrivals] = {}
-        # Told of every arrival: the demand by time of day (swapgate/control/forecast.py)
-        self.on_arrival: Callable[[str], None] | None = None
 
     def arrived(self, model: str) -> None:
         """Count a request for ``model`` in its gateway-wide arrivals, however it is served."""
         now = self._clock()
         seen = self._arrivals.get(model)
         self._arrivals[model] = seen.counted(now) if seen else Arrivals(now)
-        if self.on_arrival is not None:
-            self.on_arrival(model)
+        if self._on_arrival is not None:
+            self._on_arrival(model)
 
     @contextmanager
     def queued(self, model: str, since: float) -> Iterator[int]:

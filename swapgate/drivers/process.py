@@ -8,10 +8,11 @@ SIGTERM, SIGKILL after ``stop_timeout``, and waits for it. The coordinator bound
 
 No process outlives swapgate: each gets PR_SET_PDEATHSIG (the kernel stops it if swapgate dies,
 SIGKILL included), its group is recorded in the ``Ledger`` for whatever it started in turn, and
-``aclose`` stops them all at shutdown. A process that exits on its own is reported through
-``on_exit``, which makes the model cold (the runtime wires it); its last output lines stay
-readable. Each poll measures every process group's resident size (``on_rss``) and reports one
-above its command's ``recycle_rss`` (``on_oversize``), which the runtime recycles.
+``aclose`` stops them all at shutdown. What happens is told to the ``ProcessEvents`` given at
+construction (the runtime's: swapgate/server/runtime.py): a process that exits on its own
+(``exited``: the model goes cold; its last output lines stay readable), every process group's
+resident size at each poll (``measured``), and one above its command's ``recycle_rss``
+(``oversize``), which the runtime recycles.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ import signal
 import socket
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import httpx
 import psutil
@@ -61,23 +62,50 @@ class Running:
         return "\n".join(list(self.output)[-count:]) or "(no output)"
 
 
+class ProcessEvents(Protocol):
+    """What a process instance tells of its processes."""
+
+    def exited(self, model: str, code: int) -> None:
+        """A process exited on its own (not stopped by swapgate)."""
+
+    def measured(self, model: str, rss: int | None) -> None:
+        """Each poll: a ready process's group resident size in bytes; None once it ended."""
+
+    def oversize(self, model: str, rss: int) -> None:
+        """Each poll while a process's group is above its command's ``recycle_rss``."""
+
+
+class Unwatched:
+    """Events nobody listens to (a driver made outside a gateway: tests, tools)."""
+
+    def exited(self, model: str, code: int) -> None:
+        pass
+
+    def measured(self, model: str, rss: int | None) -> None:
+        pass
+
+    def oversize(self, model: str, rss: int) -> None:
+        pass
+
+
 class ProcessDriver(Driver):
     cancels_loads = True  # a load cancelled stops the process it started
 
-    def __init__(self, instance: InstanceConfig, client: httpx.AsyncClient) -> None:
+    def __init__(
+        self,
+        instance: InstanceConfig,
+        client: httpx.AsyncClient,
+        events: ProcessEvents | None = None,
+        ledger: Ledger | None = None,
+    ) -> None:
         super().__init__("http://127.0.0.1", client, None, discover=False)
         self.instance = instance.name
         self._commands = dict(instance.commands)
         self._start_port = instance.start_port
         self._running: dict[str, Running] = {}
         self._exited: dict[str, deque[str]] = {}  # the last output of processes that ended
-        # Told when a process exits on its own (not stopped by swapgate): model, exit code.
-        self.on_exit: Callable[[str, int], None] = lambda model, code: None
-        # Told each poll: a ready process's group resident size in bytes; None once it ended.
-        self.on_rss: Callable[[str, int | None], None] = lambda model, rss: None
-        # Told each poll while a process's group is above its command's recycle_rss.
-        self.on_oversize: Callable[[str, int], None] = lambda model, rss: None
-        self.ledger = Ledger(None)
+        self._events = events or Unwatched()
+        self._ledger = ledger or Ledger(None)  # what it started, for a sweep after a crash
 
     # -- the driver interface ----------------------------------------------------------------
 
@@ -159,10 +187,10 @@ class ProcessDriver(Driver):
         for model, rss in sizes.items():
             if self._running.get(model) is not ready[model]:
                 continue  # stopped while it was measured
-            self.on_rss(model, rss)
+            self._events.measured(model, rss)
             limit = self._commands[model].recycle_rss if model in self._commands else None
             if limit is not None and rss > limit:
-                self.on_oversize(model, rss)
+                self._events.oversize(model, rss)
 
     def _command(self, model: str) -> ProcessCommand:
         try:
@@ -190,7 +218,7 @@ class ProcessDriver(Driver):
             raise DriverError(f"cannot start {model!r} on {self.instance}: {exc}") from exc
         proc = Running(model, port, process)
         self._running[model] = proc
-        self.ledger.record(process.pid, self.instance, model)
+        self._ledger.record(process.pid, self.instance, model)
         log.info("%s/%s starting on port %d (pid %d): %s", self.instance, model, port,
                  process.pid, line)  # fmt: skip
         proc.watchers.append(asyncio.create_task(self._read_output(proc)))
@@ -247,14 +275,14 @@ class ProcessDriver(Driver):
         was_ready = proc.ready
         self._forget(proc)
         if was_ready:  # a start that fails is the load's error, not an exit
-            self.on_exit(proc.model, code)
+            self._events.exited(proc.model, code)
 
     def _forget(self, proc: Running) -> None:
         if self._running.get(proc.model) is proc:
             del self._running[proc.model]
             self._exited[proc.model] = proc.output
-            self.ledger.forget(proc.process.pid)
-            self.on_rss(proc.model, None)
+            self._ledger.forget(proc.process.pid)
+            self._events.measured(proc.model, None)
 
     def _free_port(self) -> int:
         taken = {proc.port for proc in self._running.values()}

@@ -16,7 +16,7 @@ from typing import ClassVar, Literal
 from swapgate.errors import SwapgateError
 from swapgate.proxy import anthropic
 
-Protocol = Literal["openai", "anthropic", "responses"]
+Api = Literal["openai", "anthropic", "responses"]  # the APIs a client may speak
 
 
 class Dialect:
@@ -79,7 +79,7 @@ class Endpoint:
     path: str
     label: str  # in metrics and the access log: bounded, one per endpoint
     dialect: Dialect = OPENAI
-    protocol: Protocol = "openai"  # what an upstream must speak to take the request unchanged
+    protocol: Api = "openai"  # what an upstream must speak to take the request unchanged
     chat: bool = False  # keep-alives may be reasoning chunks
     json_answer: bool = True  # a non-streaming answer is JSON: leading whitespace is safe
     multipart: bool = False  # an upload: streamed through, ``model`` read from its form

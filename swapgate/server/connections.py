@@ -52,10 +52,10 @@ class ConnectionLimits:
 def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
     """The protocol class to give ``uvicorn.Config(http=...)``."""
 
-    class Protocol(GuardedProtocol):
+    class Limited(GuardedProtocol):
         LIMITS = limits
 
-    return Protocol
+    return Limited
 
 
 class GuardedProtocol(HttpToolsProtocol):

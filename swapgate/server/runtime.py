@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 from swapgate.auth import AdminAuth, ClientAuth
-from swapgate.cluster.shared import SharedSwaps
+from swapgate.cluster.shared import OperatorShares, SharedSwaps
 from swapgate.cluster.shared_demand import SharedDemand
 from swapgate.cluster.store import Cluster
 from swapgate.config.catalog import Catalog
@@ -69,20 +69,31 @@ class Runtime:
     def __init__(self, settings: Settings, config_path: str | Path | None = None) -> None:
         self.config_path = config_path
         catalog = Catalog(settings)
-        self.registry = Registry(settings.instances, catalog)
         self.metrics = Metrics()
-        self.metrics.watch(self.registry)
         self._control = httpx.AsyncClient()
         self._ledger = Ledger(processes_directory())  # what process instances started
+        self.drivers: dict[str, Driver] = {}
         self.drivers = self._drivers(settings)
-        self.coordinator = self._coordinator(settings, catalog)
+        # Among replicas (a Redis URL in cluster.redis_url_env), the state they share
+        # (swapgate/cluster/): swap locks, events, pins and drains, the demand by time of day.
+        self.cluster = _cluster(settings, self.metrics)
+        shares = OperatorShares(self.cluster) if self.cluster else None
         # The demand by time of day (auto preloads): alone, kept in a file (read at start,
-        # written while auto jobs exist); among replicas, in Redis
-        # (swapgate/cluster/shared_demand.py).
-        cluster = self.cluster
-        self.demand = DayDemand(None if cluster else state_file())
-        self._shared_demand = SharedDemand(self.demand, cluster) if cluster else None
-        self.registry.waitlist.on_arrival = self.demand.arrived
+        # written while auto jobs exist); among replicas, in Redis.
+        self.demand = DayDemand(None if self.cluster else state_file())
+        self._shared_demand = SharedDemand(self.demand, self.cluster) if self.cluster else None
+        self.registry = Registry(
+            settings.instances, catalog, on_arrival=self.demand.arrived, shares=shares
+        )
+        self.metrics.watch(self.registry.snapshot, self.registry.waitlist.depths)
+        times = SwapTimes(settings.routing.expected_swap)
+        parts = (self.registry, self.drivers, catalog, times, self.metrics)
+        timeout = settings.routing.swap_timeout
+        self.coordinator = (
+            SharedSwaps(*parts, timeout, self.cluster, shares)
+            if self.cluster and shares
+            else SwapCoordinator(*parts, timeout)
+        )
         self.upstream = UpstreamClient(settings.routing.stream_idle_timeout)
         self.endpoint = ProxyEndpoint(
             registry=self.registry, client=self.upstream, metrics=self.metrics
@@ -93,64 +104,19 @@ class Runtime:
         self._background = TaskSet()
         self.configured = self._configure(settings, catalog)
 
-    def _coordinator(self, settings: Settings, catalog: Catalog) -> SwapCoordinator:
-        """Alone, or among replicas when ``cluster.redis_url_env`` holds a Redis URL."""
-        times = SwapTimes(settings.routing.expected_swap)
-        parts = (self.registry, self.drivers, catalog, times, self.metrics)
-        url = secret(settings.cluster.redis_url_env)
-        if url is None:
-            return SwapCoordinator(*parts, settings.routing.swap_timeout)
-        replica = settings.cluster.replica_id or f"{socket.gethostname()}-{os.getpid()}"
-        cluster = Cluster(url, replica, self.metrics)
-        return SharedSwaps(*parts, settings.routing.swap_timeout, cluster)
-
-    @property
-    def cluster(self) -> Cluster | None:
-        shared = self.coordinator.cluster if isinstance(self.coordinator, SharedSwaps) else None
-        return shared if isinstance(shared, Cluster) else None
-
     def _drivers(self, settings: Settings) -> dict[str, Driver]:
         """A driver per instance. A process instance that stays keeps its driver, and so the
         servers it runs; the others are made anew."""
-        old: dict[str, Driver] = getattr(self, "drivers", {})
         drivers: dict[str, Driver] = {}
         for inst in settings.instances:
-            kept = old.get(inst.name)
+            kept = self.drivers.get(inst.name)
             if isinstance(kept, ProcessDriver) and inst.kind == "process":
                 kept.reconfigure(inst)
                 drivers[inst.name] = kept
                 continue
-            driver = drivers[inst.name] = make_driver(inst, self._control)
-            if isinstance(driver, ProcessDriver):
-                self._wire(driver, inst.name)
+            watch = _ProcessWatch(self, inst.name)
+            drivers[inst.name] = make_driver(inst, self._control, watch, self._ledger)
         return drivers
-
-    def _wire(self, driver: ProcessDriver, instance: str) -> None:
-        """What a process instance's events do: metrics, warm state, recycling."""
-
-        def client(model: str) -> str:
-            return self.configured.catalog.client_name(instance, model)
-
-        def exited(model: str, code: int) -> None:
-            self.metrics.process_exits.labels(instance, client(model)).inc()
-            if self.registry.has(instance):
-                self.registry.evicted(instance, client(model))  # cold: the next request starts it
-
-        def measured(model: str, rss: int | None) -> None:
-            gauge = self.metrics.process_rss
-            if rss is None:
-                with contextlib.suppress(KeyError):
-                    gauge.remove(instance, client(model))
-            else:
-                gauge.labels(instance, client(model)).set(rss)
-
-        def oversize(model: str, rss: int) -> None:
-            if self.registry.has(instance) and self.coordinator.recycle(instance, client(model)):
-                log.info("%s/%s is at %d MiB, above its recycle_rss: draining to restart it",
-                         instance, model, rss >> 20)  # fmt: skip
-
-        driver.on_exit, driver.on_rss, driver.on_oversize = exited, measured, oversize
-        driver.ledger = self._ledger
 
     async def _close_drivers(self, keep: dict[str, Driver]) -> None:
         for name, driver in list(self.drivers.items()):
@@ -193,11 +159,10 @@ class Runtime:
             await self._shared_demand.sync()
             self.spawn(self._shared_demand.run())
         # The scheduler outlives reloads: it takes the preloader of the moment at each run.
-        cluster = self.cluster
         self.scheduler = PreloadScheduler(
             lambda: self.configured.preloader,
             self.metrics,
-            cluster.leads if cluster else None,
+            self.cluster.leads if self.cluster else None,
             self.demand,
         )
         self.scheduler.start(self.configured.settings.preloads)
@@ -219,8 +184,10 @@ class Runtime:
         await self._close_drivers(drivers)  # process instances gone from the config stop
         self.drivers = drivers
         self.registry.reconfigure(new.instances, catalog)
-        self.coordinator.reconfigure(self.drivers, catalog, new.routing.swap_timeout)
-        self.coordinator.times.expected = new.routing.expected_swap
+        routing = new.routing
+        self.coordinator.reconfigure(
+            self.drivers, catalog, routing.swap_timeout, routing.expected_swap
+        )
         self.configured = self._configure(new, catalog)
         await self._restart_poller()
         if self.scheduler is not None:
@@ -271,5 +238,50 @@ class Runtime:
             log.error("SIGHUP reload refused; the running config stays. %s", exc)
 
 
+def _cluster(settings: Settings, metrics: Metrics) -> Cluster | None:
+    """This replica's side of the shared state, when ``cluster.redis_url_env`` holds a URL."""
+    url = secret(settings.cluster.redis_url_env)
+    if url is None:
+        return None
+    replica = settings.cluster.replica_id or f"{socket.gethostname()}-{os.getpid()}"
+    return Cluster(url, replica, metrics)
+
+
 def _split_keys(value: str | None) -> list[str]:
     return [key.strip() for key in (value or "").split(",") if key.strip()]
+
+
+class _ProcessWatch:
+    """What a process instance's events do (swapgate/drivers/process.py's ``ProcessEvents``):
+    metrics, warm state, recycling."""
+
+    def __init__(self, runtime: Runtime, instance: str) -> None:
+        self._runtime = runtime
+        self._instance = instance
+
+    def _client(self, model: str) -> str:
+        return self._runtime.configured.catalog.client_name(self._instance, model)
+
+    def exited(self, model: str, code: int) -> None:
+        runtime, instance = self._runtime, self._instance
+        runtime.metrics.process_exits.labels(instance, self._client(model)).inc()
+        if runtime.registry.has(instance):
+            runtime.registry.evicted(
+                instance, self._client(model)
+            )  # cold: the next request starts it
+
+    def measured(self, model: str, rss: int | None) -> None:
+        gauge = self._runtime.metrics.process_rss
+        if rss is None:
+            with contextlib.suppress(KeyError):
+                gauge.remove(self._instance, self._client(model))
+        else:
+            gauge.labels(self._instance, self._client(model)).set(rss)
+
+    def oversize(self, model: str, rss: int) -> None:
+        runtime, instance = self._runtime, self._instance
+        if runtime.registry.has(instance) and runtime.coordinator.recycle(
+            instance, self._client(model)
+        ):
+            log.info("%s/%s is at %d MiB, above its recycle_rss: draining to restart it",
+                     instance, model, rss >> 20)  # fmt: skip

@@ -43,7 +43,7 @@ def exposed() -> str:
     registry.apply_report("gpu-a", InstanceReport({"a": WarmState.WARM}, None), 0)
     registry.waitlist.enter("a", 0.0)
     metrics = Metrics()
-    metrics.watch(registry)
+    metrics.watch(registry.snapshot, registry.waitlist.depths)
     labels = {
         "requests": ("a", "instance/gpu-a", "200"),
         "request_duration": ("a", "instance/gpu-a"),

@@ -114,10 +114,10 @@ def test_queue_depths_only_list_waiting_models() -> None:
     registry, _ = make()
     assert registry.waitlist.enter("a", 10.0) == 1
     assert registry.waitlist.enter("a", 12.0) == 2
-    assert registry.queue_depths() == {"a": 2}
+    assert registry.waitlist.depths() == {"a": 2}
     registry.waitlist.leave("a", 10.0)
     registry.waitlist.leave("a", 12.0)
-    assert registry.queue_depths() == {}
+    assert registry.waitlist.depths() == {}
 
 
 def test_the_snapshot_knows_each_queue_s_oldest_request() -> None:
@@ -133,9 +133,9 @@ def test_the_snapshot_knows_each_queue_s_oldest_request() -> None:
 def test_arrivals_keep_the_latest_gaps_per_model() -> None:
     registry, clock = make()
     for _ in range(HISTORY + 10):
-        registry.arrived("a")
+        registry.waitlist.arrived("a")
         clock.now += 2.0
-    registry.arrived("b")
+    registry.waitlist.arrived("b")
     arrivals = registry.snapshot().arrivals
     assert arrivals["a"].last == clock.now - 2.0
     assert arrivals["a"].gaps == (2.0,) * HISTORY  # the oldest gaps are forgotten
@@ -164,29 +164,29 @@ def test_the_chance_of_another_request_within_the_horizon(
 def test_closing_reserves_the_room_for_the_starving_model_until_a_swap_begins() -> None:
     registry, clock = make(models=["a", "b"])
     registry.apply_report("x", report({"b": WarmState.WARM}), 0)
-    registry.close("x", ("b",), clock.now + 30, room_for="a")
+    registry.reserve("x", ("b",), clock.now + 30, room_for="a")
     assert registry.snapshot().instance("x").reserved_for == "a"
     clock.now += 31  # the reservation lapses with the closing
     assert registry.snapshot().instance("x").reserved_for is None
-    registry.close("x", ("b",), clock.now + 30, room_for="a")
+    registry.reserve("x", ("b",), clock.now + 30, room_for="a")
     registry.begin_swap("x", "a", eta=1)
     assert registry.snapshot().instance("x").reserved_for is None
 
 
-def test_reopening_gives_the_room_back_unless_the_swap_took_it() -> None:
+def test_unreserving_gives_the_room_back_unless_the_swap_took_it() -> None:
     registry, clock = make(models=["a", "b", "c"])
     registry.apply_report("x", report({"b": WarmState.WARM}), 0)
-    registry.close("x", ("b",), clock.now + 30, room_for="a")
-    registry.reopen("x", "c")  # not the model the room was made for: nothing changes
+    registry.reserve("x", ("b",), clock.now + 30, room_for="a")
+    registry.unreserve("x", "c")  # not the model the room was made for: nothing changes
     assert registry.snapshot().instance("x").models["b"].closing
-    registry.reopen("x", "a")  # a's request went elsewhere, or gave up: b serves again
+    registry.unreserve("x", "a")  # a's request went elsewhere, or gave up: b serves again
     view = registry.snapshot().instance("x")
     assert view.reserved_for is None
     assert not view.models["b"].closing
-    registry.close("x", ("b",), clock.now + 30, room_for="a")
-    registry.begin_swap("x", "a", eta=1)  # the swap took the room: later reopen is a no-op
-    registry.close("x", ("c",), clock.now + 30, room_for="c")
-    registry.reopen("x", "a")
+    registry.reserve("x", ("b",), clock.now + 30, room_for="a")
+    registry.begin_swap("x", "a", eta=1)  # the swap took the room: later unreserve is a no-op
+    registry.reserve("x", ("c",), clock.now + 30, room_for="c")
+    registry.unreserve("x", "a")
     assert registry.snapshot().instance("x").reserved_for == "c"
 
 

@@ -58,7 +58,7 @@ async def test_past_queue_limit_a_request_is_429_or_relayed_when_the_policy_allo
     assert refused.value.status == 429
     assert refused.value.retry_after is not None
     await asyncio.gather(*waiting)
-    assert w.registry.queue_depths() == {}
+    assert w.registry.waitlist.depths() == {}
 
     relayed_a = {"a": {"relay": "hosted", "fallback": "error"}}
     r = world(one_instance({"queue_limit": 1}, relays=RELAY, models=relayed_a), delay=0.3)
@@ -79,7 +79,7 @@ async def test_max_wait_ends_the_wait_with_503_and_leaves_nothing_counted() -> N
         await w.router.acquire("a", Progress())
     assert 0.2 <= time.monotonic() - started < 1.5
     assert "max_wait" in timed_out.value.message
-    assert w.registry.queue_depths() == {}
+    assert w.registry.waitlist.depths() == {}
     assert w.registry.snapshot().instance("x").models["a"].waiting == 0
     await w.coordinator.aclose()
 

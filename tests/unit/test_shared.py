@@ -8,15 +8,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
 from swapgate.cluster import shared
 from swapgate.cluster.events import Event, Heard, decode, encode
-from swapgate.cluster.shared import SharedSwaps
-from swapgate.cluster.store import Holder
+from swapgate.cluster.shared import OperatorShares, SharedSwaps
+from swapgate.cluster.store import Holder, Listener
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import parse_config
 from swapgate.control.elsewhere import REPLICA_TTL
@@ -34,9 +33,6 @@ class FakeReplicas:
     """Records what the replica tells the others; ``taken`` says who holds which instance."""
 
     def __init__(self) -> None:
-        self.on_event: Callable[[Heard], None] = lambda _: None
-        self.on_reconnect: Callable[[], Awaitable[None]] | None = None
-        self.inflight: Callable[[], dict[str, dict[str, int]]] = dict
         self.taken: dict[str, Holder] = {}
         self.published: list[dict[str, Any]] = []
         self.stored: dict[str, dict[str, str]] = {"pins": {}, "drains": {}}
@@ -44,7 +40,7 @@ class FakeReplicas:
         self.down = False
         self.leading = True
 
-    async def start(self) -> None: ...
+    async def start(self, listener: Listener) -> None: ...
     async def aclose(self) -> None: ...
 
     async def claim(self, instance: str, model: str) -> Holder | None:
@@ -91,11 +87,12 @@ def replica(delay: float = 0.02) -> tuple[SharedSwaps, Registry, FakeReplicas, F
     settings = parse_config({"instances": [{"name": "gpu-1", "url": "http://a"},
                                            {"name": "gpu-2", "url": "http://b"}]})  # fmt: skip
     catalog = Catalog(settings)
-    registry = Registry(settings.instances, catalog)
-    driver = FakeDriver(delay)
     fake = FakeReplicas()
+    shares = OperatorShares(fake)
+    registry = Registry(settings.instances, catalog, shares=shares)
+    driver = FakeDriver(delay)
     swaps = SharedSwaps(registry, {"gpu-1": driver, "gpu-2": driver}, catalog,
-                        SwapTimes(30.0), Metrics(), 5.0, fake)  # fmt: skip
+                        SwapTimes(30.0), Metrics(), 5.0, fake, shares)  # fmt: skip
     return swaps, registry, fake, driver
 
 
@@ -190,11 +187,11 @@ def test_in_flight_requests_elsewhere_count_until_their_replica_goes_quiet() -> 
     _swaps, registry, _, _ = replica()
     registry.warmed("gpu-1", "x")
     now = time.monotonic()
-    registry.elsewhere("r2", {"gpu-1": {"x": 3}}, now)
-    registry.elsewhere("r3", {"gpu-1": {"x": 1}}, now)
+    registry.elsewhere.heard("r2", {"gpu-1": {"x": 3}}, now)
+    registry.elsewhere.heard("r3", {"gpu-1": {"x": 1}}, now)
     view = registry.snapshot().instance("gpu-1")
     assert (view.inflight, view.models["x"].inflight) == (4, 4)
-    registry.elsewhere("r3", {}, now + REPLICA_TTL + 1)  # r2 has been quiet since
+    registry.elsewhere.heard("r3", {}, now + REPLICA_TTL + 1)  # r2 has been quiet since
     assert registry.snapshot().instance("gpu-1").inflight == 0
     registry.begin_request("gpu-1", "x")
     assert registry.in_flight() == {"gpu-1": {"x": 1}}

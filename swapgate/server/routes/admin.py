@@ -4,21 +4,21 @@ token."""
 from __future__ import annotations
 
 import time
-from collections.abc import Coroutine
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from swapgate.config.settings import ConfigError, Duration, Settings
+from swapgate.config.settings import ConfigError, Duration
 from swapgate.control.preload import PreloadResult
 from swapgate.control.scheduler import describe_result
 from swapgate.control.slots import NO_COUNT_LIMIT
+from swapgate.control.swaps import SwapCoordinator
 from swapgate.errors import BadRequest, Conflict, DriverError, PathNotFound, SwapgateError
 from swapgate.model.snapshot import InstanceView, ModelView, Snapshot
 from swapgate.model.state import WarmState
-from swapgate.server.runtime import Configured
+from swapgate.server.runtime import Runtime
 
 
 class PreloadRequest(BaseModel):
@@ -35,59 +35,7 @@ class UnloadRequest(BaseModel):
     instance: str | None = None
 
 
-class AdminState(Protocol):
-    """The live-state verbs the admin API uses."""
-
-    def snapshot(self) -> Snapshot: ...
-    def queue_depths(self) -> dict[str, int]: ...
-    def known_models(self) -> frozenset[str]: ...
-    def has(self, name: str) -> bool: ...
-    def names(self) -> list[str]: ...
-    def set_drained(self, name: str, drained: bool) -> None: ...
-    def sizes(self, name: str) -> dict[str, dict[str, int]]: ...
-
-
-class Unloads(Protocol):
-    """What the admin API asks of the swap coordinator."""
-
-    def busy(self, instance: str) -> bool: ...
-    async def unload(self, instance: str, model: str) -> None: ...
-    def eta(self, instance: str, model: str) -> float: ...
-    def wake_eta(self, instance: str, model: str) -> float: ...
-
-
-class Jobs(Protocol):
-    def has(self, name: str) -> bool: ...
-    async def run(self, name: str) -> PreloadResult: ...
-    def describe(self) -> list[dict[str, Any]]: ...
-
-
-class Replicas(Protocol):
-    """The replicas sharing state, as one of them sees them (swapgate/cluster/store.py)."""
-
-    async def describe(self) -> dict[str, Any]: ...
-
-
-class Operated(Protocol):
-    """What the admin API operates on (the Runtime, in production), read at each request:
-    a reload replaces ``configured``."""
-
-    @property
-    def configured(self) -> Configured: ...
-    @property
-    def registry(self) -> AdminState: ...
-    @property
-    def coordinator(self) -> Unloads: ...
-    @property
-    def scheduler(self) -> Jobs | None: ...
-    def spawn(self, work: Coroutine[Any, Any, object]) -> None: ...
-    async def reload(self) -> Settings: ...
-    def processes(self, instance: str) -> dict[str, dict[str, object]] | None: ...
-    @property
-    def cluster(self) -> Replicas | None: ...
-
-
-def admin_routes(runtime: Operated) -> APIRouter:
+def admin_routes(runtime: Runtime) -> APIRouter:
     def authorized(request: Request) -> None:
         runtime.configured.admin_auth.check(request.headers.raw, request.url.path)
 
@@ -129,7 +77,7 @@ def admin_routes(runtime: Operated) -> APIRouter:
     return router
 
 
-def _job_routes(router: APIRouter, runtime: Operated) -> None:
+def _job_routes(router: APIRouter, runtime: Runtime) -> None:
     """The preload jobs and the config reload."""
 
     @router.get("/jobs")
@@ -155,10 +103,10 @@ def _job_routes(router: APIRouter, runtime: Operated) -> None:
         return JSONResponse({"status": "reloaded", "instances": names})
 
 
-def describe_state(runtime: Operated) -> dict[str, Any]:
+def describe_state(runtime: Runtime) -> dict[str, Any]:
     snap = runtime.registry.snapshot()
     wall = _WallClock(snap.now)
-    queues = runtime.registry.queue_depths()
+    queues = runtime.registry.waitlist.depths()
     models = sorted(runtime.registry.known_models())
     return {
         "instances": [_describe_instance(inst, runtime, wall) for inst in snap.instances],
@@ -179,13 +127,13 @@ def describe_state(runtime: Operated) -> dict[str, Any]:
     }
 
 
-def _eta(swaps: Unloads, instance: InstanceView, model: str) -> float:
+def _eta(swaps: SwapCoordinator, instance: InstanceView, model: str) -> float:
     if instance.state_of(model) is WarmState.ASLEEP:
         return swaps.wake_eta(instance.name, model)
     return swaps.eta(instance.name, model)
 
 
-def _describe_instance(inst: InstanceView, runtime: Operated, wall: _WallClock) -> dict[str, Any]:
+def _describe_instance(inst: InstanceView, runtime: Runtime, wall: _WallClock) -> dict[str, Any]:
     conf = next(i for i in runtime.configured.settings.instances if i.name == inst.name)
     processes = runtime.processes(inst.name)
     return {
@@ -237,16 +185,16 @@ def _where(snap: Snapshot, model: str, state: WarmState) -> list[str]:
     return [i.name for i in snap.instances if i.state_of(model) is state]
 
 
-def _known_model(runtime: Operated, requested: str) -> str:
+def _known_model(runtime: Runtime, requested: str) -> str:
     return runtime.configured.catalog.known(requested, runtime.registry.known_models())
 
 
-def _known_instance(runtime: Operated, name: str | None) -> None:
+def _known_instance(runtime: Runtime, name: str | None) -> None:
     if name is not None and not runtime.registry.has(name):
         raise PathNotFound(f"no instance named {name!r}; known: {runtime.registry.names()}")
 
 
-async def _unload(runtime: Operated, model: str, only: str | None) -> list[str]:
+async def _unload(runtime: Runtime, model: str, only: str | None) -> list[str]:
     snap = runtime.registry.snapshot()
     holders = [
         i
@@ -267,7 +215,7 @@ async def _unload(runtime: Operated, model: str, only: str | None) -> list[str]:
     return [inst.name for inst in holders]
 
 
-def _set_drained(runtime: Operated, name: str, drained: bool) -> dict[str, Any]:
+def _set_drained(runtime: Runtime, name: str, drained: bool) -> dict[str, Any]:
     _known_instance(runtime, name)
     runtime.registry.set_drained(name, drained)
     return {"instance": name, "drained": drained}

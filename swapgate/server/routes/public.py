@@ -3,41 +3,18 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from swapgate import __version__
-from swapgate.metrics import Metrics
-from swapgate.model.snapshot import Snapshot
 from swapgate.model.state import WarmState
-from swapgate.server.runtime import Configured
+from swapgate.server.runtime import Runtime
 
 
-class PublicState(Protocol):
-    """The live-state verbs the public routes read."""
-
-    def snapshot(self) -> Snapshot: ...
-    def known_models(self) -> frozenset[str]: ...
-    def up_names(self) -> list[str]: ...
-
-
-class Served(Protocol):
-    """What the public routes read (the Runtime, in production), at each request."""
-
-    @property
-    def configured(self) -> Configured: ...
-    @property
-    def registry(self) -> PublicState: ...
-    @property
-    def metrics(self) -> Metrics: ...
-    @property
-    def started(self) -> bool: ...
-
-
-def public_routes(runtime: Served) -> APIRouter:
+def public_routes(runtime: Runtime) -> APIRouter:
     router = APIRouter()
 
     # Claude Code sends HEAD / before its first request: a 404 there reads as a wrong base URL.
@@ -83,7 +60,7 @@ def public_routes(runtime: Served) -> APIRouter:
     return router
 
 
-def model_listing(runtime: Served) -> list[dict[str, Any]]:
+def model_listing(runtime: Runtime) -> list[dict[str, Any]]:
     """Every servable model and alias, with where swapgate sees it warm or loading."""
     snap = runtime.registry.snapshot()
     created = int(time.time())
