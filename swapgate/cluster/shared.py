@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol
 
 from swapgate.cluster.events import (
@@ -114,7 +114,7 @@ class SharedSwaps(SwapCoordinator):
         view = self._registry.snapshot().instance(instance)
         slot = view.models.get(model)
         ok = slot is not None and slot.state == "warm"
-        backoff = max(0.0, view.backoff_until - time.monotonic())
+        backoff = max(0.0, view.backoff_until - self._registry.clock())
         seconds = self.times.last(instance, model)
         await self.cluster.publish(SwapDone(instance, model, ok, seconds, backoff))
         await self.cluster.release(instance)
@@ -133,7 +133,7 @@ class SharedSwaps(SwapCoordinator):
         """Another replica's event, applied to this replica's registry."""
         event = heard.event
         if isinstance(event, Beat):
-            self._registry.elsewhere.heard(heard.replica, event.inflight, time.monotonic())
+            self._registry.elsewhere.heard(heard.replica, event.inflight, self._registry.clock())
             return
         if not self._registry.has(event.instance):
             return  # an instance this replica's config does not have
@@ -191,7 +191,9 @@ class SharedSwaps(SwapCoordinator):
 
     def _pin(self, instance: str, model: str, until: float) -> None:
         if until > time.time():
-            self._registry.pin(instance, model, _monotonic(until), share=False)
+            self._registry.pin(
+                instance, model, _monotonic(until, self._registry.clock), share=False
+            )
         else:
             self._registry.unpin(instance, model, share=False)
 
@@ -219,15 +221,17 @@ class OperatorShares:
     (swapgate/control/registry.py's ``Shares``): kept in Redis, for replicas that start later,
     and published, for those running now."""
 
-    def __init__(self, cluster: Replicas) -> None:
+    def __init__(self, cluster: Replicas, clock: Callable[[], float]) -> None:
+        """``clock``: the registry's, whose pins' ends are told in wall-clock time."""
         self._cluster = cluster
+        self._clock = clock
         # (key, field) -> (value, event): pins and drains set while Redis did not take them
         self._untold: dict[tuple[str, str], tuple[str | None, Event]] = {}
         self._tasks = TaskSet()  # shares on their way to Redis
 
     def pinned(self, instance: str, model: str, until: float) -> None:
         """An operator pinned ``model`` here until ``until`` (monotonic; 0: unpinned)."""
-        wall = _wall(until) if until else 0.0
+        wall = _wall(until, self._clock) if until else 0.0
         field, stored = f"{instance}\t{model}", str(wall) if wall else None
         self._tasks.spawn(self._tell("pins", field, stored, Pinned(instance, model, wall)))
 
@@ -256,9 +260,9 @@ class OperatorShares:
             self._untold[key, field] = (value, event)
 
 
-def _wall(monotonic: float) -> float:
-    return monotonic - time.monotonic() + time.time()
+def _wall(monotonic: float, clock: Callable[[], float]) -> float:
+    return monotonic - clock() + time.time()
 
 
-def _monotonic(wall: float) -> float:
-    return wall - time.time() + time.monotonic()
+def _monotonic(wall: float, clock: Callable[[], float]) -> float:
+    return wall - time.time() + clock()

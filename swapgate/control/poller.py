@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Protocol
 
@@ -36,6 +35,7 @@ class Poller:
         reconcile: Callable[[str], object] = lambda name: None,
     ) -> None:
         self._registry = registry
+        self._clock = registry.clock
         self._drivers = drivers
         self._metrics = metrics
         self._interval = interval
@@ -49,7 +49,7 @@ class Poller:
     async def poll(self, name: str) -> None:
         was_up = self._registry.is_up(name)
         generation = self._registry.generation(name)
-        asked = time.monotonic()
+        asked = self._clock()
         try:
             report = await self._drivers[name].state()
         except DriverTimeout as exc:

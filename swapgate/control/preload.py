@@ -7,7 +7,6 @@ up to ``swap_timeout``, and then reports what it got.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from swapgate.control.registry import Registry
@@ -41,6 +40,7 @@ class Preloader:
         self, registry: Registry, coordinator: Swaps, policy: Policy, timeout: float
     ) -> None:
         self._registry = registry
+        self._clock = registry.clock
         self._coordinator = coordinator
         self._policy = policy
         self._timeout = timeout
@@ -48,16 +48,16 @@ class Preloader:
     async def preload(
         self, model: str, count: int = 1, instance: str | None = None, pin_for: float = 0.0
     ) -> PreloadResult:
-        started = time.monotonic()
+        started = self._clock()
         wanted = 1 if instance else count
         error = await self._make_warm(model, wanted, instance, started + self._timeout)
         warm = self._warm_on(model, self._registry.snapshot(), instance)[:wanted]
         if pin_for > 0:
             for name in warm:
-                self._registry.pin(name, model, time.monotonic() + pin_for)
+                self._registry.pin(name, model, self._clock() + pin_for)
         if error is None and len(warm) < wanted:
             error = f"{model!r} is warm on {len(warm)} of {wanted} instances"
-        return PreloadResult(model, tuple(warm), wanted, time.monotonic() - started, error)
+        return PreloadResult(model, tuple(warm), wanted, self._clock() - started, error)
 
     async def _make_warm(
         self, model: str, wanted: int, instance: str | None, deadline: float

@@ -49,9 +49,9 @@ class Registry:
         """``on_arrival``: told of every request's arrival (the demand by time of day);
         ``shares``: told of the pins and drains an operator sets here, for the other replicas."""
         self._catalog = catalog
-        self._clock = clock
+        self.clock = clock  # the one clock of the live state: whatever reads it, reads this
         self._instances = {
-            conf.name: InstanceSlot(conf, _configured_models(conf, catalog)) for conf in instances
+            conf.name: self._slot(conf, _configured_models(conf, catalog)) for conf in instances
         }
         self._known: frozenset[str] | None = None
         self.waitlist = Waitlist(clock, on_arrival)  # arrivals, and the requests waiting now
@@ -62,7 +62,7 @@ class Registry:
     # -- reading -------------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
-        now = self._clock()
+        now = self.clock()
         elsewhere, estimates = self.elsewhere, self._catalog.sizes
         return Snapshot(
             now,
@@ -122,7 +122,7 @@ class Registry:
         self._notify()
 
     def _apply_running(self, inst: InstanceSlot, report: InstanceReport) -> None:
-        now = self._clock()
+        now = self.clock()
         if report.all_warm:
             running = dict.fromkeys(inst.serves, WarmState.WARM)
         elif report.running is not None:
@@ -139,7 +139,7 @@ class Registry:
     def mark_down(self, name: str) -> None:
         """Out of placement until a poll succeeds; what it had warm is unknown from now on."""
         inst = self._instances[name]
-        now = self._clock()
+        now = self.clock()
         inst.up = False
         inst.generation += 1
         for slot in inst.slots.values():
@@ -150,7 +150,7 @@ class Registry:
 
     def begin_swap(self, name: str, model: str, eta: float) -> None:
         inst = self._instances[name]
-        now = self._clock()
+        now = self.clock()
         inst.swapping, inst.swap_done_by = model, now + eta
         inst.reserved_for, inst.reserved_until = None, 0.0
         inst.generation += 1
@@ -161,7 +161,7 @@ class Registry:
         """``model`` left ``name``: cold, or asleep where the backend keeps it (vLLM)."""
         inst = self._instances[name]
         inst.generation += 1
-        inst.slot(model).set_state(to, self._clock())
+        inst.slot(model).set_state(to, self.clock())
 
     def leaving(self, name: str, models: tuple[str, ...]) -> None:
         """``models`` are being evicted from ``name``: no new requests for them go there (they
@@ -186,7 +186,7 @@ class Registry:
     def warmed(self, name: str, model: str) -> None:
         """``model`` is warm on ``name``: another replica's swap made it so."""
         inst = self._instances[name]
-        now = self._clock()
+        now = self.clock()
         inst.generation += 1
         slot = inst.slot(model)
         slot.set_state(WarmState.WARM, now)
@@ -225,7 +225,7 @@ class Registry:
     def end_swap(self, name: str, model: str, ok: bool, backoff: float = 0.0) -> None:
         """The swap on ``name`` ended; a failed one keeps it out of placement ``backoff`` s."""
         inst = self._instances[name]
-        now = self._clock()
+        now = self.clock()
         inst.swapping = None
         inst.generation += 1
         slot = inst.slot(model)
@@ -242,7 +242,7 @@ class Registry:
     def begin_request(self, name: str, model: str) -> None:
         inst = self._instances[name]
         slot = inst.slot(model)
-        now = self._clock()
+        now = self.clock()
         inst.inflight += 1
         slot.inflight += 1
         slot.last_used = now
@@ -256,7 +256,7 @@ class Registry:
         # max(): a reload that replaced the instance (new URL or kind) started it from zero.
         inst.inflight = max(0, inst.inflight - 1)
         slot.inflight = max(0, slot.inflight - 1)
-        slot.last_used = self._clock()
+        slot.last_used = self.clock()
         self._notify()
 
     def wait_on(self, name: str, model: str, delta: int) -> None:
@@ -343,9 +343,9 @@ class Registry:
         self._catalog = catalog
         kept: dict[str, InstanceSlot] = {}
         for conf in instances:
-            inst = self._instances.get(conf.name) or InstanceSlot(conf, frozenset())
+            inst = self._instances.get(conf.name) or self._slot(conf, frozenset())
             if inst.config.url != conf.url or inst.config.kind != conf.kind:
-                inst = InstanceSlot(conf, frozenset())  # another server: nothing known about it
+                inst = self._slot(conf, frozenset())  # another server: nothing known about it
             inst.config = conf
             if conf.models is not None or not inst.serves:
                 inst.serves = _configured_models(conf, catalog)
@@ -353,6 +353,9 @@ class Registry:
         self._instances = kept
         self._known = None
         self._notify()
+
+    def _slot(self, conf: InstanceConfig, serves: frozenset[str]) -> InstanceSlot:
+        return InstanceSlot(conf, serves, pulse=Pulse(self.clock))
 
 
 def _configured_models(conf: InstanceConfig, catalog: Catalog) -> frozenset[str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
@@ -67,6 +66,7 @@ class Router:
     ) -> None:
         self._settings = settings
         self._registry = registry
+        self._clock = registry.clock
         self._coordinator = coordinator
         self._catalog = catalog
         self._metrics = metrics
@@ -136,7 +136,7 @@ class Router:
     ) -> Lease:
         """Wait until ``model`` is warm somewhere (starting at most one swap), then lease it;
         or lease its relay when the fallback policy says so."""
-        started = time.monotonic()
+        started = self._clock()
         progress = progress or Progress()
         want = want or Want()
         self._registry.waitlist.arrived(model)
@@ -198,7 +198,7 @@ class Router:
         if conf.relay is None or not allows(conf.fallback_policy, reason):
             return None
         self._metrics.fallbacks.labels(model, conf.relay, reason).inc()
-        waited = time.monotonic() - started if started is not None else 0.0
+        waited = self._clock() - started if started is not None else 0.0
         upstream_model = conf.relay_model or model
         return Lease("relay", conf.relay, model, upstream_model, self._relays[conf.relay], waited)
 
@@ -262,7 +262,7 @@ class Router:
         """Lease ``instance``; ``started`` is when the request began waiting, None if it did not."""
         self._registry.begin_request(instance, model)
         upstream_model = self._catalog.upstream_name(instance, model)
-        waited = time.monotonic() - started if started is not None else 0.0
+        waited = self._clock() - started if started is not None else 0.0
         upstream = self._upstreams[instance]
         address = self._addresses.get(instance)
         url = address.model_url(upstream_model) if address else None

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import statistics
-import time
 from collections import deque
 from collections.abc import Coroutine, Mapping
 from typing import Any, Literal, Protocol
@@ -106,6 +105,7 @@ class SwapCoordinator:
         swap_timeout: float,
     ) -> None:
         self._registry = registry
+        self._clock = registry.clock
         self._drivers = drivers
         self._catalog = catalog
         self.times = times
@@ -125,7 +125,7 @@ class SwapCoordinator:
         self._kinds[instance] = kind
         eta = self.times.eta(instance, model, kind)
         left = self._evicted_at.pop((instance, model), None)
-        if left is not None and time.monotonic() - left < THRASH_WINDOW * eta:
+        if left is not None and self._clock() - left < THRASH_WINDOW * eta:
             self._metrics.thrash.labels(instance, model).inc()
         self._registry.begin_swap(instance, model, eta)
         self._occupy(instance, self._swap(instance, model, victims), "swap")
@@ -219,7 +219,7 @@ class SwapCoordinator:
 
     async def _run(self, instance: str, model: str, victims: tuple[str, ...]) -> bool:
         driver = self._drivers[instance]
-        started = time.monotonic()
+        started = self._clock()
         log.info("swap start: %s on %s (evicting %s)", model, instance, list(victims) or "none")
         warm = False
         # No request goes to a victim any more: one sent to a vLLM server going to sleep
@@ -239,7 +239,7 @@ class SwapCoordinator:
             result = "ok" if wanted else "abandoned"
         finally:
             self._registry.stayed(instance)
-        return self._finish(instance, model, result, time.monotonic() - started, warm)
+        return self._finish(instance, model, result, self._clock() - started, warm)
 
     async def _evict(self, instance: str, models: tuple[str, ...], driver: Driver) -> None:
         for model in models:
@@ -306,7 +306,7 @@ class SwapCoordinator:
         return True
 
     def _evicted(self, instance: str, model: str) -> None:
-        self._evicted_at[instance, model] = time.monotonic()
+        self._evicted_at[instance, model] = self._clock()
         driver = self._drivers.get(instance)
         self._registry.evicted(instance, model, driver.evicts_to if driver else WarmState.COLD)
 

@@ -4,7 +4,6 @@ relayed, refused or out of time; the router's ``acquire`` runs it through ``wait
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -107,7 +106,7 @@ class Waiter:
         self._progress.state = _STATES[type(decision)]
         if self._progress.state == "loading" and self._swaps.waking(decision.instance):
             self._progress.state = "waking"
-        starving = time.monotonic() >= self._starving_at
+        starving = self._registry.clock() >= self._starving_at
         if isinstance(decision, Queue) and starving and self._room_on is None:
             self._room_on = router.reserve_room(model, self.deadline)
         return None

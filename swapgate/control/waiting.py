@@ -7,7 +7,6 @@ wakes it; the recheck interval bounds how late it notices what no event marks, s
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -17,14 +16,14 @@ RECHECK_INTERVAL = 0.5
 T = TypeVar("T")
 
 
-async def until(changes: Registry, decide: Callable[[], T | None], deadline: float) -> T | None:
+async def until(registry: Registry, decide: Callable[[], T | None], deadline: float) -> T | None:
     """Call ``decide`` now and after every change until it returns something; None once
-    ``deadline`` (monotonic) has passed. ``decide`` may raise to end the wait."""
+    ``deadline`` (by the registry's clock) has passed. ``decide`` may raise to end the wait."""
     while True:
         outcome = decide()
         if outcome is not None:
             return outcome
-        remaining = deadline - time.monotonic()
+        remaining = deadline - registry.clock()
         if remaining <= 0:
             return None
-        await changes.wait_for_change(min(remaining, RECHECK_INTERVAL))
+        await registry.wait_for_change(min(remaining, RECHECK_INTERVAL))

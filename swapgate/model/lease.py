@@ -4,6 +4,7 @@ it points at, and the ``Progress`` of a request still waiting (which keep-alives
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -29,10 +30,11 @@ class Pulse:
     out while they move means a busy server, not a dead one (llama-cpp-python answers no poll
     while it generates)."""
 
+    clock: Callable[[], float] = time.monotonic  # the registry's
     last: float = 0.0
 
     def beat(self) -> None:
-        self.last = time.monotonic()
+        self.last = self.clock()
 
 
 @dataclass(slots=True)

@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import socket
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,13 +78,14 @@ class Runtime:
         # Among replicas (a Redis URL in cluster.redis_url_env), the state they share
         # (swapgate/cluster/): swap locks, events, pins and drains, the demand by time of day.
         self.cluster = _cluster(settings, self.metrics)
-        shares = OperatorShares(self.cluster) if self.cluster else None
+        clock = time.monotonic  # the one clock of the live state, read through the registry
+        shares = OperatorShares(self.cluster, clock) if self.cluster else None
         # The demand by time of day (auto preloads): alone, kept in a file (read at start,
         # written while auto jobs exist); among replicas, in Redis.
         self.demand = DayDemand(None if self.cluster else state_file())
         self._shared_demand = SharedDemand(self.demand, self.cluster) if self.cluster else None
         self.registry = Registry(
-            settings.instances, catalog, on_arrival=self.demand.arrived, shares=shares
+            settings.instances, catalog, clock, on_arrival=self.demand.arrived, shares=shares
         )
         self.metrics.watch(self.registry.snapshot, self.registry.waitlist.depths)
         times = SwapTimes(settings.routing.expected_swap)

@@ -1,15 +1,21 @@
-"""In-process parts for unit tests: a driver that records calls, and a gateway's live state
-(registry, swap coordinator, router, preloader) wired from a config, with no network."""
+"""In-process parts for unit tests: a driver that records calls, a clock the test moves, and a
+gateway's live state (registry, swap coordinator, router, preloader) wired from a config, with
+no network."""
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import pytest
 
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import parse_config
 from swapgate.config.settings import Settings
+from swapgate.control import waiting
 from swapgate.control.preload import Preloader
 from swapgate.control.registry import Registry
 from swapgate.control.router import Router, policy_for
@@ -18,6 +24,38 @@ from swapgate.drivers.base import Driver
 from swapgate.errors import DriverError
 from swapgate.metrics import Metrics
 from swapgate.model.state import InstanceReport, WarmState
+
+
+class FakeClock:
+    """The live state's clock, moved by the test: timing rules are shown without sleeping
+    through their durations (the registry, router, waiters and swaps all read it)."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def recheck_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Waiters look at the clock again every few milliseconds of real time instead of every
+    half second, so a moved fake clock is noticed at once."""
+    monkeypatch.setattr(waiting, "RECHECK_INTERVAL", 0.002)
+
+
+async def eventually(condition: Callable[[], bool], within: float = 2.0) -> bool:
+    """Whether ``condition`` holds within ``within`` real seconds (it is checked between the
+    event loop's turns: what is asked is that the waiters react, not how long a rule lasts)."""
+    loop = asyncio.get_running_loop()
+    ends = loop.time() + within
+    while not condition():
+        if loop.time() > ends:
+            return False
+        await asyncio.sleep(0.002)
+    return True
 
 
 class FakeDriver(Driver):
@@ -66,10 +104,13 @@ class World:
         return self.metrics.registry.get_sample_value(name, labels)
 
 
-def world(config: dict[str, Any], delay: float = 0.05) -> World:
+def world(
+    config: dict[str, Any], delay: float = 0.05, clock: Callable[[], float] | None = None
+) -> World:
+    """``clock``: a ``FakeClock`` for tests of timing rules; the real one otherwise."""
     settings = parse_config(config)
     catalog = Catalog(settings)
-    registry = Registry(settings.instances, catalog)
+    registry = Registry(settings.instances, catalog, clock or time.monotonic)
     drivers = {inst.name: FakeDriver(delay) for inst in settings.instances}
     metrics = Metrics()
     times = SwapTimes(settings.routing.expected_swap)

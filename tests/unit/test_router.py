@@ -23,7 +23,7 @@ from swapgate.metrics import Metrics
 from swapgate.model.lease import Progress
 from swapgate.model.state import InstanceReport, WarmState
 from swapgate.proxy.handler import _query
-from tests.unit.fakes import world
+from tests.unit.fakes import FakeClock, eventually, recheck_at_once, world
 
 RELAY = {"hosted": {"url": "https://relay.example/v1"}}
 
@@ -52,7 +52,7 @@ async def test_past_queue_limit_a_request_is_429_or_relayed_when_the_policy_allo
     w = world(one_instance({"queue_limit": 2}), delay=0.3)
     w.warm("x")
     waiting = [asyncio.create_task(w.router.acquire("a")) for _ in range(2)]
-    await asyncio.sleep(0.01)
+    assert await eventually(lambda: w.registry.waitlist.depths() == {"a": 2})
     with pytest.raises(QueueFull) as refused:
         await w.router.acquire("a")
     assert refused.value.status == 429
@@ -64,36 +64,53 @@ async def test_past_queue_limit_a_request_is_429_or_relayed_when_the_policy_allo
     r = world(one_instance({"queue_limit": 1}, relays=RELAY, models=relayed_a), delay=0.3)
     r.warm("x")
     first = asyncio.create_task(r.router.acquire("a"))
-    await asyncio.sleep(0.01)
+    assert await eventually(lambda: r.registry.waitlist.depths() == {"a": 1})
     relayed = await r.router.acquire("a")
     assert relayed.route == "relay/hosted"
     assert r.sample("swapgate_fallbacks_total", model="a", relay="hosted", reason="queue_full")
     await first
 
 
-async def test_max_wait_ends_the_wait_with_503_and_leaves_nothing_counted() -> None:
-    w = world(one_instance({"max_wait": "200ms"}), delay=5)
+async def test_max_wait_ends_the_wait_with_503_and_leaves_nothing_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    recheck_at_once(monkeypatch)
+    clock = FakeClock()
+    w = world(one_instance({"max_wait": "200ms"}), delay=5, clock=clock)
     w.warm("x")
-    started = time.monotonic()
+    waiting = asyncio.create_task(w.router.acquire("a", Progress()))
+    assert await eventually(lambda: w.registry.waitlist.depths() == {"a": 1})
+    clock.advance(0.19)
+    assert not await eventually(waiting.done, within=0.05), "inside max_wait it waits"
+    clock.advance(0.02)
     with pytest.raises(NoCapacity) as timed_out:
-        await w.router.acquire("a", Progress())
-    assert 0.2 <= time.monotonic() - started < 1.5
+        await asyncio.wait_for(waiting, 2)
     assert "max_wait" in timed_out.value.message
     assert w.registry.waitlist.depths() == {}
     assert w.registry.snapshot().instance("x").models["a"].waiting == 0
     await w.coordinator.aclose()
 
 
-async def test_a_request_starving_behind_a_busy_model_gets_its_room() -> None:
+async def test_a_request_starving_behind_a_busy_model_gets_its_room(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    recheck_at_once(monkeypatch)
+    clock = FakeClock()
     config = one_instance({"min_residency": "1h", "max_wait": "2s", "starvation_after": 0.1})
-    w = world(config, delay=0.01)
+    w = world(config, delay=0.01, clock=clock)
     w.warm("x", "b")
     busy = await w.router.acquire("b")  # b is in use, and inside min_residency
     waiting = asyncio.create_task(w.router.acquire("a"))
-    await asyncio.sleep(0.8)  # past 0.1 × max_wait and a recheck: the rule closes b for a
-    view = w.registry.snapshot().instance("x")
-    assert view.models["b"].closing
-    assert view.reserved_for == "a"
+
+    def closed() -> bool:
+        view = w.registry.snapshot().instance("x")
+        return view.models["b"].closing and view.reserved_for == "a"
+
+    assert await eventually(lambda: w.registry.waitlist.depths() == {"a": 1})
+    clock.advance(0.19)  # not yet 0.1 × max_wait: b serves on
+    assert not await eventually(closed, within=0.05)
+    clock.advance(0.02)  # past it: the rule closes b for a
+    assert await eventually(closed)
     assert not waiting.done()
     w.router.release(busy)  # b drains; a gets the room
     lease = await asyncio.wait_for(waiting, 1.5)

@@ -26,7 +26,7 @@ from swapgate.metrics import Metrics
 from swapgate.model.state import InstanceReport, WarmState
 from swapgate.policy.placement import Policy
 from swapgate.tools.admin_cli import render_cluster
-from tests.unit.fakes import FakeDriver
+from tests.unit.fakes import FakeDriver, eventually
 
 
 class FakeReplicas:
@@ -88,8 +88,8 @@ def replica(delay: float = 0.02) -> tuple[SharedSwaps, Registry, FakeReplicas, F
                                            {"name": "gpu-2", "url": "http://b"}]})  # fmt: skip
     catalog = Catalog(settings)
     fake = FakeReplicas()
-    shares = OperatorShares(fake)
-    registry = Registry(settings.instances, catalog, shares=shares)
+    shares = OperatorShares(fake, time.monotonic)
+    registry = Registry(settings.instances, catalog, time.monotonic, shares=shares)
     driver = FakeDriver(delay)
     swaps = SharedSwaps(registry, {"gpu-1": driver, "gpu-2": driver}, catalog,
                         SwapTimes(30.0), Metrics(), 5.0, fake, shares)  # fmt: skip
@@ -118,7 +118,7 @@ async def test_a_swap_another_replica_holds_is_joined_not_repeated() -> None:
     swaps, registry, fake, driver = replica()
     fake.taken["gpu-1"] = Holder("r2", "gpu-1", "x")
     swaps.start("gpu-1", "x")
-    await asyncio.sleep(0.05)
+    assert not await swaps.wait("gpu-1")  # its task ends at the claim
     assert driver.calls == [], "no second load"
     assert registry.swapping("gpu-1") == "x", "its waiters here wait for r2's swap"
     swaps.apply(heard({"t": "done", "i": "gpu-1", "m": "x", "ok": True, "s": 12.0, "r": "r2"}))
@@ -131,7 +131,7 @@ async def test_a_model_loading_elsewhere_moves_the_waiters_to_that_instance() ->
     swaps, registry, fake, driver = replica()
     fake.taken["x"] = Holder("r2", "gpu-2", "x")  # r2 loads x on the other instance
     swaps.start("gpu-1", "x")
-    await asyncio.sleep(0.05)
+    assert not await swaps.wait("gpu-1")  # its task ends at the claim
     assert driver.calls == []
     assert registry.swapping("gpu-1") is None
     assert registry.swapping("gpu-2") == "x"
@@ -145,11 +145,10 @@ async def test_a_swap_whose_holder_died_is_given_up_so_waiters_place_again(
     await swaps.connect()
     swaps.apply(heard({"t": "swap", "i": "gpu-1", "m": "x", "eta": 20.0, "r": "r2"}))
     fake.taken["gpu-1"] = Holder("r2", "gpu-1", "x")
-    await asyncio.sleep(0.06)
-    assert registry.swapping("gpu-1") == "x", "held: still loading"
+    gone = lambda: registry.swapping("gpu-1") is None  # noqa: E731
+    assert not await eventually(gone, within=0.1), "held (five rechecks): still loading"
     del fake.taken["gpu-1"]  # r2 died; its lock expired
-    await asyncio.sleep(0.06)
-    assert registry.swapping("gpu-1") is None
+    assert await eventually(gone)
     assert state(registry, "gpu-1", "x") == "cold"
     await swaps.aclose()
 

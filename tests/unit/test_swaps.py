@@ -10,7 +10,7 @@ from swapgate.errors import DriverError
 from swapgate.metrics import Metrics
 from swapgate.model.state import InstanceReport, WarmState
 from swapgate.policy.placement import Policy, Queue, Serve, place
-from tests.unit.fakes import FakeDriver
+from tests.unit.fakes import FakeDriver, eventually
 
 POLICY = Policy(min_residency=0.0)
 
@@ -93,9 +93,10 @@ def test_the_eta_is_the_median_of_the_last_five() -> None:
 
 
 async def test_closing_cancels_a_running_swap() -> None:
-    coordinator, registry, _ = setup(FakeDriver(delay=10))
+    driver = FakeDriver(delay=10)
+    coordinator, registry, _ = setup(driver)
     coordinator.start("x", "a")
-    await asyncio.sleep(0.01)
+    assert await eventually(lambda: bool(driver.calls)), "the load runs"
     await coordinator.aclose()
     assert registry.snapshot().instance("x").swapping is None
 
@@ -114,8 +115,7 @@ async def test_waiters_on_a_swap_protect_its_model_until_they_are_served() -> No
     coordinator = SwapCoordinator(registry, {"x": driver}, catalog, SwapTimes(1.0), Metrics(), 5.0)
     router = Router(settings, registry, coordinator, catalog, Metrics())
     waiter = asyncio.create_task(router.acquire("a"))
-    await asyncio.sleep(0.01)
-    assert registry.snapshot().instance("x").models["a"].waiting == 1
+    assert await eventually(lambda: registry.waiting_on("x", "a") == 1)
     await coordinator.wait("x")
     # a is warm and idle, yet its waiter has not been leased: b may not evict it.
     policy = Policy(min_residency=0)
