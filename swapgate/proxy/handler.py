@@ -45,6 +45,7 @@ from swapgate.proxy.wire import (
     DROP_RESPONSE,
     BodyMode,
     ResponseWriter,
+    route_headers,
     until_disconnect,
     upstream_headers,
 )
@@ -293,8 +294,7 @@ class ProxyEndpoint:
         self, response: UpstreamResponse, ex: Exchange
     ) -> list[tuple[bytes, bytes]]:
         headers = [(k, v) for k, v in response.headers if k.lower() not in DROP_RESPONSE]
-        headers.append((b"x-swapgate-route", ex.route.encode()))
-        headers.append((b"x-swapgate-wait-ms", str(round(ex.waited * 1000)).encode()))
+        headers += route_headers(ex.route, ex.waited)
         if response.is_event_stream:
             headers.append((b"x-accel-buffering", b"no"))
         return headers
@@ -348,10 +348,7 @@ class ProxyEndpoint:
         """The one way to report a failure: the writer knows what the client got so far."""
         ex.failed = exc
         if not writer.started:
-            writer.headers += [
-                (b"x-swapgate-route", ex.route.encode()),
-                (b"x-swapgate-wait-ms", str(round(ex.waited * 1000)).encode()),
-            ]
+            writer.headers += route_headers(ex.route, ex.waited)
         await writer.fail(exc)
 
     def _record(self, ex: Exchange, status: int) -> None:

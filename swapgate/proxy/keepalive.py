@@ -23,7 +23,7 @@ from swapgate.metrics import Metrics
 from swapgate.model.lease import Progress
 from swapgate.policy import timing
 from swapgate.proxy.endpoints import Endpoint
-from swapgate.proxy.wire import BodyMode, ResponseWriter
+from swapgate.proxy.wire import BodyMode, ResponseWriter, route_headers
 
 Kind = Literal["comment", "ping", "reasoning", "whitespace"]
 OPT_OUT_HEADER = b"x-swapgate-keepalive"
@@ -107,15 +107,14 @@ class Pinger:
         return self._writer.dialect.ping(self._status())
 
     def _headers(self) -> list[tuple[bytes, bytes]]:
-        waited = round((time.monotonic() - self._started) * 1000)
+        waited = time.monotonic() - self._started
         return [
             (b"content-type", _CONTENT_TYPES[self.plan.kind]),
             (b"cache-control", b"no-cache"),
             (b"x-accel-buffering", b"no"),
             (b"x-swapgate-keepalive", self.plan.kind.encode()),
             # Not final yet: a relay may still answer, or another instance after a failure.
-            (b"x-swapgate-route", b"pending"),
-            (b"x-swapgate-wait-ms", str(waited).encode()),
+            *route_headers("pending", waited),
         ]
 
     def _status(self) -> str:

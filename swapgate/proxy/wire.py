@@ -79,6 +79,16 @@ def _not_json(constant: str) -> None:
     raise ValueError(f"{constant} is not a JSON value")
 
 
+def route_headers(route: str, waited: float) -> list[tuple[bytes, bytes]]:
+    """Where a request went and how long it waited for a swap or the queue, in ms
+    (docs/compatibility.md, "Engine → client"): on an answer, an error, and keep-alives'
+    early headers (``pending``, while no route is final)."""
+    return [
+        (b"x-swapgate-route", route.encode()),
+        (b"x-swapgate-wait-ms", str(round(waited * 1000)).encode()),
+    ]
+
+
 def with_model(payload: dict[str, Any], model: str) -> bytes:
     return json.dumps({**payload, "model": model}, separators=(",", ":")).encode()
 

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from swapgate.config.paths import state_directory
+from swapgate.tools.arguments import duration_text
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 PROGRESS_INTERVAL = 0.5
@@ -35,7 +36,9 @@ def add_commands(commands: Any) -> None:
     preload.add_argument("model")
     preload.add_argument("--instance", help="on this instance (default: placed like a request)")
     preload.add_argument("--count", type=int, default=1, help="on this many instances")
-    preload.add_argument("--pin-for", default="0s", help="pin it for this long, e.g. 10h")
+    preload.add_argument(
+        "--pin-for", type=duration_text, default="0s", help="pin it for this long, e.g. 10h"
+    )
     preload.set_defaults(run=_preload)
 
     unload = commands.add_parser("unload", help="evict a model (and drop its pin)")

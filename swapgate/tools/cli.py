@@ -14,8 +14,9 @@ from pathlib import Path
 from swapgate import __version__
 from swapgate.cluster.store import url_problem
 from swapgate.config.loading import load_config
-from swapgate.config.settings import ConfigError, Settings, parse_duration, parse_size, secret
+from swapgate.config.settings import ConfigError, Settings, secret
 from swapgate.tools.admin_cli import add_commands as add_admin_commands
+from swapgate.tools.arguments import duration, load_times, size
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -61,9 +62,7 @@ def _parser() -> argparse.ArgumentParser:
         "or a config file; repeatable",
     )  # fmt: skip
     replay.add_argument("--speedup", type=float, default=1.0, help="replay N times faster")
-    replay.add_argument(
-        "--swap-time", type=_duration, help="for models the log measured no swap of"
-    )
+    replay.add_argument("--swap-time", type=duration, help="for models the log measured no swap of")
     replay.add_argument("--json", action="store_true", help="machine-readable output")
     replay.set_defaults(run=_replay)
 
@@ -83,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
         help="real engines instead of simulators (built once per machine): llama-cpp-python "
         "servers, or llama.cpp's llama-server in router mode",
     )
-    demo.add_argument("--load-time", type=_duration, default=4.0)
+    demo.add_argument("--load-time", type=duration, default=4.0)
     demo.set_defaults(run=_demo)
 
     add_admin_commands(commands)
@@ -98,19 +97,19 @@ def _sim_arguments(sim: argparse.ArgumentParser) -> None:
     sim.add_argument("--port", type=int, default=9001)
     sim.add_argument("--models", default="a,b,c", help="comma-separated model names")
     sim.add_argument("--capacity", type=int, default=1, help="models resident at once")
-    sim.add_argument("--load-time", type=_duration, default=5.0)
+    sim.add_argument("--load-time", type=duration, default=5.0)
     sim.add_argument(
-        "--load-times", type=_load_times, default={}, help="per model, over --load-time: a=2,b=30s"
+        "--load-times", type=load_times, default={}, help="per model, over --load-time: a=2,b=30s"
     )
-    sim.add_argument("--ttft", type=_duration, default=0.05)
+    sim.add_argument("--ttft", type=duration, default=0.05)
     sim.add_argument(
-        "--wake-time", type=_duration, default=1.0, help="flavour vllm: a wake from sleep level 1"
+        "--wake-time", type=duration, default=1.0, help="flavour vllm: a wake from sleep level 1"
     )
     sim.add_argument(
         "--asleep", type=int, choices=(0, 1, 2), default=0, help="flavour vllm: start asleep"
     )
     sim.add_argument(
-        "--prefill", type=_duration, default=0.0, help="a stream's headers, then this, then tokens"
+        "--prefill", type=duration, default=0.0, help="a stream's headers, then this, then tokens"
     )
     sim.add_argument("--token-rate", type=float, default=50.0, help="tokens per second")
     sim.add_argument("--max-tokens", type=int, default=16, help="answer length by default")
@@ -118,7 +117,7 @@ def _sim_arguments(sim: argparse.ArgumentParser) -> None:
     sim.add_argument("--crash-mid-stream-rate", type=float, default=0.0)
     sim.add_argument("--hang-rate", type=float, default=0.0)
     sim.add_argument(
-        "--grow-rss", type=_size, default=0, help="bytes kept per request (e.g. 20MiB): a leak"
+        "--grow-rss", type=size, default=0, help="bytes kept per request (e.g. 20MiB): a leak"
     )
     sim.add_argument("--api-key", help="require this bearer key on /v1 requests")
     sim.add_argument("--seed", type=int, help="seed for the fault dice")
@@ -127,24 +126,6 @@ def _sim_arguments(sim: argparse.ArgumentParser) -> None:
         default="openai",
         help="comma-separated APIs it speaks: openai, anthropic (/v1/messages)",
     )
-
-
-def _duration(text: str) -> float:
-    try:
-        value = parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    assert isinstance(value, float)
-    return value
-
-
-def _size(text: str) -> int:
-    try:
-        value = parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    assert isinstance(value, int)
-    return value
 
 
 def _load(path: str | None) -> Settings | None:
@@ -234,17 +215,6 @@ def _serve(args: argparse.Namespace) -> int:
         return 1
     serve(settings, config_path=args.config, host=args.host, port=args.port)
     return 0
-
-
-def _load_times(value: str) -> dict[str, float]:
-    """``a=2,b=30s``: each model's load time."""
-    times: dict[str, float] = {}
-    for item in filter(None, (part.strip() for part in value.split(","))):
-        model, sep, seconds = item.partition("=")
-        if not sep or not model:
-            raise argparse.ArgumentTypeError(f"{item!r}: expected MODEL=DURATION, e.g. a=2s")
-        times[model.strip()] = _duration(seconds)
-    return times
 
 
 def _sim(args: argparse.Namespace) -> int:

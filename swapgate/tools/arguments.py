@@ -1,0 +1,46 @@
+"""The command line's kinds of value, one parser each, so every command reads a duration, a
+size or a list of per-model durations the same way as the config does (docs/configuration.md)
+and refuses a bad one with argparse's usage line."""
+
+from __future__ import annotations
+
+import argparse
+
+from swapgate.config.settings import parse_duration, parse_size
+
+
+def duration(text: str) -> float:
+    """``5s``, ``500ms``, ``10h`` or plain seconds."""
+    try:
+        value = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    assert isinstance(value, float)
+    return value
+
+
+def duration_text(text: str) -> str:
+    """A duration checked here and passed on as written (to the admin API, which says it back)."""
+    duration(text)
+    return text
+
+
+def size(text: str) -> int:
+    """``20MiB``, ``4GB`` or plain bytes."""
+    try:
+        value = parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    assert isinstance(value, int)
+    return value
+
+
+def load_times(text: str) -> dict[str, float]:
+    """``a=2,b=30s``: each model's load time."""
+    times: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        model, sep, seconds = item.partition("=")
+        if not sep or not model:
+            raise argparse.ArgumentTypeError(f"{item!r}: expected MODEL=DURATION, e.g. a=2s")
+        times[model.strip()] = duration(seconds)
+    return times
