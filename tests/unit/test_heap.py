@@ -1,0 +1,53 @@
+"""What exists once the gateway is up is kept out of the cyclic collector's full scans
+(swapgate/server/runtime.py settle_heap; why, in docs/benchmarks.md), and what a reload
+replaces is still collected."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from swapgate.config.loading import load_config
+from swapgate.server.runtime import Runtime
+
+
+class Cycle:
+    """Garbage only the cyclic collector frees."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+@pytest.fixture
+def thawed() -> Iterator[None]:
+    yield
+    gc.unfreeze()  # the rest of the suite runs with a collector that sees everything
+
+
+async def test_start_freezes_the_long_lived_heap_and_a_reload_lets_garbage_go(
+    tmp_path: Path, thawed: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SWAPGATE_STATE_DIR", str(tmp_path / "state"))
+    config = tmp_path / "swapgate.yaml"
+    config.write_text(yaml.safe_dump({"instances": [{"name": "x", "url": "http://127.0.0.1:9"}]}))
+    gc.unfreeze()
+    runtime = Runtime(load_config(config), config)
+    await runtime.start()
+    try:
+        assert gc.get_freeze_count() > 10_000, "the modules, the app and the config are frozen"
+        lingering = Cycle()
+        gone = weakref.ref(lingering)
+        del lingering
+        gc.freeze()  # garbage frozen alongside, as a config a reload replaces would be
+        gc.collect()
+        assert gone() is not None, "frozen: no full collection scans it"
+        await runtime.reload()
+        assert gone() is None, "a reload thaws, collects and freezes again"
+        assert gc.get_freeze_count() > 10_000
+    finally:
+        await runtime.aclose()
