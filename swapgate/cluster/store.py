@@ -21,7 +21,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -34,7 +34,6 @@ from redis.exceptions import TimeoutError as RedisTimeout
 
 from swapgate.cluster.events import Beat, Event, Heard, decode, encode
 from swapgate.control.elsewhere import REPLICA_TTL
-from swapgate.control.forecast import SLOTS
 from swapgate.metrics import Metrics
 from swapgate.tasks import stop
 
@@ -45,7 +44,6 @@ CHANNEL = PREFIX + "events"
 LEASE_TTL = 5.0  # a dead holder's swap lock or scheduler lease lasts at most this long
 HEARTBEAT = 0.5  # in-flight counts others see are at most this old (plus one pub/sub hop)
 RETRY = 0.5  # how soon a replica tries Redis again after losing it
-_DAY_COUNTS_TTL = 8 * 86400  # a day's shared arrivals, kept until long after they are folded in
 
 # A swap is claimed with two keys at once: the instance's lock and the model's, so that two
 # replicas can neither swap one instance nor load one model on two instances at the same time.
@@ -226,39 +224,6 @@ class Cluster:
         found = await self._call(self._redis.hgetall(PREFIX + key))
         return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
 
-    async def add_arrivals(self, arrivals: Mapping[str, int]) -> bool:
-        """Add ``day:model:slot`` counts to each day's shared counts; False if Redis did not."""
-        pipe = self._redis.pipeline(transaction=False)
-        for key, count in arrivals.items():
-            day, field = key.split(":", 1)
-            pipe.hincrby(f"{PREFIX}demand:{day}", field, count)
-            pipe.expire(f"{PREFIX}demand:{day}", _DAY_COUNTS_TTL)
-        return await self._call(pipe.execute()) is not None
-
-    async def day_arrivals(self, day: int) -> dict[str, list[int]] | None:
-        """Every replica's arrivals on ``day``, per model and slot; None if Redis gave none."""
-        found = await self._call(self._redis.hgetall(f"{PREFIX}demand:{day}"))
-        if not isinstance(found, dict):
-            return None
-        counts: dict[str, list[int]] = {}
-        for field, count in found.items():
-            model, _, slot = str(field).rpartition(":")
-            if model and slot.isdigit() and int(slot) < SLOTS:
-                counts.setdefault(model, [0] * SLOTS)[int(slot)] += int(count)
-        return counts
-
-    async def learned(self) -> dict[str, Any] | None:
-        """The usual day learned from every replica's arrivals (``forecast.fold``)."""
-        raw = await self._call(self._redis.get(PREFIX + "demand"))
-        try:
-            data = json.loads(raw) if isinstance(raw, str) else None
-        except ValueError:
-            return None
-        return data if isinstance(data, dict) and isinstance(data.get("day"), int) else None
-
-    async def learn(self, learned: Mapping[str, Any]) -> bool:
-        return await self._call(self._redis.set(PREFIX + "demand", json.dumps(learned))) is not None
-
     async def describe(self) -> dict[str, Any]:
         """The replicas and their heartbeats, every swap lock's holder, the scheduler's."""
         replicas, locks = [], {}
@@ -330,6 +295,15 @@ class Cluster:
         if self._listener is not None:
             await self._listener.resync()
         self._synced = True
+
+    @property
+    def redis(self) -> redis.Redis:
+        """The connection, for the parts of the shared state kept beside their kin
+        (swapgate/cluster/shared_demand.py); their calls go through ``call``."""
+        return self._redis
+
+    async def call(self, work: Awaitable[T]) -> T | None:
+        return await self._call(work)
 
     async def _call(self, work: Awaitable[T]) -> T | None:
         """Redis's answer, or None if it gives none: down or restarting is logged once."""
