@@ -5,16 +5,14 @@ and refuses a bad one with argparse's usage line."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from swapgate.config.settings import parse_duration, parse_size
 
 
 def duration(text: str) -> float:
     """``5s``, ``500ms``, ``10h`` or plain seconds."""
-    try:
-        value = parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    value = _parsed(parse_duration, text)
     assert isinstance(value, float)
     return value
 
@@ -27,10 +25,7 @@ def duration_text(text: str) -> str:
 
 def size(text: str) -> int:
     """``20MiB``, ``4GB`` or plain bytes."""
-    try:
-        value = parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    value = _parsed(parse_size, text)
     assert isinstance(value, int)
     return value
 
@@ -44,3 +39,11 @@ def load_times(text: str) -> dict[str, float]:
             raise argparse.ArgumentTypeError(f"{item!r}: expected MODEL=DURATION, e.g. a=2s")
         times[model.strip()] = duration(seconds)
     return times
+
+
+def _parsed(parse: Callable[[object], object], text: str) -> object:
+    """The config's parser on ``text``; its complaint becomes argparse's."""
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

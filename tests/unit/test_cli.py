@@ -66,3 +66,22 @@ def test_check_config_gives_the_rule_for_a_proxy_in_front_and_warns_past_it(
     default.write_text("instances:\n  - {name: gpu-a, url: 'http://10.0.0.5:8000'}\n")
     assert main(["check-config", str(default)]) == 0
     assert "warning" not in capsys.readouterr().out  # 1 s and 5 s: well under every front
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["preload", "m", "--pin-for", "10 hours"],
+        ["sim", "--load-time", "5x"],
+        ["sim", "--grow-rss", "lots"],
+        ["sim", "--load-times", "a=2,b"],
+    ],
+)
+def test_a_bad_value_is_refused_with_the_usage_line_before_anything_runs(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as refused:
+        main(argv)
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert f"swapgate {argv[0]}: error: argument {argv[-2]}" in err, err
