@@ -76,9 +76,12 @@ class SharedSwaps(SwapCoordinator):
         swap_timeout: float,
         cluster: Replicas,
         shares: OperatorShares,
+        *,
+        eviction: str = "lru",
     ) -> None:
         """``shares``: the same that tells ``registry``'s pins and drains to the others."""
-        super().__init__(registry, drivers, catalog, times, metrics, swap_timeout)
+        parts = (registry, drivers, catalog, times, metrics, swap_timeout)
+        super().__init__(*parts, eviction=eviction)
         self.cluster = cluster
         self._shares = shares
         self._marks: dict[str, str] = {}  # instance -> model another replica is swapping there

@@ -130,6 +130,20 @@ class DayDemand:
                 return float(at)
         return None
 
+    def describe(self, model: str, now: float) -> dict[str, Any]:
+        """For operators: ``model``'s arrivals today by quarter-hour (UTC), its usual day of
+        today's kind, its peaks (slots) and when the next one begins (wall time)."""
+        self._roll(now)
+        learned = self._models.get(model)
+        of = kind(now)
+        return {
+            "today": list(learned.today) if learned else [0] * SLOTS,
+            "usual": [round(n, 2) for n in learned.usual[of]] if learned else [0.0] * SLOTS,
+            "days_learned": learned.days[of] if learned else 0,
+            "peaks": self.peaks(model, of),
+            "next_peak": self.next_peak(model, now),
+        }
+
     def save(self) -> None:
         if self._path is None:
             return

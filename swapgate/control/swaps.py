@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol
 
 from swapgate.config.catalog import Catalog
 from swapgate.control.registry import Registry
+from swapgate.control.swaplog import SwapLog, SwapRecord, eviction_reason
 from swapgate.drivers import Driver
 from swapgate.errors import DriverError
 from swapgate.metrics import Metrics
@@ -103,7 +104,10 @@ class SwapCoordinator:
         times: SwapTimes,
         metrics: Metrics,
         swap_timeout: float,
+        *,
+        eviction: str = "lru",
     ) -> None:
+        """``eviction``: the rule that ranks victims (routing.eviction), named in the log."""
         self._registry = registry
         self._clock = registry.clock
         self._drivers = drivers
@@ -115,6 +119,9 @@ class SwapCoordinator:
         self._kinds: dict[str, Kind] = {}  # what each running swap does: load or wake
         self._evicted_at: dict[tuple[str, str], float] = {}  # (instance, model): when it left
         self._backoff = Backoff()
+        self._eviction = eviction
+        self.log = SwapLog()  # the last swaps, for operators
+        self._records: dict[str, SwapRecord] = {}  # instance -> its running swap's record
 
     def start(self, instance: str, model: str, victims: tuple[str, ...] = ()) -> bool:
         """Begin swapping ``model`` onto ``instance`` unless a swap runs there already."""
@@ -127,6 +134,8 @@ class SwapCoordinator:
         left = self._evicted_at.pop((instance, model), None)
         if left is not None and self._clock() - left < THRASH_WINDOW * eta:
             self._metrics.thrash.labels(instance, model).inc()
+        reason = eviction_reason(view, victims, self._eviction)
+        self._records[instance] = self.log.begin(instance, model, kind, victims, reason, eta)
         self._registry.begin_swap(instance, model, eta)
         self._occupy(instance, self._swap(instance, model, victims), "swap")
         return True
@@ -201,27 +210,34 @@ class SwapCoordinator:
         catalog: Catalog,
         swap_timeout: float,
         expected_swap: float | None,
+        eviction: str,
     ) -> None:
         """Take a reloaded config; swaps already running finish with what they started with."""
         self._drivers, self._catalog, self._swap_timeout = drivers, catalog, swap_timeout
         self.times.expected = expected_swap
+        self._eviction = eviction
 
     async def aclose(self) -> None:
         await stop(*self._running.values())
 
     async def _swap(self, instance: str, model: str, victims: tuple[str, ...]) -> bool:
-        if not await self._claim(instance, model):
-            return False  # another replica swaps there (swapgate/cluster/shared.py)
         try:
-            return await self._run(instance, model, victims)
+            if not await self._claim(instance, model):
+                return False  # another replica swaps there (swapgate/cluster/shared.py)
+            try:
+                return await self._run(instance, model, victims)
+            finally:
+                await self._released(instance, model)
         finally:
-            await self._released(instance, model)
+            record = self._records.pop(instance, None)
+            if record is not None:  # handed to another replica's swap, or shut down
+                self.log.end(record, "handed over", 0.0)
 
     async def _run(self, instance: str, model: str, victims: tuple[str, ...]) -> bool:
         driver = self._drivers[instance]
         started = self._clock()
         log.info("swap start: %s on %s (evicting %s)", model, instance, list(victims) or "none")
-        warm = False
+        warm, error = False, ""
         # No request goes to a victim any more: one sent to a vLLM server going to sleep
         # would wait, unanswered, for its next wake.
         self._registry.leaving(instance, victims)
@@ -232,6 +248,7 @@ class SwapCoordinator:
         except (DriverError, TimeoutError) as exc:
             result = "timeout" if isinstance(exc, TimeoutError) else "failed"
             log.warning("swap %s: %s on %s: %s", result, model, instance, exc or "swap_timeout")
+            error = str(exc) or "swap_timeout"
         except asyncio.CancelledError:
             self._registry.end_swap(instance, model, ok=False)  # shutting down: no backoff
             raise
@@ -239,7 +256,7 @@ class SwapCoordinator:
             result = "ok" if wanted else "abandoned"
         finally:
             self._registry.stayed(instance)
-        return self._finish(instance, model, result, self._clock() - started, warm)
+        return self._finish(instance, model, result, self._clock() - started, warm, error)
 
     async def _evict(self, instance: str, models: tuple[str, ...], driver: Driver) -> None:
         for model in models:
@@ -337,7 +354,12 @@ class SwapCoordinator:
             self._registry.end_swap(instance, model, False, self._backoff.failed(instance))
         return ok
 
-    def _finish(self, instance: str, model: str, result: str, elapsed: float, warm: bool) -> bool:
+    def _finish(
+        self, instance: str, model: str, result: str, elapsed: float, warm: bool, error: str = ""
+    ) -> bool:
+        record = self._records.pop(instance, None)
+        if record is not None:
+            self.log.end(record, result, elapsed, error)
         if result == "abandoned" and not warm:  # stopped, not failed: no backoff
             self._registry.end_swap(instance, model, ok=False)
         else:

@@ -27,8 +27,10 @@ from swapgate.errors import (
     SwapgateError,
 )
 from swapgate.proxy.endpoints import ENDPOINTS
+from swapgate.server.events import EventStream
 from swapgate.server.routes.admin import admin_routes
 from swapgate.server.routes.public import public_routes
+from swapgate.server.routes.ui import dashboard_routes
 from swapgate.server.runtime import Runtime
 
 PROXIED_PATHS = tuple(ENDPOINTS)
@@ -82,6 +84,7 @@ async def _answered(app: ASGIApp, scope: Scope, receive: Receive, send: Send) ->
 def create_app(settings: Settings, config_path: str | Path | None = None) -> SwapgateApp:
     """The gateway; ``config_path`` is the file ``POST /admin/reload`` and SIGHUP re-read."""
     runtime = Runtime(settings, config_path)
+    events = EventStream(runtime)  # the dashboard's, and any script's
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -89,6 +92,7 @@ def create_app(settings: Settings, config_path: str | Path | None = None) -> Swa
         try:
             yield
         finally:
+            await events.aclose()
             await runtime.aclose()
 
     app = FastAPI(
@@ -99,6 +103,7 @@ def create_app(settings: Settings, config_path: str | Path | None = None) -> Swa
         app.router.routes.append(Route(path, runtime.endpoint, methods=["POST"]))
     app.include_router(public_routes(runtime))
     app.include_router(admin_routes(runtime))
+    app.include_router(dashboard_routes(runtime, events))
     _install_error_handlers(app)
     return SwapgateApp(app, runtime)
 

@@ -38,6 +38,8 @@ from swapgate.proxy.handler import TIMED_OUT
 log = logging.getLogger("swapgate.access")
 
 LINGER = 2.0  # seconds a refused connection drains what the client still sends
+# A scope extension set on the requests in flight when the server begins to stop.
+SHUTTING_DOWN = "swapgate.shutting_down"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +83,15 @@ class GuardedProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+
+    def shutdown(self) -> None:
+        """The server stops: an answer that never ends by itself (the dashboard's event
+        stream) sees it in its scope and ends, instead of holding the stop for
+        ``shutdown_grace``."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.scope.setdefault("extensions", {})[SHUTTING_DOWN] = {}
+        super().shutdown()
 
     def data_received(self, data: bytes) -> None:
         if self._draining:

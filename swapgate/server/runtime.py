@@ -92,10 +92,11 @@ class Runtime:
         times = SwapTimes(settings.routing.expected_swap)
         parts = (self.registry, self.drivers, catalog, times, self.metrics)
         timeout = settings.routing.swap_timeout
+        eviction = settings.routing.eviction
         self.coordinator = (
-            SharedSwaps(*parts, timeout, self.cluster, shares)
+            SharedSwaps(*parts, timeout, self.cluster, shares, eviction=eviction)
             if self.cluster and shares
-            else SwapCoordinator(*parts, timeout)
+            else SwapCoordinator(*parts, timeout, eviction=eviction)
         )
         self.upstream = UpstreamClient(settings.routing.stream_idle_timeout)
         self.endpoint = ProxyEndpoint(
@@ -190,7 +191,7 @@ class Runtime:
         self.registry.reconfigure(new.instances, catalog)
         routing = new.routing
         self.coordinator.reconfigure(
-            self.drivers, catalog, routing.swap_timeout, routing.expected_swap
+            self.drivers, catalog, routing.swap_timeout, routing.expected_swap, routing.eviction
         )
         self.configured = self._configure(new, catalog)
         await self._restart_poller()

@@ -1,0 +1,59 @@
+"""What the operator's page shows (docs/operations.md, "The dashboard"): the admin API's state
+and, beside it, the swaps running with their waiters, the last swaps with why their victims
+were chosen, each model's demand by quarter-hour, the placements and thrash, the preload jobs
+and, among replicas, which one this is and what the cluster says.
+
+One dict, made at most a few times a second and only while someone watches
+(swapgate/server/events.py), from state the gateway keeps anyway: the data plane pays nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from swapgate.server.routes.admin import describe_state
+from swapgate.server.runtime import Runtime
+
+
+def dashboard_state(runtime: Runtime) -> dict[str, Any]:
+    state = describe_state(runtime)
+    swaps, registry = runtime.coordinator.log, runtime.registry
+    for inst in state["instances"]:
+        failure = swaps.last_failure(inst["name"])
+        inst["failure"] = (
+            {"model": failure.model, "error": failure.error or failure.result}
+            if failure is not None and inst["backoff_until"] is not None
+            else None
+        )
+    now = time.time()
+    for model, info in state["models"].items():
+        info["demand"] = runtime.demand.describe(model, now)
+    state["swaps"] = {
+        "running": [
+            {**record.describe(), "waiters": registry.waiting_on(record.instance, record.model)}
+            for record in swaps.running()
+        ],
+        "recent": [record.describe() for record in swaps.records if record.result is not None],
+    }
+    state["placements"] = {
+        "counts": _counts(runtime, "swapgate_placements_total", "placement"),
+        "thrash": sum(_counts(runtime, "swapgate_thrash_total", "instance").values()),
+    }
+    scheduler = runtime.scheduler
+    state["jobs"] = scheduler.describe() if scheduler is not None else []
+    cluster = runtime.cluster
+    state["replica"] = cluster.replica if cluster is not None else None
+    state["now"] = now
+    return state
+
+
+def _counts(runtime: Runtime, name: str, label: str) -> dict[str, float]:
+    """A counter's samples summed by one of its labels."""
+    totals: dict[str, float] = {}
+    for metric in runtime.metrics.registry.collect():
+        for sample in metric.samples:
+            if sample.name == name:
+                key = sample.labels.get(label, "")
+                totals[key] = totals.get(key, 0.0) + sample.value
+    return totals

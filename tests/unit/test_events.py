@@ -1,0 +1,76 @@
+"""The dashboard's event stream in-process (swapgate/server/events.py): a snapshot first, then
+only what changed; a viewer that falls behind is dropped while the others go on."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from swapgate.config.loading import load_config
+from swapgate.server import events
+from swapgate.server.events import EventStream, Viewer
+from swapgate.server.runtime import Runtime
+
+
+@pytest.fixture
+async def runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Runtime]:
+    monkeypatch.setenv("SWAPGATE_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(events, "COALESCE", 0.01)
+    config = tmp_path / "swapgate.yaml"
+    instances = [{"name": n, "url": "http://127.0.0.1:9", "models": ["a"]} for n in ("x", "y")]
+    config.write_text(yaml.safe_dump({"instances": instances}))
+    built = Runtime(load_config(config), config)
+    yield built
+    await built.aclose()
+
+
+async def next_event(viewer: Viewer) -> tuple[str, object]:
+    return await asyncio.wait_for(viewer.queue.get(), 5)
+
+
+async def test_a_snapshot_first_then_only_the_instance_that_changed(runtime: Runtime) -> None:
+    stream = EventStream(runtime)
+    viewer = stream.watch()
+    kind, snapshot = await next_event(viewer)
+    assert kind == "snapshot"
+    assert isinstance(snapshot, dict)
+    assert [i["name"] for i in snapshot["instances"]] == ["x", "y"]
+    runtime.registry.set_drained("y", True)
+    kind, changed = await next_event(viewer)
+    assert kind == "instance"
+    assert isinstance(changed, dict)
+    assert (changed["name"], changed["drained"]) == ("y", True)
+    await asyncio.sleep(0.1)
+    assert viewer.queue.empty(), "nothing else changed"
+    await stream.aclose()
+
+
+async def test_a_viewer_that_falls_behind_is_dropped_and_the_others_go_on(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(events, "QUEUE", 4)
+    stream = EventStream(runtime)
+    slow, quick = stream.watch(), stream.watch()
+    got: list[str] = []
+
+    async def read() -> None:
+        while True:
+            kind, _ = await quick.queue.get()
+            got.append(kind)
+
+    reader = asyncio.create_task(read())
+    for step in range(8):
+        runtime.registry.set_drained("x", step % 2 == 0)
+        await asyncio.sleep(0.05)
+    assert slow.dropped
+    assert not quick.dropped
+    assert stream.viewers == 1
+    left = [slow.queue.get_nowait()[0] for _ in range(slow.queue.qsize())]
+    assert left == ["dropped"], "its stream ends saying why, with nothing else queued"
+    assert got.count("instance") >= 6, got
+    reader.cancel()
+    await stream.aclose()
