@@ -32,11 +32,12 @@ def main() -> int:
         "passthrough": procs.passthrough,
         "swapgate": procs.swapgate,
     }
+    watched = {"swapgate + 5 viewers": procs.swapgate_watched}
     if "litellm" in args.peers.split(","):
         contender = litellm.contender(report.notes)
         if contender is not None:
             contenders["litellm"] = contender
-    warm_path(report, contenders, seconds)
+    warm_path(report, contenders | watched, seconds)
     streaming(report, {k: v for k, v in contenders.items() if k != "litellm"}, args.quick)
     memory(report, requests=5_000 if args.quick else 50_000)
     report.write(DOCS / "benchmarks.md", DOCS / "benchmarks.png")

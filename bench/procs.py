@@ -7,12 +7,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 
 from swapgate.drivers.processes import free_port, serving
@@ -127,6 +129,39 @@ def swapgate_with(config: dict[str, Any], env: dict[str, str] | None = None) -> 
             yield proc
     finally:
         os.unlink(handle.name)
+
+
+VIEWERS = 5
+VIEWER_TOKEN = "bench-dashboard"
+
+
+@contextmanager
+def swapgate_watched(upstream: str) -> Iterator[Proc]:
+    """swapgate with ``VIEWERS`` dashboards following ``/admin/events`` the whole time."""
+    with swapgate(upstream, {"SWAPGATE_ADMIN_TOKEN": VIEWER_TOKEN}) as proc:
+        stop = threading.Event()
+        counts = [0] * VIEWERS
+        threads = [threading.Thread(target=_view, args=(proc.url, stop, counts, i), daemon=True)
+                   for i in range(VIEWERS)]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        try:
+            yield proc
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(5)
+        if not all(counts):
+            raise RuntimeError(f"a viewer got no events: {counts}")
+
+
+def _view(url: str, stop: threading.Event, counts: list[int], index: int) -> None:
+    headers = {"authorization": f"Bearer {VIEWER_TOKEN}"}
+    with httpx.stream("GET", f"{url}/admin/events", headers=headers, timeout=30) as events:
+        for line in events.iter_lines():
+            counts[index] += line.startswith("event: ")
+            if stop.is_set():
+                return
 
 
 @contextmanager

@@ -46,6 +46,13 @@ class Report:
                 "p50 added @1 ≤ 0.5 ms over direct",
                 f"+{added:.2f} ms (passthrough: +{floor_added:.2f} ms)", added <= 0.5,
             ))  # fmt: skip
+        watched = self.warm.get("swapgate + 5 viewers")
+        if swapgate and watched:
+            ratio = watched["c16"].rps / swapgate["c16"].rps
+            checks.append((
+                "warm req/s @16 with 5 dashboards following /admin/events ≥ 0.9× without",
+                f"{ratio:.2f}×", ratio >= 0.9,
+            ))  # fmt: skip
         if "swapgate" in self.streams and "passthrough" in self.streams:
             direct = self.streams["direct"][0].gap_p99_ms
             (ours, cpu), (theirs, floor_cpu) = self.streams["swapgate"], self.streams["passthrough"]
@@ -173,8 +180,9 @@ load generator, the upstream and the proxy share two cores.
   `swapgate sim --flavor openai` streaming tokens at 50/s.
 - **Contenders**: direct to the upstream; `bench/passthrough.py`, a bare Starlette + aiohttp
   passthrough with no logic (the Python floor); swapgate (`access_log: false`, an `openai`
-  instance, so every request is on the warm path); LiteLLM's proxy when asked
-  (`make bench PEERS=litellm`).
+  instance, so every request is on the warm path); the same swapgate with five dashboards
+  following `/admin/events` throughout (each sees every change: in-flight counts move with
+  every request); LiteLLM's proxy when asked (`make bench PEERS=litellm`).
 - **Load**: `wrk` (2 threads) posting a small chat request; an asyncio aiohttp client holding
   the streams, measuring the gap between consecutive chunks of each stream.
 

@@ -36,7 +36,7 @@ COALESCE = 0.25  # seconds between two looks at the state, at most
 TICK = 1.0  # seconds between two looks, at least
 PING = 15.0  # seconds of quiet before a comment line
 CLUSTER_EVERY = 5.0  # seconds between two reads of what Redis says of the replicas
-Event = tuple[str, Any]
+Event = tuple[str, Any, bytes]  # kind, data, and the SSE frame, encoded once for every viewer
 
 
 class Viewer:
@@ -52,7 +52,7 @@ class Viewer:
             self.dropped = True
             while not self.queue.empty():
                 self.queue.get_nowait()
-            self.queue.put_nowait(("dropped", {"reason": f"more than {QUEUE} events behind"}))
+            self.queue.put_nowait(event_of("dropped", {"reason": f"more than {QUEUE} behind"}))
             return False
         return True
 
@@ -74,7 +74,7 @@ class EventStream:
         """A new viewer, its snapshot queued."""
         viewer = Viewer()
         state = self._state()
-        viewer.give(("snapshot", state))
+        viewer.give(event_of("snapshot", state))
         self._viewers.add(viewer)
         if self._task is None or self._task.done():
             self._last, self._configured = state, self._runtime.configured
@@ -86,7 +86,7 @@ class EventStream:
 
     async def aclose(self) -> None:
         for viewer in self._viewers:
-            viewer.give(("bye", {}))
+            viewer.give(event_of("bye", {}))
         await stop(self._task)
 
     async def stream(self, viewer: Viewer, scope: Scope) -> AsyncIterator[bytes]:
@@ -95,7 +95,7 @@ class EventStream:
         try:
             while SHUTTING_DOWN not in scope.get("extensions", {}):
                 try:
-                    kind, data = await asyncio.wait_for(viewer.queue.get(), TICK)
+                    kind, _, frame = await asyncio.wait_for(viewer.queue.get(), TICK)
                 except TimeoutError:
                     quiet += TICK
                     if quiet >= PING:
@@ -105,7 +105,7 @@ class EventStream:
                 quiet = 0.0
                 if kind == "bye":
                     return
-                yield f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+                yield frame
                 if kind == "dropped":
                     return
         finally:
@@ -145,8 +145,8 @@ class EventStream:
         if self._runtime.configured is not self._configured:
             self._configured = self._runtime.configured
             names = [inst["name"] for inst in state["instances"]]
-            return [("reload", {"instances": names}), ("snapshot", state)]
-        events: list[Event] = []
+            return [event_of("reload", {"instances": names}), event_of("snapshot", state)]
+        events: list[tuple[str, Any]] = []
         before = {inst["name"]: inst for inst in last.get("instances", [])}
         for inst in state["instances"]:
             if before.pop(inst["name"], None) != inst:
@@ -155,14 +155,19 @@ class EventStream:
         for key in ("models", "placements", "jobs", "cluster"):
             if state.get(key) != last.get(key):
                 events.append((key, state[key]))
-        return events + _swap_events(last.get("swaps", {}), state["swaps"])
+        events += _swap_events(last.get("swaps", {}), state["swaps"])
+        return [event_of(kind, data) for kind, data in events]
 
 
-def _swap_events(last: dict[str, Any], now: dict[str, Any]) -> list[Event]:
+def event_of(kind: str, data: Any) -> Event:
+    return kind, data, f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _swap_events(last: dict[str, Any], now: dict[str, Any]) -> list[tuple[str, Any]]:
     """Each swap that began, moved (its waiters) or ended since the last look."""
     seen = {r["id"]: r for r in last.get("running", [])}
     ended = {r["id"] for r in last.get("recent", [])}
-    events: list[Event] = []
+    events: list[tuple[str, Any]] = []
     for record in now["running"]:
         was = seen.get(record["id"])
         if was is None:

@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
+from bench.redis import redis_server
 from tests.e2e.processes import Gateway, chat, gateway, instance, simulator, wait_for
 
 TOKEN = "dashboard-secret-token"
@@ -75,6 +77,16 @@ def until(page: WebDriver, check: Any, timeout: float = 15.0) -> Any:
         time.sleep(0.05)
 
 
+def click(page: WebDriver, css: str) -> None:
+    """Click what ``css`` finds, again if the page redrew it between the find and the click."""
+
+    def clicked(p: WebDriver) -> bool:
+        p.find_element(By.CSS_SELECTOR, css).click()
+        return True
+
+    until(page, clicked)
+
+
 def page_text(page: WebDriver) -> str:
     return str(page.find_element(By.TAG_NAME, "body").text)
 
@@ -121,9 +133,7 @@ def test_log_in_watch_a_swap_while_a_request_waits_unload_and_follow_a_reload(
             assert cells[1:5] == ["a", "gpu-1", "load", "ok"], cells
             assert 2.5 <= float(cells[5]) < 10, f"the swap's measured duration: {cells[5]}"
 
-            browser.find_element(
-                By.CSS_SELECTOR, 'tr[data-instance="gpu-1"] td[data-model="a"] button.unload'
-            ).click()
+            click(browser, 'tr[data-instance="gpu-1"] td[data-model="a"] button.unload')
             until(browser, lambda p: cell_state(p, "gpu-1", "a") == "cold")
             assert sim.stats()["resident"] == {}, "unloaded on the backend too"
 
@@ -199,3 +209,81 @@ def test_the_event_stream_starts_with_a_snapshot_and_ends_when_the_gateway_stops
         took = time.monotonic() - stopped
         assert took < 8, f"the open stream held the stop for {took:.1f}s (shutdown_grace is 30 s)"
         wait_for(lambda: gw.process.poll() is not None)
+
+
+def stream_slowly(url: str, model: str, done: list[int]) -> None:
+    """A streamed answer of ``model`` that takes seconds; its status once read to the end."""
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": True,
+            "max_tokens": 20}  # fmt: skip
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as answer:
+        for _ in answer.iter_bytes():
+            pass
+        done.append(answer.status_code)
+
+
+def test_an_unload_that_would_cut_requests_asks_first_and_preload_and_drain_act(
+    browser: WebDriver,
+) -> None:
+    with simulator(models=("a", "b"), capacity=2, load_time=0.5, token_rate=4) as sim:
+        both = [instance("gpu-1", sim, capacity=2)]  # b, pinned, stays while a serves
+        config = {"routing": {"poll_interval": "1s"}, "instances": both}
+        with gateway(config, env=ENV) as gw:
+            log_in(browser, gw)
+            until(browser, live)
+            browser.find_element(By.ID, "preload-pin").clear()
+            browser.find_element(By.ID, "preload-pin").send_keys("1h")
+            click(browser, '#preload-model option[value="b"]')
+            click(browser, "#preload button")
+            until(browser, lambda p: cell_state(p, "gpu-1", "b") == "warm")
+            cell = 'tr[data-instance="gpu-1"] td[data-model="b"]'
+            assert "pinned until" in browser.find_element(By.CSS_SELECTOR, cell).text
+
+            done: list[int] = []
+            streaming = threading.Thread(target=stream_slowly, args=(gw.url, "a", done))
+            streaming.start()
+            a = 'tr[data-instance="gpu-1"] td[data-model="a"]'
+            until(browser, lambda p: "1 in flight" in p.find_element(By.CSS_SELECTOR, a).text)
+            click(browser, f"{a} button.unload")
+            alert = browser.switch_to.alert
+            assert "serves 1 request(s) now" in alert.text
+            alert.dismiss()
+            time.sleep(0.5)
+            assert cell_state(browser, "gpu-1", "a") == "warm", "dismissed: nothing unloaded"
+            streaming.join(30)
+            assert done == [200], "the request in flight was not cut"
+
+            click(browser, 'tr[data-instance="gpu-1"] button.drain')
+            until(
+                browser,
+                lambda p: (
+                    "drained"
+                    in p.find_element(By.CSS_SELECTOR, 'tr[data-instance="gpu-1"] th').text
+                ),
+            )
+            with gw.admin(TOKEN) as admin:
+                assert admin.get("/admin/state").json()["instances"][0]["drained"] is True
+
+
+def test_the_page_of_any_replica_shows_the_clusters_swaps_and_says_which_replica_it_is(
+    browser: WebDriver,
+) -> None:
+    with ExitStack() as stack:
+        redis = stack.enter_context(redis_server())
+        sim = stack.enter_context(simulator(models=("x", "y"), load_time=3.0))
+        settings = {"routing": {"poll_interval": "1h"}, "instances": [instance("gpu-1", sim)]}
+        env = {**ENV, "SWAPGATE_REDIS_URL": redis.url}
+        r1, r2 = (
+            stack.enter_context(gateway(settings, {**env, "SWAPGATE_CLUSTER__REPLICA_ID": name}))
+            for name in ("r1", "r2")
+        )
+        log_in(browser, r2)
+        until(browser, live)
+        assert browser.find_element(By.ID, "replica").text == "replica r2"
+        answers: list[httpx.Response] = []
+        waiting = threading.Thread(target=lambda: answers.append(chat(r1.url, "x")))
+        waiting.start()  # through the other replica
+        until(browser, lambda p: cell_state(p, "gpu-1", "x") == "loading")
+        until(browser, lambda p: "x by r1" in p.find_element(By.ID, "swap-locks").text)
+        until(browser, lambda p: cell_state(p, "gpu-1", "x") == "warm")
+        waiting.join(30)
+        assert [a.status_code for a in answers] == [200]

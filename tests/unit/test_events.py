@@ -29,7 +29,9 @@ async def runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
 
 
 async def next_event(viewer: Viewer) -> tuple[str, object]:
-    return await asyncio.wait_for(viewer.queue.get(), 5)
+    kind, data, frame = await asyncio.wait_for(viewer.queue.get(), 5)
+    assert frame.startswith(f"event: {kind}\ndata: ".encode())
+    return kind, data
 
 
 async def test_a_snapshot_first_then_only_the_instance_that_changed(runtime: Runtime) -> None:
@@ -59,7 +61,7 @@ async def test_a_viewer_that_falls_behind_is_dropped_and_the_others_go_on(
 
     async def read() -> None:
         while True:
-            kind, _ = await quick.queue.get()
+            kind, _, _ = await quick.queue.get()
             got.append(kind)
 
     reader = asyncio.create_task(read())

@@ -164,6 +164,7 @@ function draw() {
   drawPlacements();
   drawSwaps();
   drawModels();
+  drawCluster();
   drawPreload();
   drawJobs();
 }
@@ -288,6 +289,19 @@ function drawModels() {
         (job ? " · next preload " + new Date(job.next_run).toLocaleString() : "")));
   });
   $("models").replaceChildren(...cards);
+}
+
+function drawCluster() {
+  const cluster = state.cluster;
+  $("cluster-section").hidden = !cluster;
+  if (!cluster) return;
+  const locks = Object.entries(cluster.swap_locks).map(([inst, lock]) => inst + ": " + lock.model + " by " + lock.replica);
+  $("cluster").replaceChildren(
+    el("dt", {}, "this replica"), el("dd", {}, cluster.replica),
+    el("dt", {}, "redis"), el("dd", {}, cluster.redis_up ? "up" : "down: each replica on its own"),
+    el("dt", {}, "replicas"), el("dd", {}, cluster.replicas.map((r) => r.id).join(", ")),
+    el("dt", {}, "swap locks"), el("dd", { id: "swap-locks" }, locks.join("; ") || "none"),
+    el("dt", {}, "schedules run by"), el("dd", {}, cluster.scheduler || "nobody yet"));
 }
 
 function slotTime(slot) {
