@@ -32,12 +32,12 @@ def main() -> int:
         "passthrough": procs.passthrough,
         "swapgate": procs.swapgate,
     }
-    watched = {"swapgate + 5 viewers": procs.swapgate_watched}
     if "litellm" in args.peers.split(","):
         contender = litellm.contender(report.notes)
         if contender is not None:
             contenders["litellm"] = contender
-    warm_path(report, contenders | watched, seconds)
+    warm_path(report, contenders, seconds)
+    viewers(report, rounds=2 if args.quick else 4, seconds=seconds * 0.6)
     streaming(report, {k: v for k, v in contenders.items() if k != "litellm"}, args.quick)
     memory(report, requests=5_000 if args.quick else 50_000)
     report.write(DOCS / "benchmarks.md", DOCS / "benchmarks.png")
@@ -55,6 +55,20 @@ def warm_path(report: Report, contenders: dict[str, Contender], seconds: float) 
                     report.warm[name] = _warm_runs(proxy.url, seconds)
             except RuntimeError as exc:
                 report.notes.append(f"{name} skipped: it did not start ({exc})")
+
+
+def viewers(report: Report, rounds: int, seconds: float) -> None:
+    """swapgate alone and with five dashboards connected, in rounds that alternate which goes
+    first: sequential runs drift more than the difference measured."""
+    starts = {"alone": procs.swapgate, "5 viewers": procs.swapgate_watched}
+    with procs.fixed_upstream() as upstream:
+        for round_ in range(rounds):
+            order = list(starts.items())
+            for name, start in order[::-1] if round_ % 2 else order:
+                with start(upstream.url) as proxy:
+                    load.wrk(proxy.url, 16, 2)
+                    rps = load.wrk(proxy.url, 16, seconds).rps
+                report.viewers.setdefault(name, []).append(rps)
 
 
 def _warm_runs(url: str, seconds: float) -> dict[str, load.WrkResult]:

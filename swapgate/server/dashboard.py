@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from prometheus_client import Counter
+
 from swapgate.server.routes.admin import describe_state
 from swapgate.server.runtime import Runtime
 
@@ -36,9 +38,10 @@ def dashboard_state(runtime: Runtime) -> dict[str, Any]:
         ],
         "recent": [record.describe() for record in swaps.records if record.result is not None],
     }
+    metrics = runtime.metrics
     state["placements"] = {
-        "counts": _counts(runtime, "swapgate_placements_total", "placement"),
-        "thrash": sum(_counts(runtime, "swapgate_thrash_total", "instance").values()),
+        "counts": _counts(metrics.placements, "placement"),
+        "thrash": sum(_counts(metrics.thrash, "instance").values()),
     }
     scheduler = runtime.scheduler
     state["jobs"] = scheduler.describe() if scheduler is not None else []
@@ -48,12 +51,12 @@ def dashboard_state(runtime: Runtime) -> dict[str, Any]:
     return state
 
 
-def _counts(runtime: Runtime, name: str, label: str) -> dict[str, float]:
-    """A counter's samples summed by one of its labels."""
+def _counts(counter: Counter, label: str) -> dict[str, float]:
+    """A counter's totals summed by one of its labels (that counter alone is read)."""
     totals: dict[str, float] = {}
-    for metric in runtime.metrics.registry.collect():
+    for metric in counter.collect():
         for sample in metric.samples:
-            if sample.name == name:
+            if sample.name.endswith("_total"):
                 key = sample.labels.get(label, "")
                 totals[key] = totals.get(key, 0.0) + sample.value
     return totals

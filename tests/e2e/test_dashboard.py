@@ -169,9 +169,12 @@ def test_names_from_a_backend_are_written_as_text_never_as_markup(browser: WebDr
         simulator(models=(hostile,)) as sim,
         gateway({"instances": [instance("gpu-1", sim)]}, env=ENV) as gw,
     ):
+        browser.set_window_size(390, 844)  # a phone: the page fits, wide tables scroll inside
         log_in(browser, gw)
         until(browser, live)
         until(browser, lambda p: hostile in p.find_element(By.ID, "grid").text)
+        overflow = "return document.documentElement.scrollWidth - window.innerWidth"
+        assert browser.execute_script(overflow) <= 0, "no sideways scrolling of the whole page"
         assert browser.find_elements(By.ID, "injected") == []
         assert browser.title == "swapgate"
         page = httpx.get(f"{gw.url}/ui")
