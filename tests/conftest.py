@@ -15,6 +15,7 @@ SLOWEST = (
     "tests/e2e/test_cluster.py",
     "tests/engine/test_llama_server.py",
     "tests/e2e/test_endpoints.py",
+    "tests/e2e/test_dashboard.py",  # ~35: a real Chromium, six sessions
     "tests/engine/test_process_engine.py",
 )
 

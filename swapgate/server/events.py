@@ -1,12 +1,13 @@
 """``GET /admin/events``: the gateway's state as Server-Sent Events, for the dashboard, the CLI
 and scripts (docs/operations.md, "The dashboard").
 
-A viewer first gets a ``snapshot`` (the whole state, swapgate/server/dashboard.py), then only
-what changed: ``instance`` (one instance: its models' states, in-flight counts, pins, drain,
-backoff), ``models`` (queues, demand), ``swap`` (``started``, ``progress``, then how it ended:
-``ok``, ``failed``, ``timeout``, ``abandoned``, ``handed over``), ``placements``, ``jobs``
-(preload runs), ``cluster`` and ``reload`` (followed by a fresh snapshot). A comment line
-every ``PING`` keeps proxies from closing a quiet stream.
+A viewer first gets a ``snapshot`` (the whole state, swapgate/server/dashboard.py: the
+``/admin/state`` document and more), then only what changed: one-fact events (``model``,
+``inflight``, ``queue``, ``preload``), ``swap`` (``started``, ``progress``, then ``done``,
+``failed`` or ``abandoned``), ``instance`` (one instance whole: up, drained, backoff, its
+models), ``models`` (queues, demand), ``placements``, ``jobs``, ``cluster`` and ``reload``
+(followed by a fresh snapshot). A comment line every ``PING`` keeps proxies from closing a
+quiet stream.
 
 One task makes the state for every viewer, only while someone watches, at most every
 ``COALESCE`` and at least every ``TICK`` (for elapsed times and ETAs). Each viewer has a
@@ -156,6 +157,7 @@ class EventStream:
             if state.get(key) != last.get(key):
                 events.append((key, state[key]))
         events += _swap_events(last.get("swaps", {}), state["swaps"])
+        events += _fine(last, state)
         return [event_of(kind, data) for kind, data in events]
 
 
@@ -171,10 +173,70 @@ def _swap_events(last: dict[str, Any], now: dict[str, Any]) -> list[tuple[str, A
     for record in now["running"]:
         was = seen.get(record["id"])
         if was is None:
-            events.append(("swap", {**record, "event": "started"}))
+            events.append(("swap", _swap(record, "started")))
         elif was != record:
-            events.append(("swap", {**record, "event": "progress"}))
+            events.append(("swap", _swap(record, "progress")))
     for record in now["recent"]:
         if record["id"] not in ended:
-            events.append(("swap", {**record, "event": record["result"]}))
+            events.append(("swap", _swap(record, _ENDED.get(record["result"], "failed"))))
     return events
+
+
+# How a swap's result is told as its event; ``result`` keeps the precise one.
+_ENDED = {"ok": "done", "failed": "failed", "timeout": "failed", "abandoned": "abandoned",
+          "handed over": "abandoned"}  # fmt: skip
+
+
+def _swap(record: dict[str, Any], event: str) -> dict[str, Any]:
+    victims = record["victims"]
+    return {**record, "event": event, "duration": record["seconds"],
+            "victim": victims[0] if victims else None, "why": record["reason"]}  # fmt: skip
+
+
+def _fine(last: dict[str, Any], state: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The one-fact deltas beside the ``instance`` ones: ``model`` (a model's state on an
+    instance, and while it loads its progress: elapsed over ETA, an estimate), ``inflight``
+    (an instance's count), ``queue`` (a model's depth), ``preload`` (a job ran)."""
+    events: list[tuple[str, Any]] = []
+    before = {inst["name"]: inst for inst in last.get("instances", [])}
+    running = {(r["instance"], r["model"]): r for r in state["swaps"]["running"]}
+    for inst in state["instances"]:
+        name, was = inst["name"], before.get(inst["name"], {})
+        if was.get("inflight") != inst["inflight"]:
+            events.append(("inflight", {"instance": name, "count": inst["inflight"]}))
+        old = was.get("models", {})
+        for model in sorted(set(inst["models"]) | set(old)):
+            view, prior = inst["models"].get(model), old.get(model)
+            moved = (view or {}).get("state") == "loading"
+            if moved or _state(view) != _state(prior):
+                swap = running.get((name, model))
+                events.append(("model", _model(name, model, view, state, swap)))
+    old_models = last.get("models", {})
+    for model, info in state["models"].items():
+        if old_models.get(model, {}).get("queue") != info["queue"]:
+            events.append(("queue", {"model": model, "depth": info["queue"]}))
+    ran = {job["name"]: job["last_run"] for job in last.get("jobs", [])}
+    for job in state["jobs"]:
+        if job["last_run"] is not None and ran.get(job["name"]) != job["last_run"]:
+            events.append(("preload", {"job": job["name"], "result": job["last_result"]}))
+    return events
+
+
+def _state(view: dict[str, Any] | None) -> tuple[str, str | None]:
+    return (view["state"], view["since"]) if view else ("cold", None)
+
+
+def _model(
+    instance: str,
+    model: str,
+    view: dict[str, Any] | None,
+    state: dict[str, Any],
+    swap: dict[str, Any] | None,
+) -> dict[str, Any]:
+    etas = state["models"].get(model, {}).get("eta_seconds", {})
+    eta = swap["eta_seconds"] if swap else etas.get(instance)
+    progress = None
+    if swap and swap["eta_seconds"] > 0:
+        progress = round(min(0.99, (state["now"] - swap["started_at"]) / swap["eta_seconds"]), 3)
+    return {"instance": instance, "model": model, "state": view["state"] if view else "cold",
+            "since": view["since"] if view else None, "eta": eta, "progress": progress}  # fmt: skip

@@ -128,8 +128,10 @@ def test_log_in_watch_a_swap_while_a_request_waits_unload_and_follow_a_reload(
             waiting.join(30)
             assert [a.status_code for a in answers] == [200]
 
-            row = until(browser, lambda p: p.find_element(By.CSS_SELECTOR, "#swaps tbody tr"))
-            cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
+            first = "#swaps tbody tr:first-child td"
+            cells = until(
+                browser, lambda p: [c.text for c in p.find_elements(By.CSS_SELECTOR, first)]
+            )
             assert cells[1:5] == ["a", "gpu-1", "load", "ok"], cells
             assert 2.5 <= float(cells[5]) < 10, f"the swap's measured duration: {cells[5]}"
 
@@ -186,7 +188,7 @@ def test_names_from_a_backend_are_written_as_text_never_as_markup(browser: WebDr
 
 def test_the_event_stream_starts_with_a_snapshot_and_ends_when_the_gateway_stops() -> None:
     with (
-        simulator(models=("a",)) as sim,
+        simulator(models=("a",), token_rate=4) as sim,
         gateway({"instances": [instance("gpu-1", sim)]}, env=ENV) as gw,
     ):
         assert httpx.get(f"{gw.url}/admin/events").status_code == 401
@@ -197,13 +199,25 @@ def test_the_event_stream_starts_with_a_snapshot_and_ends_when_the_gateway_stops
             assert next(lines) == "event: snapshot"
             snapshot = json.loads(next(lines).removeprefix("data: "))
             assert [i["name"] for i in snapshot["instances"]] == ["gpu-1"]
-            assert chat(gw.url, "a").status_code == 200
-            seen = []
-            for line in lines:
+            answer = chat(gw.url, "a", max_tokens=8)  # 2 s in flight: a look sees it
+            assert answer.status_code == 200
+            seen: list[str] = []
+            done: dict[str, Any] = {}
+            ends = time.monotonic() + 15
+            for line in lines:  # a comment line at least every second or so: never stuck
+                if time.monotonic() > ends:
+                    break
                 if line.startswith("event: "):
                     seen.append(line.removeprefix("event: "))
-                if "swap" in seen and "instance" in seen:
+                elif line.startswith("data: ") and seen[-1] == "swap":
+                    swap = json.loads(line.removeprefix("data: "))
+                    if swap["event"] == "done":
+                        done = swap
+                if done and {"model", "inflight", "instance"} <= set(seen):
                     break
+            assert {"model", "inflight", "instance", "swap"} <= set(seen), seen
+            assert (done["model"], done["instance"], done["result"]) == ("a", "gpu-1", "ok")
+            assert done["duration"] > 0
             stopped = time.monotonic()
             gw.process.send_signal(signal.SIGTERM)
             for _ in lines:  # the stream ends as the gateway stops
@@ -239,7 +253,7 @@ def test_an_unload_that_would_cut_requests_asks_first_and_preload_and_drain_act(
             click(browser, "#preload button")
             until(browser, lambda p: cell_state(p, "gpu-1", "b") == "warm")
             cell = 'tr[data-instance="gpu-1"] td[data-model="b"]'
-            assert "pinned until" in browser.find_element(By.CSS_SELECTOR, cell).text
+            until(browser, lambda p: "pinned until" in p.find_element(By.CSS_SELECTOR, cell).text)
 
             done: list[int] = []
             streaming = threading.Thread(target=stream_slowly, args=(gw.url, "a", done))
@@ -251,7 +265,7 @@ def test_an_unload_that_would_cut_requests_asks_first_and_preload_and_drain_act(
             assert "serves 1 request(s) now" in alert.text
             alert.dismiss()
             time.sleep(0.5)
-            assert cell_state(browser, "gpu-1", "a") == "warm", "dismissed: nothing unloaded"
+            assert until(browser, lambda p: cell_state(p, "gpu-1", "a")) == "warm", "dismissed"
             streaming.join(30)
             assert done == [200], "the request in flight was not cut"
 
