@@ -9,7 +9,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Sequence
 
-from swapgate.errors import PathNotFound, Unauthorized
+from swapgate.errors import Forbidden, PathNotFound, Unauthorized
 
 
 def bearer(headers: Sequence[tuple[bytes, bytes]], *, x_api_key: bool = False) -> bytes | None:
@@ -38,18 +38,34 @@ class ClientAuth:
 
 
 class AdminAuth:
-    def __init__(self, token: str | None) -> None:
-        self._token = token.encode() if token else None
+    """The operator's token (everything), and a viewer's (reading only: the admin API's GET
+    routes, the event stream, the dashboard)."""
 
-    def check(self, headers: Sequence[tuple[bytes, bytes]], path: str) -> None:
-        if self._token is None:
+    def __init__(self, token: str | None, viewer: str | None = None) -> None:
+        self._token = token.encode() if token else None
+        self._viewer = viewer.encode() if viewer else None
+
+    def check(self, headers: Sequence[tuple[bytes, bytes]], path: str, *, write: bool) -> None:
+        if self._token is None and (write or self._viewer is None):
             raise PathNotFound(
                 f"no endpoint at {path}; the admin API is off until the gateway's "
                 "server.admin_token_env variable (SWAPGATE_ADMIN_TOKEN) is set"
             )
         offered = bearer(headers)
-        if offered is None or not hmac.compare_digest(offered, self._token):
-            raise Unauthorized(
-                "missing or wrong admin token; send 'Authorization: Bearer TOKEN' "
-                "(the swapgate CLI takes --token or SWAPGATE_ADMIN_TOKEN)"
-            )
+        if offered is not None and _matches(offered, self._token):
+            return
+        if offered is not None and _matches(offered, self._viewer):
+            if write:
+                raise Forbidden(
+                    f"a viewer's token only reads; {path} changes the gateway and takes the "
+                    "admin token (SWAPGATE_ADMIN_TOKEN)"
+                )
+            return
+        raise Unauthorized(
+            "missing or wrong admin token; send 'Authorization: Bearer TOKEN' "
+            "(the swapgate CLI takes --token or SWAPGATE_ADMIN_TOKEN)"
+        )
+
+
+def _matches(offered: bytes, expected: bytes | None) -> bool:
+    return expected is not None and hmac.compare_digest(offered, expected)

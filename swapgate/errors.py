@@ -66,6 +66,12 @@ class Unauthorized(SwapgateError):
     code = "invalid_api_key"
 
 
+class Forbidden(SwapgateError):
+    status = 403
+    type = "invalid_request_error"
+    code = "forbidden"
+
+
 class ModelNotFound(SwapgateError):
     status = 404
     type = "invalid_request_error"

@@ -304,6 +304,13 @@ class ClusterConfig(_Section):
     replica_id: str = ""  # default: hostname-pid
 
 
+class AuthConfig(_Section):
+    """Who may call besides the client keys and the admin token (docs/operations.md)."""
+
+    # A read-only token: the admin API's GET routes, the event stream and the dashboard.
+    viewer_token_env: str = "SWAPGATE_VIEWER_TOKEN"
+
+
 class MetricsConfig(_Section):
     enabled: bool = True
     path: Annotated[str, Field(pattern=r"^/")] = "/metrics"
@@ -325,6 +332,7 @@ class Settings(BaseSettings):
     preloads: list[PreloadConfig] = []
     metrics: MetricsConfig = MetricsConfig()
     cluster: ClusterConfig = ClusterConfig()
+    auth: AuthConfig = AuthConfig()
 
     @classmethod
     def settings_customise_sources(

@@ -147,7 +147,9 @@ class Runtime:
                 lambda name: self.coordinator.reconcile(name, policy),
             ),
             auth=ClientAuth(_split_keys(secret(settings.server.api_keys_env))),
-            admin_auth=AdminAuth(secret(settings.server.admin_token_env)),
+            admin_auth=AdminAuth(
+                secret(settings.server.admin_token_env), secret(settings.auth.viewer_token_env)
+            ),
         )
         self.endpoint.configure(settings, configured.router, catalog, configured.auth)
         return configured

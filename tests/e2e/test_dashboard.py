@@ -304,3 +304,25 @@ def test_the_page_of_any_replica_shows_the_clusters_swaps_and_says_which_replica
         until(browser, lambda p: cell_state(p, "gpu-1", "x") == "warm")
         waiting.join(30)
         assert [a.status_code for a in answers] == [200]
+
+
+def test_a_viewers_token_shows_the_page_and_reads_but_changes_nothing(browser: WebDriver) -> None:
+    viewer = "viewer-only-token"
+    env = {**ENV, "SWAPGATE_VIEWER_TOKEN": viewer}
+    with (
+        simulator(models=("a",)) as sim,
+        gateway({"instances": [instance("gpu-1", sim)]}, env=env) as gw,
+    ):
+        assert chat(gw.url, "a").status_code == 200
+        with gw.admin(viewer) as reader:
+            assert reader.get("/admin/state").status_code == 200
+            refused = reader.post("/admin/unload", json={"model": "a"})
+            assert refused.status_code == 403
+            assert "only reads" in refused.json()["error"]["message"]
+        log_in(browser, gw, token=viewer)
+        until(browser, live)
+        until(browser, lambda p: cell_state(p, "gpu-1", "a") == "warm")
+        click(browser, 'tr[data-instance="gpu-1"] td[data-model="a"] button.unload')
+        until(browser, lambda p: "only reads" in p.find_element(By.ID, "notice").text)
+        assert sim.stats()["resident"], "a is still loaded on the backend"
+        assert until(browser, lambda p: cell_state(p, "gpu-1", "a")) == "warm"

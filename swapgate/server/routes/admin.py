@@ -37,7 +37,8 @@ class UnloadRequest(BaseModel):
 
 def admin_routes(runtime: Runtime) -> APIRouter:
     def authorized(request: Request) -> None:
-        runtime.configured.admin_auth.check(request.headers.raw, request.url.path)
+        write = request.method not in ("GET", "HEAD")
+        runtime.configured.admin_auth.check(request.headers.raw, request.url.path, write=write)
 
     router = APIRouter(prefix="/admin", dependencies=[Depends(authorized)])
 

@@ -32,7 +32,7 @@ CSP = (
 
 def dashboard_routes(runtime: Runtime, events: EventStream) -> APIRouter:
     def authorized(request: Request) -> None:
-        runtime.configured.admin_auth.check(request.headers.raw, request.url.path)
+        runtime.configured.admin_auth.check(request.headers.raw, request.url.path, write=False)
 
     router = APIRouter()
 
