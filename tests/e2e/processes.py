@@ -6,6 +6,7 @@ Started with swapgate/drivers/processes.py, so each one stops by itself if the t
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ from typing import Any
 
 import httpx
 import openai
+import psutil
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -127,18 +129,46 @@ def instance(name: str, sim: Sim, kind: str = "llama-swap", **extra: Any) -> dic
 def gateway(
     config: dict[str, Any], env: dict[str, str] | None = None, log: Path | None = None
 ) -> Iterator[Gateway]:
-    """A gateway serving ``config``; its output goes to ``log`` if given."""
-    url = f"http://127.0.0.1:{free_port()}"
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
-        yaml.safe_dump(_with_server(config, url), handle)
-    process = spawn(["serve", "--config", handle.name], env, log)
-    gw = Gateway(url, process, handle.name)
+    """A gateway serving ``config``; its output goes to ``log`` if given. A port that another
+    server took between its choice and the gateway's bind (the suite runs many at once) is
+    chosen again: the gateway must be the one listening."""
+    for attempt in range(3):
+        url = f"http://127.0.0.1:{free_port()}"
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
+            yaml.safe_dump(_with_server(config, url), handle)
+        process = spawn(["serve", "--config", handle.name], env, log)
+        gw = Gateway(url, process, handle.name)
+        if _listening(process, url) or not _answers(url) or attempt == 2:
+            break  # its own port, or it failed for its own reasons: wait_until_serving says
+        stop(process)
+        os.unlink(handle.name)
     try:
         wait_until_serving(f"{gw.url}/healthz", process)
         yield gw
     finally:
         stop(process)
         os.unlink(handle.name)
+
+
+def _answers(url: str) -> bool:
+    try:
+        httpx.get(url, timeout=2)
+    except httpx.HTTPError:
+        return False
+    return True
+
+
+def _listening(process: subprocess.Popen[bytes], url: str, timeout: float = 60.0) -> bool:
+    """Whether ``process`` itself listens on ``url``'s port (False once it exited)."""
+    port = int(url.rsplit(":", 1)[1])
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        with contextlib.suppress(psutil.Error):
+            sockets = psutil.Process(process.pid).net_connections(kind="tcp")
+            if any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in sockets):
+                return True
+        time.sleep(0.05)
+    return False
 
 
 def _with_server(config: dict[str, Any], url: str) -> dict[str, Any]:

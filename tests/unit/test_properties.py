@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from swapgate.config.loading import load_config, parse_config
 from swapgate.config.settings import (
+    AuthConfig,
     ClusterConfig,
     ConfigError,
     InstanceConfig,
@@ -190,6 +191,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "keepalive": KeepaliveConfig,
     "metrics": MetricsConfig,
     "cluster": ClusterConfig,
+    "auth": AuthConfig,
 }
 LISTS: dict[str, type[BaseModel]] = {"instances": InstanceConfig, "preloads": PreloadConfig}
 NAMED: dict[str, type[BaseModel]] = {"models": ModelConfig, "relays": RelayConfig}
