@@ -162,7 +162,7 @@ class Cluster:
         or Redis is down); else the swap another replica runs there or for that model."""
         mine = Holder(self.replica, instance, model)
         keys = [f"{PREFIX}lock:{instance}", f"{PREFIX}loading:{model}"]
-        held = await self._call(self._claim(keys=keys, args=[mine.encode(), _ms(LEASE_TTL)]))
+        held = await self.call(self._claim(keys=keys, args=[mine.encode(), _ms(LEASE_TTL)]))
         if isinstance(held, str):
             return Holder.decode(held)
         if held is None and not self.up:
@@ -177,11 +177,11 @@ class Cluster:
         mine, renewing = held
         renewing.cancel()
         keys = [f"{PREFIX}lock:{instance}", f"{PREFIX}loading:{mine.model}"]
-        await self._call(self._release(keys=keys, args=[mine.encode()]))
+        await self.call(self._release(keys=keys, args=[mine.encode()]))
 
     async def holder(self, instance: str) -> Holder | bool | None:
         """Who holds ``instance``'s swap lock; None if nobody, False if Redis cannot say."""
-        raw = await self._call(self._redis.get(f"{PREFIX}lock:{instance}"))
+        raw = await self.call(self._redis.get(f"{PREFIX}lock:{instance}"))
         if not self.up:
             return False
         return Holder.decode(raw) if isinstance(raw, str) else None
@@ -189,14 +189,14 @@ class Cluster:
     async def _keep(self, keys: list[str], mine: Holder) -> None:
         while True:
             await asyncio.sleep(LEASE_TTL / 3)
-            await self._call(self._renew(keys=keys, args=[mine.encode(), _ms(LEASE_TTL)]))
+            await self.call(self._renew(keys=keys, args=[mine.encode(), _ms(LEASE_TTL)]))
 
     # -- the schedule --------------------------------------------------------------------------
 
     async def leads(self) -> bool:
         """Whether this replica runs the scheduled preloads now: it holds the lease, or Redis
         is down and it cannot know (a preload twice is harmless; one missed is not)."""
-        holder = await self._call(
+        holder = await self.call(
             self._lead(keys=[PREFIX + "scheduler"], args=[self.replica, _ms(LEASE_TTL)])
         )
         if not self.up:
@@ -209,31 +209,31 @@ class Cluster:
     async def publish(self, event: Event) -> bool:
         """Tell the others (those listening now); False if Redis did not take it."""
         message = encode(event, self.replica)
-        return await self._call(self._redis.publish(CHANNEL, message)) is not None
+        return await self.call(self._redis.publish(CHANNEL, message)) is not None
 
     async def share(self, key: str, field: str, value: str | None) -> bool:
         """Keep an operator's pin or drain in Redis, for replicas that start later; False if
         Redis did not take it."""
         name = PREFIX + key
-        done = await self._call(
+        done = await self.call(
             self._redis.hdel(name, field) if value is None else self._redis.hset(name, field, value)
         )
         return done is not None
 
     async def shared(self, key: str) -> dict[str, str]:
-        found = await self._call(self._redis.hgetall(PREFIX + key))
+        found = await self.call(self._redis.hgetall(PREFIX + key))
         return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
 
     async def describe(self) -> dict[str, Any]:
         """The replicas and their heartbeats, every swap lock's holder, the scheduler's."""
         replicas, locks = [], {}
         async for key in self._scan(f"{PREFIX}replica:*"):
-            raw = await self._call(self._redis.get(key))
+            raw = await self.call(self._redis.get(key))
             if isinstance(raw, str):
                 beat = json.loads(raw)
                 replicas.append({"id": beat["replica"], "last_heartbeat": beat["at"]})
         async for key in self._scan(f"{PREFIX}lock:*"):
-            raw = await self._call(self._redis.get(key))
+            raw = await self.call(self._redis.get(key))
             if isinstance(raw, str):
                 holder = Holder.decode(raw)
                 locks[key.removeprefix(f"{PREFIX}lock:")] = {
@@ -262,7 +262,7 @@ class Cluster:
         while True:
             inflight = self._listener.in_flight() if self._listener else {}
             beat = {"replica": self.replica, "at": time.time(), "inflight": inflight}
-            await self._call(
+            await self.call(
                 self._redis.set(
                     self._replica_key(self.replica), json.dumps(beat), px=_ms(REPLICA_TTL)
                 )
@@ -290,7 +290,7 @@ class Cluster:
 
     async def _sync(self) -> None:
         """Once Redis answers again, read back what the replicas share (pins, drains)."""
-        if self._synced or not await self._call(self._redis.ping()):
+        if self._synced or not await self.call(self._redis.ping()):
             return
         if self._listener is not None:
             await self._listener.resync()
@@ -303,9 +303,6 @@ class Cluster:
         return self._redis
 
     async def call(self, work: Awaitable[T]) -> T | None:
-        return await self._call(work)
-
-    async def _call(self, work: Awaitable[T]) -> T | None:
         """Redis's answer, or None if it gives none: down or restarting is logged once."""
         try:
             answer = await work

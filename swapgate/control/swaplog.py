@@ -76,6 +76,10 @@ class SwapLog:
     def running(self) -> list[SwapRecord]:
         return [r for r in self.records if r.result is None]
 
+    def running_on(self, instance: str) -> SwapRecord | None:
+        """The swap running on ``instance`` (one at a time: its swap slot)."""
+        return next((r for r in self.running() if r.instance == instance), None)
+
     def last_failure(self, instance: str) -> SwapRecord | None:
         """The latest swap on ``instance`` that failed or timed out (the reason of a backoff)."""
         for record in reversed(self.records):

@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 
 from swapgate.config.catalog import Catalog
 from swapgate.control.registry import Registry
-from swapgate.control.swaplog import SwapLog, SwapRecord, eviction_reason
+from swapgate.control.swaplog import SwapLog, eviction_reason
 from swapgate.drivers import Driver
 from swapgate.errors import DriverError
 from swapgate.metrics import Metrics
@@ -121,7 +121,6 @@ class SwapCoordinator:
         self._backoff = Backoff()
         self._eviction = eviction
         self.log = SwapLog()  # the last swaps, for operators
-        self._records: dict[str, SwapRecord] = {}  # instance -> its running swap's record
 
     def start(self, instance: str, model: str, victims: tuple[str, ...] = ()) -> bool:
         """Begin swapping ``model`` onto ``instance`` unless a swap runs there already."""
@@ -135,7 +134,7 @@ class SwapCoordinator:
         if left is not None and self._clock() - left < THRASH_WINDOW * eta:
             self._metrics.thrash.labels(instance, model).inc()
         reason = eviction_reason(view, victims, self._eviction)
-        self._records[instance] = self.log.begin(instance, model, kind, victims, reason, eta)
+        self.log.begin(instance, model, kind, victims, reason, eta)
         self._registry.begin_swap(instance, model, eta)
         self._occupy(instance, self._swap(instance, model, victims), "swap")
         return True
@@ -229,7 +228,7 @@ class SwapCoordinator:
             finally:
                 await self._released(instance, model)
         finally:
-            record = self._records.pop(instance, None)
+            record = self.log.running_on(instance)
             if record is not None:  # handed to another replica's swap, or shut down
                 self.log.end(record, "handed over", 0.0)
 
@@ -357,7 +356,7 @@ class SwapCoordinator:
     def _finish(
         self, instance: str, model: str, result: str, elapsed: float, warm: bool, error: str = ""
     ) -> bool:
-        record = self._records.pop(instance, None)
+        record = self.log.running_on(instance)
         if record is not None:
             self.log.end(record, result, elapsed, error)
         if result == "abandoned" and not warm:  # stopped, not failed: no backoff

@@ -9,6 +9,7 @@ URL). Its Content-Security-Policy allows no inline script and no other origin.
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 from fastapi import APIRouter, Depends, Request
@@ -28,6 +29,13 @@ CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
     "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
+
+HEADERS = {
+    "content-security-policy": CSP,
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-cache",
+}
 
 
 def dashboard_routes(runtime: Runtime, events: EventStream) -> APIRouter:
@@ -59,10 +67,10 @@ def dashboard_routes(runtime: Runtime, events: EventStream) -> APIRouter:
 def _file(name: str) -> Response:
     if name not in FILES:
         raise PathNotFound(f"no file {name!r} in the dashboard; it is at /ui")
-    headers = {
-        "content-security-policy": CSP,
-        "x-content-type-options": "nosniff",
-        "referrer-policy": "no-referrer",
-        "cache-control": "no-cache",
-    }
-    return Response((UI / name).read_bytes(), media_type=FILES[name], headers=headers)
+    return Response(_read(name), media_type=FILES[name], headers=HEADERS)
+
+
+@cache
+def _read(name: str) -> bytes:
+    """Read once: the files are the package's, and change only with it."""
+    return (UI / name).read_bytes()

@@ -137,6 +137,11 @@ function apply(kind, data) {
   schedule();
 }
 
+function loading() {
+  return Boolean(state) && (state.swaps.running.length > 0 ||
+    state.instances.some((i) => Object.values(i.models).some((m) => m.state === "loading")));
+}
+
 function mergeInstance(data) {
   const list = state.instances.slice();
   const at = list.findIndex((i) => i.name === data.name);
@@ -365,6 +370,6 @@ document.addEventListener("DOMContentLoaded", () => {
     if ($("preload-instance").value) body.instance = $("preload-instance").value;
     act("/admin/preload?wait=false", body);
   });
-  setInterval(schedule, 1000); // elapsed times move
+  setInterval(() => { if (loading()) schedule(); }, 1000); // elapsed times move
   if (token()) follow(); else showLogin("");
 });
