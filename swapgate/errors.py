@@ -3,6 +3,8 @@
     SwapgateError               an answer to a client: status, type, code, message
     ├── BadRequest              400 invalid_request_error  (malformed JSON, no string "model")
     ├── Unauthorized            401 invalid_api_key
+    ├── Forbidden               403 forbidden              (a viewer's token asked to change)
+    │   └── ModelNotAllowed     403 model_not_allowed      a model outside the key's scope
     ├── ModelNotFound           404 model_not_found        (names the known models)
     ├── PathNotFound            404 not_found
     ├── MethodNotAllowed        405 method_not_allowed
@@ -11,6 +13,7 @@
     ├── RequestTooLarge         413 request_too_large
     ├── HeadersTooLarge         431 headers_too_large      (connection layer)
     ├── QueueFull               429 queue_full             (+ Retry-After)
+    ├── RateLimited             429 rate_limited           a key's limit (+ Retry-After)
     ├── UpstreamError           502 upstream_error
     │   ├── UpstreamUnreachable     the connection failed before any byte was sent
     │   └── UpstreamRefusedKey      the instance answered 401/403 to swapgate's own key
@@ -72,6 +75,12 @@ class Forbidden(SwapgateError):
     code = "forbidden"
 
 
+class ModelNotAllowed(Forbidden):
+    """A model outside the key's scope: the same answer whether or not the model exists."""
+
+    code = "model_not_allowed"
+
+
 class ModelNotFound(SwapgateError):
     status = 404
     type = "invalid_request_error"
@@ -117,6 +126,11 @@ class HeadersTooLarge(SwapgateError):
 class QueueFull(SwapgateError):
     status = 429
     code = "queue_full"
+
+
+class RateLimited(SwapgateError):
+    status = 429
+    code = "rate_limited"
 
 
 class UpstreamError(SwapgateError):

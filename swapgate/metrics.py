@@ -63,6 +63,8 @@ _DECLARED = (
     ("keepalives", Counter, "swapgate_keepalives_sent", "Keep-alive writes", "model kind", ()),
     ("fallbacks", Counter, "swapgate_fallbacks", "Requests sent to a relay",
      "model relay reason", ()),
+    ("key_requests", Counter, "swapgate_key_requests",
+     "Requests answered, by the client key's configured name", "key status", ()),
     ("preload_runs", Counter, "swapgate_preload_runs", "Preload job runs", "job result", ()),
     ("upstream_errors", Counter, "swapgate_upstream_errors", "Failed upstream calls",
      "instance kind", ()),
@@ -92,6 +94,7 @@ class Metrics:
     thrash: Counter
     keepalives: Counter
     fallbacks: Counter
+    key_requests: Counter
     preload_runs: Counter
     upstream_errors: Counter
     process_exits: Counter
@@ -134,6 +137,9 @@ class Metrics:
         self._child(self.pool_requests, model, pool, str(status)).inc()
         if waited:
             self._child(self.pool_wait, model, pool).observe(waited)
+
+    def key_done(self, key: str, status: int) -> None:
+        self._child(self.key_requests, key, str(status)).inc()
 
     def endpoint_done(self, endpoint: str, status: int) -> None:
         self._child(self.endpoint_requests, endpoint, str(status)).inc()

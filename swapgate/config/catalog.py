@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from swapgate.config.settings import Settings
 from swapgate.errors import ModelNotFound
 from swapgate.model.sizes import sizes
@@ -35,12 +37,15 @@ class Catalog:
         """The model an alias stands for, or the name itself."""
         return self._aliases.get(name, name)
 
-    def known(self, requested: str, known: frozenset[str]) -> str:
+    def known(
+        self, requested: str, known: frozenset[str], visible: Callable[[str], bool] | None = None
+    ) -> str:
         """The model ``requested`` names (an alias resolved), if it is among ``known``; else
-        ``ModelNotFound`` listing every name a client may send."""
+        ``ModelNotFound`` listing every name a client may send (that it may see)."""
         model = self.resolve(requested)
         if model not in known:
-            names = ", ".join(sorted(known | self._aliases.keys())) or "none yet"
+            listed = sorted(known | self._aliases.keys())
+            names = ", ".join(n for n in listed if visible is None or visible(n)) or "none yet"
             raise ModelNotFound(
                 f"model {requested!r} does not exist here; known models: {names}", param="model"
             )

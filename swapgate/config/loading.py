@@ -15,18 +15,27 @@ import yaml
 from pydantic import ValidationError
 
 from swapgate.config.cron import cron_trigger
-from swapgate.config.settings import ConfigError, ModelConfig, PreloadConfig, Settings
+from swapgate.config.settings import (
+    ConfigError,
+    KeyConfig,
+    ModelConfig,
+    PreloadConfig,
+    Settings,
+)
 from swapgate.model.sizes import sizes
 
 _UNKNOWN_KEY = "unknown key; check its spelling against the documented schema"
 
 
 def load_config(path: str | Path) -> Settings:
-    """Read, validate and cross-check the file at ``path``; raise ``ConfigError`` on any problem."""
-    return parse_config(_read_yaml(Path(path)))
+    """Read, validate and cross-check the file at ``path``, and the keys file it names; raise
+    ``ConfigError`` on any problem."""
+    return parse_config(_read_yaml(Path(path)), Path(path).parent)
 
 
-def parse_config(data: Mapping[str, Any]) -> Settings:
+def parse_config(data: Mapping[str, Any], base: Path | None = None) -> Settings:
+    """``data`` as settings; a relative ``auth.keys_file`` is found in ``base`` (the config
+    file's folder; else the working one)."""
     # Only sections become keyword arguments: pydantic-settings takes ``_env_file`` and its other
     # ``_*`` options from them, and a key YAML read as a number or null cannot be one at all.
     sections = {key: value for key, value in data.items() if key in Settings.model_fields}
@@ -35,11 +44,36 @@ def parse_config(data: Mapping[str, Any]) -> Settings:
     except ValidationError as exc:
         problems = [_describe(err) for err in exc.errors()]
     else:
-        problems = list(_cross_check(settings))
+        settings, problems = _with_keys_file(settings, base)
+        problems += list(_cross_check(settings))
     problems += [f"{key}: {_UNKNOWN_KEY}" for key in data if key not in sections]
     if problems:
         raise ConfigError(problems)
     return settings
+
+
+def _with_keys_file(settings: Settings, base: Path | None) -> tuple[Settings, list[str]]:
+    """``settings`` with the keys of ``auth.keys_file`` added to ``auth.keys``."""
+    name = settings.auth.keys_file
+    if name is None:
+        return settings, []
+    path = (base or Path.cwd()) / name
+    try:
+        data = _read_yaml_value(path)
+    except ConfigError as exc:
+        return settings, [f"auth.keys_file: {p}" for p in exc.problems]
+    if isinstance(data, dict) and set(data) <= {"keys"}:
+        data = data.get("keys") or []
+    if data is None:
+        data = []
+    if not isinstance(data, list):
+        return settings, [f"auth.keys_file: {path}: expected a list of keys (or keys: [...])"]
+    try:
+        keys = [KeyConfig.model_validate(entry) for entry in data]
+    except ValidationError as exc:
+        return settings, [f"auth.keys_file ({path}) {_describe(err)}" for err in exc.errors()]
+    auth = settings.auth.model_copy(update={"keys": [*settings.auth.keys, *keys]})
+    return settings.model_copy(update={"auth": auth}), []
 
 
 class _Loader(yaml.SafeLoader):
@@ -58,6 +92,15 @@ class _Loader(yaml.SafeLoader):
 
 
 def _read_yaml(path: Path) -> dict[Any, Any]:
+    data = _read_yaml_value(path)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError([f"{path}: the top level must be a mapping of sections"])
+    return data
+
+
+def _read_yaml_value(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -70,10 +113,6 @@ def _read_yaml(path: Path) -> dict[Any, Any]:
         raise ConfigError([f"{path}: not valid YAML: {exc}"]) from None
     except RecursionError:
         raise ConfigError([f"{path}: nested too deeply to read; flatten it"]) from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError([f"{path}: the top level must be a mapping of sections"])
     return data
 
 
@@ -103,6 +142,20 @@ def _cross_check(settings: Settings) -> Iterable[str]:
             yield f"preloads[{index}].name: duplicate job name {job.name!r}"
         jobs.add(job.name)
     yield from sizes(settings.models)[1]  # a gguf that cannot be read
+    yield from _check_keys(settings)
+
+
+def _check_keys(settings: Settings) -> Iterable[str]:
+    names: set[str] = set()
+    hashes: dict[str, str] = {}
+    for index, key in enumerate(settings.auth.keys):
+        where = f"auth.keys[{index}]"
+        if key.name in names:
+            yield f"{where}.name: duplicate key name {key.name!r}"
+        if key.sha256 in hashes:
+            yield f"{where}.sha256: the same key as {hashes[key.sha256]!r}; give each its own"
+        names.add(key.name)
+        hashes.setdefault(key.sha256, key.name)
 
 
 def _check_model(

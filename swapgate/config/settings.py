@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import date
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -260,6 +261,8 @@ class ModelConfig(SizeConfig):
     max_wait: PositiveDuration | None = None
     keepalive: KeepaliveOverride | None = None
     pools: list[PoolConfig] = []  # tried in order: the first the prompt fits
+    # Requests at once on each instance; those beyond it wait in swapgate's queue (None: no cap)
+    max_concurrency: Annotated[int, Field(ge=1)] | None = None
 
     @property
     def fallback_policy(self) -> FallbackPolicy:
@@ -304,9 +307,57 @@ class ClusterConfig(_Section):
     replica_id: str = ""  # default: hostname-pid
 
 
-class AuthConfig(_Section):
-    """Who may call besides the client keys and the admin token (docs/operations.md)."""
+# The named priority classes; any integer is a class too, higher served first (docs/keys.md).
+PRIORITY_CLASSES = {"interactive": 10, "default": 0, "batch": -10}
 
+
+def parse_priority(value: object) -> object:
+    """``interactive``, ``default``, ``batch`` or an integer (a string of one too)."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in PRIORITY_CLASSES:
+            return PRIORITY_CLASSES[text]
+        if re.fullmatch(r"[+-]?\d{1,6}", text):
+            return int(text)
+        raise ValueError(
+            f"not a priority: {value!r}; use interactive, default, batch or an integer"
+        )
+    if isinstance(value, bool):
+        raise ValueError("not a priority: use interactive, default, batch or an integer")
+    return value
+
+
+Priority = Annotated[int, BeforeValidator(parse_priority), Field(ge=-999_999, le=999_999)]
+
+
+def _lower(value: object) -> object:
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+class KeyConfig(_Section):
+    """One client key: who it is, what it may use, how much, and how urgent (docs/keys.md)."""
+
+    name: Name
+    # The SHA-256 of the key, in hex: the key itself is never written down
+    sha256: Annotated[str, BeforeValidator(_lower), Field(pattern=r"^[0-9a-f]{64}$")]
+    models: Annotated[list[str], Field(min_length=1)] = ["*"]  # names or glob patterns
+    priority: Priority = 0
+    # Whether x-swapgate-priority may raise a request above the key's own class (lowering
+    # it is always allowed)
+    priority_header: bool = False
+    rpm: Annotated[int, Field(ge=1)] | None = None  # requests per minute
+    concurrency: Annotated[int, Field(ge=1)] | None = None  # requests at once
+    expires: date | None = None  # the last day it works (UTC)
+
+
+class AuthConfig(_Section):
+    """Who may call besides the admin token: scoped client keys and a viewer's token
+    (docs/keys.md, docs/operations.md)."""
+
+    keys: list[KeyConfig] = []
+    # A YAML file of more keys (a list, or a mapping with ``keys``), read again at each reload;
+    # relative to the config file's folder.
+    keys_file: str | None = None
     # A read-only token: the admin API's GET routes, the event stream and the dashboard.
     viewer_token_env: str = "SWAPGATE_VIEWER_TOKEN"
 

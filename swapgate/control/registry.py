@@ -69,6 +69,7 @@ class Registry:
             tuple(i.view(now, estimates, elsewhere.on(n)) for n, i in self._instances.items()),
             self.waitlist.arrivals(),
             self.waitlist.oldest(),
+            self.waitlist.classes(),
         )
 
     def names(self) -> list[str]:
@@ -239,16 +240,17 @@ class Registry:
 
     # -- requests ------------------------------------------------------------------------------
 
-    def begin_request(self, name: str, model: str) -> None:
+    def begin_request(self, name: str, model: str, priority: int = 0) -> None:
         inst = self._instances[name]
         slot = inst.slot(model)
         now = self.clock()
         inst.inflight += 1
         slot.inflight += 1
+        slot.classes[priority] = slot.classes.get(priority, 0) + 1
         slot.last_used = now
         slot.unwanted = False
 
-    def end_request(self, name: str, model: str) -> None:
+    def end_request(self, name: str, model: str, priority: int = 0) -> None:
         inst = self._instances.get(name)
         if inst is None:
             return  # removed by a reload while this request ran
@@ -256,6 +258,11 @@ class Registry:
         # max(): a reload that replaced the instance (new URL or kind) started it from zero.
         inst.inflight = max(0, inst.inflight - 1)
         slot.inflight = max(0, slot.inflight - 1)
+        left = slot.classes.get(priority, 0) - 1
+        if left > 0:
+            slot.classes[priority] = left
+        else:
+            slot.classes.pop(priority, None)
         slot.last_used = self.clock()
         self._notify()
 

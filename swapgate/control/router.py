@@ -27,12 +27,14 @@ from swapgate.policy import pools, timing
 from swapgate.policy.fallback import Reason, allows
 from swapgate.policy.placement import (
     Decision,
+    Full,
     Join,
     Policy,
     Queue,
     Serve,
     Swap,
     Unavailable,
+    free_slots,
     frees_up_at,
     place,
     starvation_target,
@@ -42,7 +44,14 @@ log = logging.getLogger("swapgate.router")
 # The APIs swapgate translates to chat completions for an instance that does not speak them
 TRANSLATED = frozenset({"anthropic", "responses"})
 # How a request found its model (swapgate_placements_total), by its first decision
-_PLACEMENT = {Serve: "warm", Join: "swap", Swap: "swap", Queue: "queued", Unavailable: "swap"}
+_PLACEMENT = {
+    Serve: "warm",
+    Join: "swap",
+    Swap: "swap",
+    Queue: "queued",
+    Full: "queued",
+    Unavailable: "swap",
+}
 
 
 class Addresses(Protocol):
@@ -112,16 +121,19 @@ class Router:
             "instance's protocols, or send the request where it is spoken"
         )
 
-    def want(self, model: str, payload: dict[str, Any], budget: float | None) -> Want:
-        """What a request asks for besides its model: its pool (by its prompt, docs/operations.md)
-        and its own wait budget (``x-swapgate-max-wait``, capped at the model's max_wait)."""
+    def want(
+        self, model: str, payload: dict[str, Any], budget: float | None, priority: int = 0
+    ) -> Want:
+        """What a request asks for besides its model: its pool (by its prompt, docs/operations.md),
+        its own wait budget (``x-swapgate-max-wait``, capped at the model's max_wait) and its
+        priority class (docs/keys.md)."""
         conf = self._settings.model_settings(model)
         pool = None
         if conf.pools:
             snap = self._registry.snapshot()
             pool = pools.choose(model, conf.pools, pools.prompt_tokens(payload), snap)
         max_wait = conf.max_wait or self._settings.routing.max_wait
-        return Want(pool, min(budget, max_wait) if budget is not None else None)
+        return Want(pool, min(budget, max_wait) if budget is not None else None, priority)
 
     def snapshot(self, want: Want | None = None) -> Snapshot:
         """The registry's snapshot, of the request's pool's instances only."""
@@ -140,11 +152,11 @@ class Router:
         progress = progress or Progress()
         want = want or Want()
         self._registry.waitlist.arrived(model)
-        decision = place(model, self.snapshot(want), self._policy)
+        decision = self.place(model, want, started)
         if isinstance(decision, Serve):
             progress.instance, progress.state = decision.instance, "waiting"
             self._placed(model, "warm", 0.0)
-            return self.lease(decision.instance, model, None)
+            return self.lease(decision.instance, model, None, want.priority)
         lease = await self._wait(model, progress, want, decision, started)
         placement = "relay" if lease.kind == "relay" else _PLACEMENT[type(decision)]
         self._placed(model, placement, lease.waited)
@@ -162,7 +174,7 @@ class Router:
             expected = self.expected_wait(model, decision)
             if expected > want.budget:
                 return self._over_budget(model, decision, expected, want.budget, started)
-        with self._registry.waitlist.queued(model, started) as depth:
+        with self._registry.waitlist.queued(model, started, want.priority) as depth:
             if depth > self._settings.routing.queue_limit:
                 relayed = self.relay(model, "queue_full", started)
                 if relayed:
@@ -190,7 +202,9 @@ class Router:
         snap = self.snapshot(want)
         others = replace(snap, instances=tuple(i for i in snap.instances if i.name != besides))
         decision = place(model, others, self._policy)
-        return self.lease(decision.instance, model, None) if isinstance(decision, Serve) else None
+        if not isinstance(decision, Serve):
+            return None
+        return self.lease(decision.instance, model, None, want.priority if want else 0)
 
     def relay(self, model: str, reason: Reason, started: float | None = None) -> Lease | None:
         """Lease the model's relay if its fallback policy allows ``reason``."""
@@ -204,25 +218,40 @@ class Router:
 
     def release(self, lease: Lease) -> None:
         if lease.kind == "instance":
-            self._registry.end_request(lease.name, lease.model)
+            self._registry.end_request(lease.name, lease.model, lease.priority)
 
-    def place(self, model: str, want: Want) -> Decision:
-        """Where ``model`` would go now, among the instances of the request's pool."""
-        return place(model, self.snapshot(want), self._policy)
+    def place(self, model: str, want: Want, since: float) -> Decision:
+        """Where a request for ``model`` that arrived at ``since`` would go now, among the
+        instances of its pool. A free slot of a model with ``max_concurrency`` goes to the
+        queued requests first, by class, then arrival: it waits its turn (``Full``)."""
+        snap = self.snapshot(want)
+        decision = place(model, snap, self._policy, want.priority)
+        if isinstance(decision, Serve):
+            free = free_slots(model, snap, self._policy)
+            if free is not None and self._turns(model, want, since) >= free:
+                return Full(decision.instance)
+        return decision
 
-    def reserve_room(self, model: str, until: float) -> str | None:
+    def _turns(self, model: str, want: Want, since: float) -> int:
+        """How many queued requests for ``model`` go before this one."""
+        return self._registry.waitlist.ahead(model, want.priority, since)
+
+    def reserve_room(self, model: str, until: float, outranks: int | None = None) -> str | None:
         """The starvation rule: stop new requests to the cheapest busy victims so they drain;
-        returns the instance it made room on, if any."""
-        target = starvation_target(model, self._registry.snapshot(), self._policy)
+        returns the instance it made room on, if any. With ``outranks``, a request's class:
+        only victims that lower classes alone use (swapgate/policy/placement.py)."""
+        snap = self._registry.snapshot()
+        target = starvation_target(model, snap, self._policy, outranks)
         if target is None or not target.victims:
             return None
-        log.info("%s waits too long: closing %s on %s", model, target.victims, target.instance)
+        why = "waits too long" if outranks is None else f"outranks them (class {outranks})"
+        log.info("%s %s: closing %s on %s", model, why, target.victims, target.instance)
         self._registry.reserve(target.instance, target.victims, until, model)
         return target.instance
 
     def expected_wait(self, model: str, decision: Decision) -> float:
         """Seconds until ``model`` would be warm on the decision's instance."""
-        if isinstance(decision, Serve | Unavailable):
+        if isinstance(decision, Serve | Full | Unavailable):
             return 0.0
         snap = self._registry.snapshot()
         instance = snap.instance(decision.instance)
@@ -258,9 +287,9 @@ class Router:
     def _max_wait(self, model: str) -> float:
         return self._settings.model_settings(model).max_wait or self._settings.routing.max_wait
 
-    def lease(self, instance: str, model: str, started: float | None) -> Lease:
+    def lease(self, instance: str, model: str, started: float | None, priority: int = 0) -> Lease:
         """Lease ``instance``; ``started`` is when the request began waiting, None if it did not."""
-        self._registry.begin_request(instance, model)
+        self._registry.begin_request(instance, model, priority)
         upstream_model = self._catalog.upstream_name(instance, model)
         waited = self._clock() - started if started is not None else 0.0
         upstream = self._upstreams[instance]
@@ -269,7 +298,7 @@ class Router:
         if url is not None:  # a process instance: the model's own server
             upstream = replace(upstream, url=url)
         pulse = self._registry.pulse(instance)
-        return Lease("instance", instance, model, upstream_model, upstream, waited, pulse)
+        return Lease("instance", instance, model, upstream_model, upstream, waited, pulse, priority)
 
     def retry_after(self, model: str) -> int:
         return max(1, math.ceil(self._coordinator.quickest(model)))
@@ -288,6 +317,7 @@ def policy_for(settings: Settings, coordinator: Swaps) -> Policy:
         routing.demand_horizon,
         patience=lambda model: starvation_point(settings, coordinator.quickest, model),
         wake=coordinator.wake_eta,
+        slots=lambda model: settings.model_settings(model).max_concurrency,
     )
 
 

@@ -25,6 +25,7 @@ class ModelSlot:
     waiting: int = 0
     closing_until: float = 0.0
     unwanted: bool = False  # loaded by a swap abandoned by every request: the first victim
+    classes: dict[int, int] = field(default_factory=dict)  # in flight, by priority class
 
     def set_state(self, state: WarmState, now: float) -> None:
         if self.state is not state:
@@ -36,6 +37,7 @@ class ModelSlot:
         return ModelView(
             self.state, self.since, self.last_used, self.inflight + elsewhere, self.pinned_until,
             self.waiting, self.closing_until > now, self.unwanted,
+            max(self.classes) if self.classes else None,
         )  # fmt: skip
 
 

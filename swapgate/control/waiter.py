@@ -15,18 +15,19 @@ from swapgate.metrics import Metrics
 from swapgate.model.lease import Lease, Progress
 from swapgate.policy import pools
 from swapgate.policy.fallback import Reason, relay_reason
-from swapgate.policy.placement import Decision, Join, Queue, Serve, Swap, Unavailable
+from swapgate.policy.placement import Decision, Full, Join, Queue, Serve, Swap, Unavailable
 
-_STATES = {Serve: "waiting", Join: "loading", Swap: "loading", Queue: "queued"}
+_STATES = {Serve: "waiting", Join: "loading", Swap: "loading", Queue: "queued", Full: "queued"}
 
 
 @dataclass(frozen=True, slots=True)
 class Want:
-    """A request's own routing: the pool it may use (None: every instance) and how long it
-    may wait (None: the model's max_wait)."""
+    """A request's own routing: the pool it may use (None: every instance), how long it
+    may wait (None: the model's max_wait) and its priority class (docs/keys.md)."""
 
     pool: pools.Pool | None = None
     budget: float | None = None
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,12 +47,15 @@ class Waiting:
 class Routing(Protocol):
     """What a waiter asks of the router (swapgate/control/router.py)."""
 
-    def place(self, model: str, want: Want) -> Decision: ...
-    def lease(self, instance: str, model: str, started: float | None) -> Lease: ...
+    def place(self, model: str, want: Want, since: float) -> Decision: ...
+    def lease(
+        self, instance: str, model: str, started: float | None, priority: int = 0
+    ) -> Lease: ...
+
     def expected_wait(self, model: str, decision: Decision) -> float: ...
     def relay(self, model: str, reason: Reason, started: float | None = None) -> Lease | None: ...
     def retry_after(self, model: str) -> int: ...
-    def reserve_room(self, model: str, until: float) -> str | None: ...
+    def reserve_room(self, model: str, until: float, outranks: int | None = None) -> str | None: ...
 
 
 class Waiter:
@@ -83,14 +87,16 @@ class Waiter:
 
     def step(self) -> Lease | None:
         router, model, started = self._router, self._wait.model, self._wait.started
-        decision = self._first or router.place(model, self._wait.want)
+        want = self._wait.want
+        decision = self._first or router.place(model, want, started)
         self._first = None
-        self._await_swap_on(decision.instance if isinstance(decision, Join | Swap) else None)
+        held = decision.instance if isinstance(decision, Join | Swap | Full) else None
+        self._await_swap_on(held)
         if isinstance(decision, Serve):
             self._progress.instance, self._progress.state = decision.instance, "waiting"
             if not self._started_swap:  # another request's swap served it too
                 self._metrics.swaps_avoided.labels(model).inc()
-            return router.lease(decision.instance, model, started)
+            return router.lease(decision.instance, model, started, want.priority)
         if isinstance(decision, Swap):  # also when relaying: later requests find it warm
             began = self._swaps.start(decision.instance, model, decision.victims)
             self._started_swap = self._started_swap or began
@@ -106,9 +112,11 @@ class Waiter:
         self._progress.state = _STATES[type(decision)]
         if self._progress.state == "loading" and self._swaps.waking(decision.instance):
             self._progress.state = "waking"
-        starving = self._registry.clock() >= self._starving_at
-        if isinstance(decision, Queue) and starving and self._room_on is None:
-            self._room_on = router.reserve_room(model, self.deadline)
+        if isinstance(decision, Queue) and self._room_on is None:
+            if self._registry.clock() >= self._starving_at:
+                self._room_on = router.reserve_room(model, self.deadline)
+            else:  # what only lower classes use makes room for it at once
+                self._room_on = router.reserve_room(model, self.deadline, want.priority)
         return None
 
     def _await_swap_on(self, instance: str | None) -> None:

@@ -1,5 +1,5 @@
 """The requests for each model: every arrival (its demand, which placement and the forecast
-read) and those waiting now, oldest first."""
+read) and those waiting now, by priority class, then arrival (docs/keys.md)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ class Waitlist:
         (swapgate/control/forecast.py)."""
         self._clock = clock
         self._on_arrival = on_arrival
-        # model -> when each queued request arrived, oldest first: snapshots read the first
-        self._queued: dict[str, list[float]] = {}
+        # model -> (-class, when it arrived) of each queued request, first served first
+        self._queued: dict[str, list[tuple[int, float]]] = {}
         self._arrivals: dict[str, Arrivals] = {}
 
     def arrived(self, model: str) -> None:
@@ -31,33 +31,42 @@ class Waitlist:
             self._on_arrival(model)
 
     @contextmanager
-    def queued(self, model: str, since: float) -> Iterator[int]:
-        """Count a request for ``model`` that arrived at ``since`` as queued while it waits;
-        gives the queue's depth with it."""
-        depth = self.enter(model, since)
+    def queued(self, model: str, since: float, priority: int = 0) -> Iterator[int]:
+        """Count a request for ``model`` of class ``priority`` that arrived at ``since`` as
+        queued while it waits; gives the queue's depth with it."""
+        depth = self.enter(model, since, priority)
         try:
             yield depth
         finally:
-            self.leave(model, since)
+            self.leave(model, since, priority)
 
-    def enter(self, model: str, since: float) -> int:
+    def enter(self, model: str, since: float, priority: int = 0) -> int:
         """Queue a request for ``model`` that arrived at ``since``; returns the queue's depth."""
         queue = self._queued.setdefault(model, [])
-        bisect.insort(queue, since)  # requests queue as they arrive: an append, nearly always
+        bisect.insort(queue, (-priority, since))  # nearly always an append
         return len(queue)
 
-    def leave(self, model: str, since: float) -> None:
+    def leave(self, model: str, since: float, priority: int = 0) -> None:
         queue = self._queued[model]
-        queue.remove(since)
+        queue.remove((-priority, since))
         if not queue:  # only models with requests queued stay: snapshots iterate them
             del self._queued[model]
 
+    def ahead(self, model: str, priority: int, since: float) -> int:
+        """How many queued requests for ``model`` go before one of class ``priority`` that
+        arrived at ``since``: a higher class, or the same class earlier."""
+        return bisect.bisect_left(self._queued.get(model, ()), (-priority, since))
+
     def depths(self) -> dict[str, int]:
-        return {model: len(since) for model, since in self._queued.items()}
+        return {model: len(queue) for model, queue in self._queued.items()}
 
     def oldest(self) -> dict[str, float]:
         """For each model with requests queued, when the oldest one arrived."""
-        return {model: since[0] for model, since in self._queued.items()}
+        return {model: min(since for _, since in queue) for model, queue in self._queued.items()}
+
+    def classes(self) -> dict[str, int]:
+        """For each model with requests queued, the highest class among them."""
+        return {model: -queue[0][0] for model, queue in self._queued.items()}
 
     def arrivals(self) -> dict[str, Arrivals]:
         return dict(self._arrivals)

@@ -59,6 +59,7 @@ class Lease:
     upstream: Upstream
     waited: float
     pulse: Pulse = field(default_factory=Pulse)  # the instance's: beats as the answer arrives
+    priority: int = 0  # its request's class (docs/keys.md)
 
     @property
     def route(self) -> str:

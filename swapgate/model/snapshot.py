@@ -23,6 +23,7 @@ class ModelView:
     waiting: int = 0  # requests waiting for this model's swap here: it serves them first
     closing: bool = False  # no new requests: it makes room for a request waiting too long
     unwanted: bool = False  # its swap was abandoned by every request: the first victim
+    top_class: int | None = None  # the highest priority class among its requests in flight
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,8 @@ class Snapshot:
     arrivals: Mapping[str, Arrivals] = field(default_factory=dict)
     # For each model with requests queued (not yet sure of a swap), when the oldest one arrived.
     queued: Mapping[str, float] = field(default_factory=dict)
+    # For each model with requests queued, the highest priority class among them.
+    classes: Mapping[str, int] = field(default_factory=dict)
 
     def instance(self, name: str) -> InstanceView:
         return next(i for i in self.instances if i.name == name)

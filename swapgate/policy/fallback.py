@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Literal
 
 from swapgate.config.settings import FallbackPolicy
-from swapgate.policy.placement import Decision, Serve, Unavailable
+from swapgate.policy.placement import Decision, Full, Serve, Unavailable
 
 Reason = Literal["swap", "slow", "error", "queue_full"]
 _RANK: dict[str, int] = {"off": 0, "error": 1, "slow": 2, "swap": 3}
@@ -27,7 +27,7 @@ def relay_reason(
     policy: FallbackPolicy, decision: Decision, expected_wait: float, max_wait: float
 ) -> Reason | None:
     """Why a request placed as ``decision`` goes to the relay now, or None when it stays."""
-    if isinstance(decision, Serve):
+    if isinstance(decision, Serve | Full):  # warm: a slot frees as soon as a request ends
         return None
     if isinstance(decision, Unavailable):
         return "error" if allows(policy, "error") else None

@@ -2,7 +2,8 @@
 
 The rules (docs/architecture.md), in order:
   1. candidates are instances that are up, not drained, not in backoff, and serve the model;
-  2. a warm candidate: the one with the fewest in-flight requests per weight;
+  2. a warm candidate with a free slot (``max_concurrency``): the one with the fewest in-flight
+     requests per weight; warm everywhere but every slot taken: wait for one (``Full``);
   3. a candidate already loading the model: join that swap;
   4. a swap target among candidates not swapping already — a copy asleep (vLLM's sleep mode)
      before a cold one when its measured wake is sooner than the cold one's load —: free
@@ -14,13 +15,16 @@ The rules (docs/architecture.md), in order:
      at the starvation rule's point)), the cheapest victims first: least recently used
      (``lru``), or least expected cost (``demand``): the chance of its next request within
      the horizon × its measured swap time, nothing if another instance has it warm too;
-  5. first come, first swapped: if a model whose requests have queued longer would take that
-     same swap target, it goes first and this request queues behind it;
+  5. first come, first swapped, by priority class first (docs/keys.md): if a model whose
+     requests are of a higher class, or of the same class and have queued longer, would take
+     that same swap target, it goes first and this request queues behind it;
   6. else queue on the candidate expected to free up first.
 
 A model "closing" on an instance (the starvation rule, ``starvation_target``) takes no new
 requests there and is evictable once its in-flight requests are done, residency or not; the room
-it leaves is reserved for the starving model.
+it leaves is reserved for the starving model. A request of a higher class than every request
+using the models in its way does not wait for that point (``outranks``), unless their own
+requests have waited that long.
 """
 
 from __future__ import annotations
@@ -51,6 +55,10 @@ def _never(model: str) -> float:
     return float("inf")
 
 
+def _unlimited(model: str) -> int | None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     # Set: the operator's min_residency; None: follow the swap time it guards (timing.py).
@@ -65,6 +73,8 @@ class Policy:
     patience: Callable[[str], float] = _never
     # The measured wake of (instance, model) asleep (vLLM's sleep mode): the asleep tier's time.
     wake: Callable[[str, str], float] = _unmeasured
+    # A model's ``max_concurrency``: its requests at once on one instance (None: no cap).
+    slots: Callable[[str], int | None] = _unlimited
 
     def residency(self, instance: str, model: str) -> float:
         """How long ``model``, having served a request on ``instance``, stays unevictable."""
@@ -93,15 +103,23 @@ class Queue:
 
 
 @dataclass(frozen=True, slots=True)
+class Full:
+    """Warm, but every one of its slots (``max_concurrency``) is taken: wait for one."""
+
+    instance: str
+
+
+@dataclass(frozen=True, slots=True)
 class Unavailable:
     reason: str
     backing_off: bool = False  # a candidate is out only because a swap failed on it
 
 
-Decision = Serve | Join | Swap | Queue | Unavailable
+Decision = Serve | Join | Swap | Queue | Full | Unavailable
 
 
-def place(model: str, snap: Snapshot, policy: Policy) -> Decision:
+def place(model: str, snap: Snapshot, policy: Policy, priority: int = 0) -> Decision:
+    """Where a request for ``model`` of class ``priority`` goes now."""
     candidates = [
         i
         for i in snap.instances
@@ -115,16 +133,32 @@ def place(model: str, snap: Snapshot, policy: Policy) -> Decision:
         return Unavailable(_why_unavailable(model, snap), backing_off)
     warm = [i for i in candidates if _serves_warm(i, model)]
     if warm:
-        return Serve(min(warm, key=_load).name)
+        limit = policy.slots(model)
+        open_ = [i for i in warm if limit is None or i.models[model].inflight < limit]
+        if open_:
+            return Serve(min(open_, key=_load).name)
+        return Full(min(warm, key=lambda i: i.models[model].inflight).name)
     loading = [i for i in candidates if i.state_of(model) is WarmState.LOADING]
     if loading:
         return Join(min(loading, key=lambda i: i.swap_done_by).name)
     target = _swap_target(model, candidates, snap, policy)
     if target is None:
         return Queue(min(candidates, key=lambda i: frees_up_at(i, snap.now, policy)).name)
-    if _queued_earlier(model, target.instance, snap, policy):
+    if _queued_earlier(model, target.instance, snap, policy, priority):
         return Queue(target.instance)
     return target
+
+
+def free_slots(model: str, snap: Snapshot, policy: Policy) -> int | None:
+    """How many more requests for ``model`` its warm copies take now (None: no cap)."""
+    limit = policy.slots(model)
+    if limit is None:
+        return None
+    return sum(
+        max(0, limit - i.models[model].inflight)
+        for i in snap.instances
+        if i.available(snap.now) and _serves_warm(i, model)
+    )
 
 
 def _swap_target(
@@ -166,12 +200,16 @@ def _target_among(
     return Swap(cheapest[0].name, cheapest[1]) if cheapest else None
 
 
-def _queued_earlier(model: str, instance: str, snap: Snapshot, policy: Policy) -> bool:
-    """Whether another model, queued since before ``model``'s oldest request and not warm or
-    loading anywhere, would take its swap on ``instance``: then that one goes first."""
-    mine = snap.queued.get(model, snap.now)
+def _queued_earlier(
+    model: str, instance: str, snap: Snapshot, policy: Policy, priority: int = 0
+) -> bool:
+    """Whether another model, not warm or loading anywhere, whose queued requests are of a
+    higher class than ``model``'s, or of the same class and queued since before its oldest,
+    would take its swap on ``instance``: then that one goes first."""
+    mine = (max(priority, snap.classes.get(model, priority)), -snap.queued.get(model, snap.now))
     for other, since in snap.queued.items():
-        if other == model or since >= mine or _warm_or_loading(other, snap):
+        theirs = (snap.classes.get(other, 0), -since)
+        if other == model or theirs <= mine or _warm_or_loading(other, snap):
             continue
         candidates = [i for i in snap.instances if other in i.serves and i.available(snap.now)]
         target = _swap_target(other, candidates, snap, policy)
@@ -184,9 +222,13 @@ def _warm_or_loading(model: str, snap: Snapshot) -> bool:
     return any(i.state_of(model) in AWAKE for i in snap.instances)
 
 
-def starvation_target(model: str, snap: Snapshot, policy: Policy) -> Swap | None:
+def starvation_target(
+    model: str, snap: Snapshot, policy: Policy, outranks: int | None = None
+) -> Swap | None:
     """Where to make room for ``model`` by closing models that still serve: the instance whose
-    unpinned victims cost least, counting their in-flight requests as drainable."""
+    unpinned victims cost least, counting their in-flight requests as drainable. With
+    ``outranks`` (a request's class): only models whose requests, in flight and queued, are all
+    of a lower class, and have not waited past their own starvation point."""
     idle = [
         i
         for i in snap.instances
@@ -195,18 +237,21 @@ def starvation_target(model: str, snap: Snapshot, policy: Policy) -> Swap | None
         and i.swapping is None
         and i.reserved_for in (None, model)
     ]
-    cheapest = _cheapest_room(model, idle, snap, policy, _Room(draining=True))
+    room = _Room(draining=True, outranks=outranks)
+    cheapest = _cheapest_room(model, idle, snap, policy, room)
     return Swap(cheapest[0].name, cheapest[1]) if cheapest else None
 
 
 @dataclass(frozen=True, slots=True)
 class _Room:
     """What may make room. ``draining``: for a request that waited too long (the starvation
-    rule), busy models too, once drained. Otherwise only models that are done and, under
-    ``demand``, whose chance of being back within the horizon is below ``bar``."""
+    rule) or outranks (a class) the requests in its way, busy models too, once drained.
+    Otherwise only models that are done and, under ``demand``, whose chance of being back
+    within the horizon is below ``bar``."""
 
     draining: bool = False
     bar: float = LIKELY_BACK
+    outranks: int | None = None
 
 
 def _cheapest_room(
@@ -260,6 +305,8 @@ def _evictable(
     m = instance.models[name]
     if m.state is not WarmState.WARM or m.pinned_until > snap.now:
         return False
+    if room.outranks is not None and not _below(name, m.top_class, room.outranks, snap, policy):
+        return False
     if room.draining:
         return True  # in-flight requests finish first; residency yields to a starving request
     if m.inflight or m.waiting:
@@ -269,6 +316,18 @@ def _evictable(
     if policy.eviction == "demand":  # kept while it is likely back soon and warm nowhere else
         return _chance(instance, name, snap, policy) < room.bar or _elsewhere(instance, name, snap)
     return m.last_used == 0 or snap.now - m.last_used >= policy.residency(instance.name, name)
+
+
+def _below(model: str, top: int | None, priority: int, snap: Snapshot, policy: Policy) -> bool:
+    """Whether ``model`` is in use (``top``: its highest class in flight; its queue) by
+    requests of classes below ``priority`` only, none of them queued past its starvation point.
+    A model nobody uses now keeps its residency: outranking closes what others use."""
+    queued = snap.classes.get(model)
+    if top is None and queued is None:
+        return False
+    if (top is not None and top >= priority) or (queued is not None and queued >= priority):
+        return False
+    return queued is None or snap.now - snap.queued[model] < policy.patience(model)
 
 
 def overflow(instance: InstanceView, snap: Snapshot, policy: Policy) -> tuple[str, ...]:

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field, replace
 
 from starlette.types import Receive, Scope, Send
 
-from swapgate.auth import ClientAuth
+from swapgate.auth import Caller, ClientAuth
 from swapgate.config.catalog import Catalog
 from swapgate.config.settings import Settings
 from swapgate.control.failover import Attempts
+from swapgate.control.limits import Admission, KeyLimits
 from swapgate.control.registry import Registry
 from swapgate.control.router import Router
 from swapgate.control.waiter import Want
@@ -77,13 +78,18 @@ class Exchange:
     # Keep-alives committed the 200 before the upstream answered: its x-swapgate-wait-ms is
     # the wait until then, and a stream tells the whole wait in a last comment.
     committed_early: bool = False
+    key: str | None = None  # the name of the client's key (docs/keys.md), never the key
+    admission: Admission | None = None  # its place under its key's limits, given back at the end
 
 
 class ProxyEndpoint:
-    def __init__(self, *, registry: Registry, client: UpstreamClient, metrics: Metrics) -> None:
+    def __init__(
+        self, *, registry: Registry, client: UpstreamClient, metrics: Metrics, limits: KeyLimits
+    ) -> None:
         self._registry = registry
         self._client = client
         self._metrics = metrics
+        self._limits = limits
 
     def configure(
         self, settings: Settings, router: Router, catalog: Catalog, auth: ClientAuth
@@ -102,16 +108,20 @@ class ProxyEndpoint:
         ex = Exchange(scope["method"], endpoint, request_id(headers))
         writer = ResponseWriter(send, [(b"x-request-id", ex.request_id.encode())], endpoint.dialect)
         try:
-            self._auth.check(headers)
+            caller = self._auth.check(headers)
+            ex.key = caller.name
             request = await read_request(receive, headers, endpoint, self._max_body)
             requested, stream = request.model, request.stream
-            ex.model = self._catalog.known(requested, self._registry.known_models())
+            ex.model = self._known(caller, requested)
             if requested != ex.model:
                 request.rename(ex.model)
             self._router.check_speaks(ex.model, endpoint.protocol, endpoint.path)
             if endpoint.protocol != "openai":  # for an upstream that speaks chat only
                 request.translation = Translated(endpoint, request.payload, ex.model)
-            ex.want = self._router.want(ex.model, request.payload, pools.budget(headers))
+            if caller.key is not None:
+                ex.admission = await self._limits.admit(caller.key)
+            priority = self._auth.priority(caller, headers)
+            ex.want = self._router.want(ex.model, request.payload, pools.budget(headers), priority)
             if ex.want.pool is not None:
                 writer.headers.append((b"x-swapgate-pool", ex.want.pool.name.encode()))
             plan = self._plan(scope, ex, request, stream)
@@ -140,7 +150,19 @@ class ProxyEndpoint:
                 await self._tell(ex, writer, shutting)
             raise
         finally:
+            if ex.admission is not None:
+                await self._limits.release(ex.admission)
             self._record(ex, ex.failed.status if ex.failed else writer.status)
+
+    def _known(self, caller: Caller, requested: str) -> str:
+        """The model ``requested`` names, if the caller's key may use it (checked first, so
+        that the answer is the same whether or not it exists), and it exists."""
+        auth, catalog = self._auth, self._catalog
+        auth.check_model(caller, requested, catalog.resolve(requested))
+        visible = None
+        if caller.key is not None:
+            visible = lambda name: auth.allows(caller, name, catalog.resolve(name))  # noqa: E731
+        return catalog.known(requested, self._registry.known_models(), visible)
 
     def _plan(
         self, scope: Scope, ex: Exchange, request: Request, stream: bool
@@ -357,11 +379,13 @@ class ProxyEndpoint:
         self._metrics.endpoint_done(ex.endpoint.label, status)
         if ex.want is not None and ex.want.pool is not None:
             self._metrics.pool_done(ex.model, ex.want.pool.name, status, ex.waited)
+        if ex.key is not None:
+            self._metrics.key_done(ex.key, status)
         if self._access_log:
             log.info(
-                '"%s %s" %d model=%s route=%s wait_ms=%d ms=%.1f id=%s',
+                '"%s %s" %d model=%s route=%s wait_ms=%d ms=%.1f id=%s key=%s',
                 ex.method, ex.endpoint.path, status, ex.model, ex.route,
-                round(ex.waited * 1000), elapsed * 1000, ex.request_id,
+                round(ex.waited * 1000), elapsed * 1000, ex.request_id, ex.key or "-",
             )  # fmt: skip
 
 

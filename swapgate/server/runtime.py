@@ -30,12 +30,14 @@ import httpx
 from swapgate.auth import AdminAuth, ClientAuth
 from swapgate.cluster.shared import OperatorShares, SharedSwaps
 from swapgate.cluster.shared_demand import SharedDemand
+from swapgate.cluster.shared_limits import SharedCounts
 from swapgate.cluster.store import Cluster
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import load_config
 from swapgate.config.paths import processes_directory
 from swapgate.config.settings import ConfigError, Settings, secret
 from swapgate.control.forecast import DayDemand, state_file
+from swapgate.control.limits import KeyLimits
 from swapgate.control.poller import Poller
 from swapgate.control.preload import Preloader
 from swapgate.control.registry import Registry
@@ -99,8 +101,10 @@ class Runtime:
             else SwapCoordinator(*parts, timeout, eviction=eviction)
         )
         self.upstream = UpstreamClient(settings.routing.stream_idle_timeout)
+        # Each key's use (docs/keys.md): outlives reloads, counted across replicas in Redis.
+        self.limits = KeyLimits(clock, SharedCounts(self.cluster) if self.cluster else None)
         self.endpoint = ProxyEndpoint(
-            registry=self.registry, client=self.upstream, metrics=self.metrics
+            registry=self.registry, client=self.upstream, metrics=self.metrics, limits=self.limits
         )
         self.scheduler: PreloadScheduler | None = None
         self.started = False
@@ -146,7 +150,11 @@ class Runtime:
                 settings.routing.poll_interval,
                 lambda name: self.coordinator.reconcile(name, policy),
             ),
-            auth=ClientAuth(_split_keys(secret(settings.server.api_keys_env))),
+            auth=ClientAuth(
+                _split_keys(secret(settings.server.api_keys_env)),
+                settings.auth.keys,
+                settings.server.api_keys_env,
+            ),
             admin_auth=AdminAuth(
                 secret(settings.server.admin_token_env), secret(settings.auth.viewer_token_env)
             ),

@@ -125,6 +125,23 @@ def describe_state(runtime: Runtime) -> dict[str, Any]:
             }
             for model in models
         },
+        "keys": _describe_keys(runtime),
+    }
+
+
+def _describe_keys(runtime: Runtime) -> dict[str, dict[str, Any]]:
+    """Each configured key's limits and use on this replica (never the key or its hash)."""
+    use = runtime.limits.describe()
+    return {
+        key.name: {
+            "priority": key.priority,
+            "models": key.models,
+            "rpm": key.rpm,
+            "concurrency": key.concurrency,
+            "expires": key.expires.isoformat() if key.expires else None,
+            **use.get(key.name, {"in_flight": 0, "last_minute": 0}),
+        }
+        for key in runtime.configured.settings.auth.keys
     }
 
 

@@ -36,8 +36,12 @@ def public_routes(runtime: Runtime) -> APIRouter:
 
     @router.get("/v1/models")
     async def list_models(request: Request) -> dict[str, Any]:
-        runtime.configured.auth.check(request.headers.raw)
-        return {"object": "list", "data": model_listing(runtime)}
+        """The models the caller's key may use (docs/keys.md)."""
+        auth, resolve = runtime.configured.auth, runtime.configured.catalog.resolve
+        caller = auth.check(request.headers.raw)
+        listing = model_listing(runtime)
+        allowed = [e for e in listing if auth.allows(caller, e["id"], resolve(e["id"]))]
+        return {"object": "list", "data": allowed}
 
     @router.get("/healthz")
     async def healthz() -> dict[str, str]:

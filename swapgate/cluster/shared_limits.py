@@ -1,0 +1,99 @@
+"""The keys' limits counted across replicas (docs/keys.md, docs/deploy.md): one Redis script
+per admission, so that two replicas cannot both take the last slot.
+
+- Requests per minute: a counter per key and ``BUCKET`` seconds; a request is admitted while
+  the last minute's buckets sum below the key's rpm. The window moves in steps of ``BUCKET``.
+- Requests at once: a hash per key, a field per replica with its count. A replica that dies
+  stops counting once its heartbeat's key expires (``REPLICA_TTL``): its field is dropped.
+
+Redis down: every call answers None and the caller counts on its own
+(swapgate/control/limits.py).
+"""
+
+from __future__ import annotations
+
+import time
+
+from swapgate.cluster.store import PREFIX, Cluster
+from swapgate.control.limits import WINDOW
+
+BUCKET = 5  # seconds a rate bucket covers
+_BUCKETS = int(WINDOW) // BUCKET
+
+# KEYS[1]: the key's bucket prefix. ARGV: this bucket's number, buckets per window, rpm, ttl ms.
+# Answers 0 when admitted, else the milliseconds until the oldest counted bucket leaves.
+_TAKE_RATE = """
+local now, n, rpm = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local total, oldest = 0, nil
+for i = n - 1, 0, -1 do
+  local count = tonumber(redis.call('get', KEYS[1] .. (now - i)) or '0')
+  if count > 0 and oldest == nil then oldest = now - i end
+  total = total + count
+end
+if total >= rpm then return (oldest + n) end
+redis.call('incr', KEYS[1] .. now)
+redis.call('pexpire', KEYS[1] .. now, ARGV[4])
+return 0
+"""
+# KEYS[1]: the key's slots hash; ARGV: this replica, the limit, the replicas' key prefix.
+# Answers 1 when a slot was taken, else 0.
+_TAKE_SLOT = """
+local total = 0
+local fields = redis.call('hgetall', KEYS[1])
+for i = 1, #fields, 2 do
+  if fields[i] == ARGV[1] or redis.call('exists', ARGV[3] .. fields[i]) == 1 then
+    total = total + tonumber(fields[i + 1])
+  else
+    redis.call('hdel', KEYS[1], fields[i])
+  end
+end
+if total >= tonumber(ARGV[2]) then return 0 end
+redis.call('hincrby', KEYS[1], ARGV[1], 1)
+return 1
+"""
+# KEYS[1]: the key's slots hash; ARGV: this replica, how many slots it gives back.
+_GIVE_SLOT = """
+if tonumber(redis.call('hincrby', KEYS[1], ARGV[1], -tonumber(ARGV[2]))) <= 0 then
+  redis.call('hdel', KEYS[1], ARGV[1])
+end
+return 1
+"""
+
+
+class SharedCounts:
+    def __init__(self, cluster: Cluster) -> None:
+        self._cluster = cluster
+        redis = cluster.redis
+        self._take_rate = redis.register_script(_TAKE_RATE)
+        self._take_slot = redis.register_script(_TAKE_SLOT)
+        self._give_slot = redis.register_script(_GIVE_SLOT)
+        # Slots whose return Redis did not take (it was down): given back with the next one.
+        self._owed: dict[str, int] = {}
+
+    async def take_rate(self, name: str, rpm: int) -> float | None:
+        now = time.time()
+        bucket = int(now // BUCKET)
+        keys = [f"{PREFIX}rate:{name}:"]
+        ttl = (_BUCKETS + 1) * BUCKET * 1000
+        answer = await self._cluster.call(self._take_rate(keys, [bucket, _BUCKETS, rpm, ttl]))
+        if answer is None:
+            return None
+        freed_bucket = int(answer)
+        return 0.0 if freed_bucket == 0 else max(0.0, freed_bucket * BUCKET - now)
+
+    async def take_slot(self, name: str, limit: int) -> bool | None:
+        args: list[str | int] = [self._cluster.replica, limit, f"{PREFIX}replica:"]
+        answer = await self._cluster.call(self._take_slot([_slots(name)], args))
+        return None if answer is None else bool(answer)
+
+    async def give_slot(self, name: str) -> None:
+        count = 1 + self._owed.pop(name, 0)
+        given = await self._cluster.call(
+            self._give_slot([_slots(name)], [self._cluster.replica, count])
+        )
+        if given is None:
+            self._owed[name] = count
+
+
+def _slots(name: str) -> str:
+    return f"{PREFIX}slots:{name}"

@@ -1,0 +1,114 @@
+"""Each key's limits (docs/keys.md): requests per minute and requests at once.
+
+A replica counts its own requests. Among replicas (Redis), the counts are the cluster's
+(swapgate/cluster/shared_limits.py): a request is admitted against the sum. When Redis does not
+answer, each replica falls back to its own counts (fail open: the cluster may then admit up
+to replicas × the limit) and says so once in the log.
+
+The counts live as long as the gateway: a reload changes the limits, not what is in flight.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from swapgate.config.settings import KeyConfig
+from swapgate.errors import RateLimited
+
+WINDOW = 60.0  # what rpm counts over, in seconds
+
+
+class SharedCounts(Protocol):
+    """The cluster's counts (swapgate/cluster/shared_limits.py); None: Redis gave no answer."""
+
+    async def take_rate(self, name: str, rpm: int) -> float | None:
+        """Count one request against ``rpm``: 0.0 if admitted, else the seconds until one is."""
+
+    async def take_slot(self, name: str, limit: int) -> bool | None:
+        """Take one of ``limit`` slots: whether one was free."""
+
+    async def give_slot(self, name: str) -> None: ...
+
+
+@dataclass(slots=True)
+class _Use:
+    """One key's use on this replica: its requests in the last minute, and those in flight."""
+
+    arrivals: deque[float]
+    inflight: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A request admitted under its key's limits: ``release`` once it is answered."""
+
+    name: str
+    shared_slot: bool  # the slot was taken in the cluster's count, so it is given back there
+
+
+class KeyLimits:
+    def __init__(self, clock: Callable[[], float], shared: SharedCounts | None = None) -> None:
+        self._clock = clock
+        self._shared = shared
+        self._use: dict[str, _Use] = {}
+
+    async def admit(self, key: KeyConfig) -> Admission:
+        """Admit a request of ``key``, or raise 429 ``rate_limited`` naming the key."""
+        use = self._use.setdefault(key.name, _Use(deque()))
+        now = self._clock()
+        while use.arrivals and use.arrivals[0] <= now - WINDOW:
+            use.arrivals.popleft()
+        if key.rpm is not None:
+            wait = await self._rate(key, use, now)
+            if wait > 0:
+                raise RateLimited(
+                    f"the key {key.name!r} is at its limit of {key.rpm} requests per minute; "
+                    f"retry in {math.ceil(wait)}s",
+                    retry_after=max(1, math.ceil(wait)),
+                )
+        shared_slot = False
+        if key.concurrency is not None:
+            free = await self._shared.take_slot(key.name, key.concurrency) if self._shared else None
+            shared_slot = free is not None
+            if free is None:
+                free = use.inflight < key.concurrency
+            if not free:
+                raise RateLimited(
+                    f"the key {key.name!r} is at its limit of {key.concurrency} requests at "
+                    "once; retry when one of them ends",
+                    retry_after=1,
+                )
+        use.arrivals.append(now)
+        use.inflight += 1
+        return Admission(key.name, shared_slot)
+
+    async def _rate(self, key: KeyConfig, use: _Use, now: float) -> float:
+        assert key.rpm is not None
+        if self._shared is not None:
+            wait = await self._shared.take_rate(key.name, key.rpm)
+            if wait is not None:
+                return wait
+        if len(use.arrivals) < key.rpm:
+            return 0.0
+        return use.arrivals[-key.rpm] + WINDOW - now
+
+    async def release(self, admission: Admission) -> None:
+        use = self._use[admission.name]
+        use.inflight = max(0, use.inflight - 1)
+        if admission.shared_slot and self._shared is not None:
+            await self._shared.give_slot(admission.name)
+
+    def describe(self) -> dict[str, dict[str, int]]:
+        """Each key's use on this replica, for /admin/state."""
+        now = self._clock()
+        return {
+            name: {
+                "in_flight": use.inflight,
+                "last_minute": sum(1 for t in use.arrivals if t > now - WINDOW),
+            }
+            for name, use in sorted(self._use.items())
+        }
