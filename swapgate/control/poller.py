@@ -21,6 +21,8 @@ DOWN_AFTER = 2
 class Reports(Protocol):
     """What the poller asks of a driver."""
 
+    polls_while_busy: bool
+
     async def state(self) -> InstanceReport: ...
     def changes(self) -> AsyncIterator[None]: ...
 
@@ -50,8 +52,11 @@ class Poller:
         was_up = self._registry.is_up(name)
         generation = self._registry.generation(name)
         asked = self._clock()
+        driver = self._drivers[name]
+        if not driver.polls_while_busy and self._registry.progressing(name, asked - self._interval):
+            return  # its answers moving show it up; a poll would cut them (drivers/base.py)
         try:
-            report = await self._drivers[name].state()
+            report = await driver.state()
         except DriverTimeout as exc:
             if self._registry.progressing(name, asked):
                 # Busy, not down: a server that generates may answer no poll meanwhile.

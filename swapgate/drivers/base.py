@@ -30,6 +30,10 @@ class Driver(ABC):
     # engine keeps every copy awake until told (vLLM); others evict by themselves, or only run
     # what swapgate started.
     trims_to_capacity = False
+    # Whether a poll may reach the instance while its answers stream. Not llama-cpp-python's:
+    # its model list waits for the running answer, and (interrupt_requests, its default) cuts
+    # that answer short for it.
+    polls_while_busy = True
 
     def __init__(
         self,

@@ -8,6 +8,8 @@ from swapgate.model.state import InstanceReport
 
 
 class SwapOnRequestDriver(Driver):
+    polls_while_busy = False  # llama-cpp-python's /v1/models would cut a running stream
+
     async def state(self) -> InstanceReport:
         # Warm state is whatever swapgate last sent there; the poll only proves health.
         return InstanceReport(running=None, available=await self._openai_models())

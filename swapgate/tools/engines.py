@@ -71,8 +71,11 @@ class LlamaCppEngine:
     python: Path
     gguf: Path
 
-    def config(self, port: int, models: dict[str, int], threads: int = 1) -> dict[str, object]:
-        """A multi-model ``--config_file`` serving the GGUF under each alias with its ``n_ctx``.
+    def config(
+        self, port: int, models: dict[str, int], threads: int = 1, interrupt: bool = False
+    ) -> dict[str, object]:
+        """A multi-model ``--config_file`` serving the GGUF under each alias with its ``n_ctx``;
+        ``interrupt``: the engine's own default, which cuts a stream when another request comes.
 
         The server keeps one model loaded and swaps when a request names another alias, which is
         what ``kind: swap-on-request`` fronts.
@@ -89,8 +92,10 @@ class LlamaCppEngine:
             for alias, n_ctx in models.items()
         ]
         # interrupt_requests (default on) ends a running stream with a normal-looking [DONE] as
-        # soon as another request queues behind it: a silently truncated answer.
-        return {"host": "127.0.0.1", "port": port, "interrupt_requests": False, "models": entries}
+        # soon as another request queues behind it: a silently truncated answer (unless
+        # max_concurrency: 1 keeps the others in swapgate's queue, docs/keys.md).
+        config: dict[str, object] = {"host": "127.0.0.1", "port": port, "models": entries}
+        return config if interrupt else {**config, "interrupt_requests": False}
 
     def command(self, config_file: Path) -> list[str]:
         return [str(self.python), "-m", "llama_cpp.server", "--config_file", str(config_file)]
@@ -102,9 +107,11 @@ class LlamaCppEngine:
         keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
         return {name: os.environ[name] for name in keep if name in os.environ}
 
-    def write_config(self, path: Path, port: int, models: dict[str, int]) -> list[str]:
+    def write_config(
+        self, path: Path, port: int, models: dict[str, int], interrupt: bool = False
+    ) -> list[str]:
         """Write the config for ``models`` to ``path``; return the command that serves it."""
-        path.write_text(json.dumps(self.config(port, models), indent=2))
+        path.write_text(json.dumps(self.config(port, models, interrupt=interrupt), indent=2))
         return self.command(path)
 
 

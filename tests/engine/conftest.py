@@ -42,12 +42,13 @@ def engine() -> LlamaCppEngine:
 
 @contextmanager
 def llama_server(
-    engine: LlamaCppEngine, root: Path, models: dict[str, int]
+    engine: LlamaCppEngine, root: Path, models: dict[str, int], interrupt: bool = False
 ) -> Iterator[LlamaServer]:
-    """One llama-cpp-python server with each alias of ``models`` at its ``n_ctx``."""
+    """One llama-cpp-python server with each alias of ``models`` at its ``n_ctx``;
+    ``interrupt``: with the engine's default ``interrupt_requests``."""
     port = free_port()
     root.mkdir(parents=True, exist_ok=True)
-    command = engine.write_config(root / f"llama-{port}.json", port, models)
+    command = engine.write_config(root / f"llama-{port}.json", port, models, interrupt)
     log = root / f"llama-{port}.log"
     process = start(command, engine.env(), log=log, clean_env=True)
     server = LlamaServer(f"http://127.0.0.1:{port}", process, log)

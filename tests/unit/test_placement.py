@@ -518,3 +518,62 @@ def test_what_is_awake_beyond_capacity_goes_back_to_sleep_least_wanted_first(
 ) -> None:
     view = snap(instance)
     assert overflow(view.instances[0], view, POLICY) == extra
+
+
+# -- priority classes and per-model concurrency (docs/keys.md) -------------------------------------
+
+INTERACTIVE, BATCH = 10, -10
+SLOTS_2 = replace(POLICY, slots=lambda model: 2 if model == "a" else None)
+
+
+def test_a_model_whose_every_slot_is_taken_waits_for_one_instead_of_reaching_the_engine() -> None:
+    from swapgate.policy.placement import Full, free_slots
+
+    two = snap(I("x", {"a": warm(990, inflight=2)}), I("y", {"a": warm(990, inflight=1)}))
+    assert place("a", two, SLOTS_2) == Serve("y")
+    assert free_slots("a", two, SLOTS_2) == 1
+    full = snap(I("x", {"a": warm(990, inflight=2)}), I("y", {"a": warm(990, inflight=3)}))
+    assert place("a", full, SLOTS_2) == Full("x"), "the one nearest a free slot"
+    assert free_slots("a", full, SLOTS_2) == 0
+    assert free_slots("b", full, SLOTS_2) is None, "no cap"
+    assert place("b", snap(I("x", {"b": warm(990, inflight=50)})), SLOTS_2) == Serve("x")
+
+
+def test_a_higher_class_goes_first_for_a_swap_and_within_a_class_the_earliest() -> None:
+    # a and b are both cold; x has room for one of them once c's residency ends
+    instances = (I("x", {"c": warm(900)}),)
+    b_first = snap(*instances, queued={"a": NOW - 1, "b": NOW - 5})
+    assert place("a", b_first, POLICY) == Queue("x"), "b queued earlier, same class"
+    a_higher = replace(b_first, classes={"a": INTERACTIVE, "b": 0})
+    assert place("a", a_higher, POLICY) == Swap("x", ("c",))
+    assert place("b", a_higher, POLICY) == Queue("x"), "b's older wait yields to a's class"
+    # a request's own class counts before its model has queued
+    only_b = snap(*instances, queued={"b": NOW - 5})
+    assert place("a", only_b, POLICY, INTERACTIVE) == Swap("x", ("c",))
+    assert place("a", only_b, POLICY, BATCH) == Queue("x")
+
+
+def test_a_higher_class_closes_only_what_lower_classes_alone_use() -> None:
+    from swapgate.policy.placement import starvation_target
+
+    patient = replace(POLICY, patience=lambda model: 20.0)
+
+    def busy(top: int | None, **queue: Any) -> Snapshot:
+        used = model(999, inflight=1 if top is not None else 0, top_class=top)
+        return snap(I("x", {"b": used}), **queue)
+
+    assert starvation_target("a", busy(BATCH), patient, INTERACTIVE) == Swap("x", ("b",))
+    assert starvation_target("a", busy(INTERACTIVE), patient, INTERACTIVE) is None, "its equal"
+    assert starvation_target("a", busy(None), patient, INTERACTIVE) is None, "idle: residency"
+    waiting = busy(BATCH, queued={"b": NOW - 5})
+    lower_queue = replace(waiting, classes={"b": BATCH})
+    assert starvation_target("a", lower_queue, patient, INTERACTIVE) == Swap("x", ("b",))
+    higher_queue = replace(waiting, classes={"b": INTERACTIVE})
+    assert starvation_target("a", higher_queue, patient, INTERACTIVE) is None
+    starving = replace(busy(BATCH, queued={"b": NOW - 25}), classes={"b": BATCH})
+    assert starvation_target("a", starving, patient, INTERACTIVE) is None, (
+        "b's own queue waited past its starvation point: it is served first"
+    )
+    assert starvation_target("a", busy(INTERACTIVE), patient) == Swap("x", ("b",)), (
+        "the starvation rule itself closes any class"
+    )

@@ -15,9 +15,12 @@ class Flaky:
     """Answers with ``a`` warm unless ``failing``."""
 
     failing: type[DriverError] | None = None
+    polls_while_busy = True
+    asked = 0
     during: Callable[[], None] = staticmethod(lambda: None)  # what happens while it is asked
 
     async def state(self) -> InstanceReport:
+        self.asked += 1
         self.during()
         if self.failing is not None:
             raise self.failing("no answer")
@@ -89,3 +92,17 @@ async def test_a_refused_poll_is_a_failure_even_while_answers_stream() -> None:
     for _ in range(2):
         await poller.poll("x")
     assert not registry.is_up("x")
+
+
+async def test_an_engine_that_a_poll_would_interrupt_is_not_polled_while_its_answers_move() -> None:
+    registry, driver, poller = busy_instance()
+    driver.polls_while_busy = False
+    await poller.poll("x")
+    registry.begin_request("x", "a")
+    registry.pulse("x").beat()
+    await poller.poll("x")
+    assert driver.asked == 1, "skipped: its answers moved within the poll interval"
+    assert registry.is_up("x")
+    registry.end_request("x", "a")
+    await poller.poll("x")
+    assert driver.asked == 2, "polled again once nothing is in flight"

@@ -216,3 +216,21 @@ def test_a_size_the_backend_reports_replaces_the_estimate_where_memory_counts() 
     assert registry.sizes("gpu") == {
         "qwen": {"estimate": 10 * 2**30, "learned": 6 * 2**30}, "llama": {"estimate": 12 * 2**30},
     }  # fmt: skip
+
+
+def test_the_waitlist_serves_by_class_then_arrival() -> None:
+    from swapgate.control.waitlist import Waitlist
+
+    waitlist = Waitlist(lambda: 0.0)
+    waitlist.enter("m", 1.0, 0)
+    waitlist.enter("m", 2.0, -10)
+    waitlist.enter("m", 3.0, 10)
+    assert waitlist.ahead("m", 10, 3.0) == 0, "the interactive one, though it came last"
+    assert waitlist.ahead("m", 0, 1.0) == 1
+    assert waitlist.ahead("m", -10, 2.0) == 2
+    assert waitlist.ahead("m", 0, 4.0) == 2, "a newcomer of the default class"
+    assert (waitlist.oldest(), waitlist.classes(), waitlist.depths()) == (
+        {"m": 1.0}, {"m": 10}, {"m": 3}
+    )  # fmt: skip
+    waitlist.leave("m", 3.0, 10)
+    assert waitlist.classes() == {"m": 0}

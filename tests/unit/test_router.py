@@ -326,3 +326,29 @@ async def test_memory_alone_limits_what_is_resident_when_capacity_is_unset() -> 
         w.router.release(await w.router.acquire(model))
     assert w.drivers["x"].calls == [("load", "a"), ("load", "b"), ("unload", "a"), ("load", "c")]
     assert w.settings.instances[0].limited_by == "memory 24 GiB"
+
+
+async def test_past_max_concurrency_requests_queue_and_go_by_class_then_arrival() -> None:
+    from swapgate.control.waiter import Want
+
+    w = world(one_instance(models={"a": {"max_concurrency": 1}}))
+    w.warm("x", "a")
+    first = await w.router.acquire("a")
+    order: list[str] = []
+
+    async def wait(name: str, priority: int) -> None:
+        lease = await w.router.acquire("a", Progress(), Want(priority=priority))
+        order.append(name)
+        await asyncio.sleep(0.01)
+        w.router.release(lease)
+
+    batch = asyncio.create_task(wait("batch", -10))
+    assert await eventually(lambda: w.registry.waitlist.depths() == {"a": 1})
+    default = asyncio.create_task(wait("default", 0))
+    interactive = asyncio.create_task(wait("interactive", 10))
+    assert await eventually(lambda: w.registry.waitlist.depths() == {"a": 3})
+    assert w.registry.snapshot().instance("x").models["a"].inflight == 1, "none reached it"
+    w.router.release(first)
+    await asyncio.gather(batch, default, interactive)
+    assert order == ["interactive", "default", "batch"]
+    assert w.drivers["x"].calls == [], "no swap: a was warm all along"
