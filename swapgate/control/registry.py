@@ -266,11 +266,14 @@ class Registry:
         slot.last_used = self.clock()
         self._notify()
 
-    def wait_on(self, name: str, model: str, delta: int) -> None:
-        """Count a request waiting for ``model``'s swap on ``name`` (+1) or no longer (-1)."""
+    def wait_on(self, name: str, model: str, delta: int, *, for_slot: bool = False) -> None:
+        """Count a request waiting for ``model``'s swap on ``name`` (+1) or no longer (-1);
+        ``for_slot``: for a free slot of it, warm (``max_concurrency``)."""
         inst = self._instances.get(name)
         if inst is not None:
-            inst.slot(model).waiting += delta
+            slot = inst.slot(model)
+            slot.waiting += delta
+            slot.for_slot += delta if for_slot else 0
 
     def waiting_on(self, name: str, model: str) -> int:
         """Requests waiting for ``model``'s swap on ``name`` (0 once a reload removed it)."""

@@ -23,6 +23,7 @@ class ModelSlot:
     inflight: int = 0
     pinned_until: float = 0.0
     waiting: int = 0
+    for_slot: int = 0  # of ``waiting``: those waiting for a free slot, not for a swap
     closing_until: float = 0.0
     unwanted: bool = False  # loaded by a swap abandoned by every request: the first victim
     classes: dict[int, int] = field(default_factory=dict)  # in flight, by priority class
@@ -37,7 +38,7 @@ class ModelSlot:
         return ModelView(
             self.state, self.since, self.last_used, self.inflight + elsewhere, self.pinned_until,
             self.waiting, self.closing_until > now, self.unwanted,
-            max(self.classes) if self.classes else None,
+            max(self.classes) if self.classes else None, self.for_slot,
         )  # fmt: skip
 
 

@@ -81,7 +81,9 @@ class Waiter:
         self.max_wait = wait.max_wait
         self.deadline = wait.started + wait.max_wait
         self._starving_at = wait.started + wait.patience
-        self._swap_on: str | None = None  # where this request waits for a swap of its model
+        # Where this request waits for a swap of its model, or (``for_slot``) for a free slot
+        self._swap_on: str | None = None
+        self._for_slot = False
         self._room_on: str | None = None  # where the starvation rule made room for it
         self._started_swap = False  # whether a swap it waits for was started by it
 
@@ -91,7 +93,7 @@ class Waiter:
         decision = self._first or router.place(model, want, started)
         self._first = None
         held = decision.instance if isinstance(decision, Join | Swap | Full) else None
-        self._await_swap_on(held)
+        self._await_swap_on(held, isinstance(decision, Full))
         if isinstance(decision, Serve):
             self._progress.instance, self._progress.state = decision.instance, "waiting"
             if not self._started_swap:  # another request's swap served it too
@@ -119,14 +121,15 @@ class Waiter:
                 self._room_on = router.reserve_room(model, self.deadline, want.priority)
         return None
 
-    def _await_swap_on(self, instance: str | None) -> None:
-        if self._swap_on == instance:
+    def _await_swap_on(self, instance: str | None, for_slot: bool = False) -> None:
+        if (self._swap_on, self._for_slot) == (instance, for_slot):
             return
+        model = self._wait.model
         if self._swap_on is not None:
-            self._registry.wait_on(self._swap_on, self._wait.model, -1)
+            self._registry.wait_on(self._swap_on, model, -1, for_slot=self._for_slot)
         if instance is not None:
-            self._registry.wait_on(instance, self._wait.model, +1)
-        self._swap_on = instance
+            self._registry.wait_on(instance, model, +1, for_slot=for_slot)
+        self._swap_on, self._for_slot = instance, for_slot
 
     def release(self) -> None:
         self._await_swap_on(None)

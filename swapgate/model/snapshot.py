@@ -24,6 +24,7 @@ class ModelView:
     closing: bool = False  # no new requests: it makes room for a request waiting too long
     unwanted: bool = False  # its swap was abandoned by every request: the first victim
     top_class: int | None = None  # the highest priority class among its requests in flight
+    for_slot: int = 0  # of ``waiting``: those that wait for a free slot (``max_concurrency``)
 
 
 @dataclass(frozen=True, slots=True)

@@ -308,7 +308,9 @@ def _evictable(
     if room.outranks is not None and not _below(name, m.top_class, room.outranks, snap, policy):
         return False
     if room.draining:
-        return True  # in-flight requests finish first; residency yields to a starving request
+        # In-flight requests finish first; residency yields to a starving request. A model just
+        # loaded for requests that still wait for it serves them first.
+        return m.waiting <= m.for_slot
     if m.inflight or m.waiting:
         return False
     if m.closing or m.unwanted:

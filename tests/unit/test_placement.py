@@ -577,3 +577,14 @@ def test_a_higher_class_closes_only_what_lower_classes_alone_use() -> None:
     assert starvation_target("a", busy(INTERACTIVE), patient) == Swap("x", ("b",)), (
         "the starvation rule itself closes any class"
     )
+
+
+def test_the_starvation_rule_lets_a_model_just_loaded_serve_those_who_waited_for_it() -> None:
+    from swapgate.policy.placement import starvation_target
+
+    loaded = snap(I("x", {"b": model(999, waiting=3)}))
+    assert starvation_target("a", loaded, POLICY) is None, "its 3 waiters go first"
+    slot_queue = snap(I("x", {"b": model(999, inflight=2, waiting=3, for_slot=3)}))
+    assert starvation_target("a", slot_queue, POLICY) == Swap("x", ("b",)), (
+        "requests queued for a free slot drain like those in flight: the bound holds"
+    )
