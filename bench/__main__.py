@@ -58,13 +58,18 @@ def warm_path(report: Report, contenders: dict[str, Contender], seconds: float) 
 
 
 def viewers(report: Report, rounds: int, seconds: float) -> None:
-    """swapgate alone and with five dashboards connected, in rounds that alternate which goes
-    first: sequential runs drift more than the difference measured."""
-    starts = {"alone": procs.swapgate, "5 viewers": procs.swapgate_watched}
+    """swapgate alone, with five dashboards connected, and with a client key's checks (scope,
+    class, limits), in rounds that rotate which goes first: sequential runs drift more than the
+    difference measured."""
+    starts = {
+        "alone": procs.swapgate, "5 viewers": procs.swapgate_watched,
+        "a key's scope and limits": procs.swapgate_keyed,
+    }  # fmt: skip
     with procs.fixed_upstream() as upstream:
         for round_ in range(rounds):
             order = list(starts.items())
-            for name, start in order[::-1] if round_ % 2 else order:
+            shift = round_ % len(order)
+            for name, start in order[shift:] + order[:shift]:
                 with start(upstream.url) as proxy:
                     load.wrk(proxy.url, 16, 2)
                     rps = load.wrk(proxy.url, 16, seconds).rps

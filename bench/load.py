@@ -17,6 +17,7 @@ WRK_SCRIPT = """
 wrk.method = "POST"
 wrk.body = '{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":8}'
 wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer bench-key"
 """
 SOCKET_ERRORS = r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)"
 _UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}

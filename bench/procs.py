@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -133,6 +134,24 @@ def swapgate_with(config: dict[str, Any], env: dict[str, str] | None = None) -> 
 
 VIEWERS = 5
 VIEWER_TOKEN = "bench-dashboard"
+BENCH_KEY = "bench-key"  # what the load generators send (bench/load.py)
+
+
+@contextmanager
+def swapgate_keyed(upstream: str) -> Iterator[Proc]:
+    """swapgate with a client key that has a scope, a class and both limits (docs/keys.md),
+    set high enough never to refuse: what each request pays for the checks."""
+    key = {
+        "name": "bench", "sha256": hashlib.sha256(BENCH_KEY.encode()).hexdigest(),
+        "models": ["m*"], "priority": "batch", "rpm": 100_000_000, "concurrency": 100_000,
+    }  # fmt: skip
+    config = {
+        "routing": {"poll_interval": "5s"},
+        "instances": [{"name": "up", "kind": "openai", "url": upstream, "models": ["m"]}],
+        "auth": {"keys": [key]},
+    }
+    with swapgate_with(config) as proc:
+        yield proc
 
 
 @contextmanager

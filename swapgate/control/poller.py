@@ -53,8 +53,8 @@ class Poller:
         generation = self._registry.generation(name)
         asked = self._clock()
         driver = self._drivers[name]
-        if not driver.polls_while_busy and self._registry.progressing(name, asked - self._interval):
-            return  # its answers moving show it up; a poll would cut them (drivers/base.py)
+        if not driver.polls_while_busy and self._registry.serving(name):
+            return  # its requests in flight show it up or fail; a poll would cut them (base.py)
         try:
             report = await driver.state()
         except DriverTimeout as exc:

@@ -206,6 +206,11 @@ class Registry:
         """The beat of ``name``'s answers, which the data plane keeps as their bytes arrive."""
         return self._instances[name].pulse
 
+    def serving(self, name: str) -> bool:
+        """Whether ``name`` has requests in flight (this replica's)."""
+        inst = self._instances.get(name)
+        return inst is not None and inst.inflight > 0
+
     def progressing(self, name: str, since: float) -> bool:
         """Whether ``name`` has requests in flight whose answers moved since ``since``
         (monotonic)."""

@@ -79,7 +79,13 @@ def slow_config(sims: list[Any], **extra: Any) -> dict[str, Any]:
         "routing": {"poll_interval": "1h", "min_residency": 0},
         "keepalive": {"non_streaming": "off"},
         "instances": [instance(f"gpu-{n}", sim) for n, sim in enumerate(sims)],
-        "auth": {"keys": [entry("pair", "p-key", concurrency=2), entry("free", "f-key")]},
+        "auth": {
+            "keys": [
+                entry("pair", "p-key", concurrency=2),
+                entry("free", "f-key"),
+                entry("three-a-minute", "m-key", rpm=3),
+            ]
+        },
         **extra,
     }
 
@@ -132,8 +138,12 @@ def test_across_two_replicas_on_redis_the_limit_holds_for_the_sum() -> None:
             thirds = [chat(url, "a", headers=auth("p-key")) for url in (one, two)]
             assert [h.result().status_code for h in held] == [200, 200]
         again = [chat(url, "a", headers=auth("p-key")).status_code for url in (one, two)]
+        per_minute = [chat(url, "a", headers=auth("m-key")) for url in (one, two, one, two)]
     assert [t.status_code for t in thirds] == [429, 429], [t.text for t in thirds]
     assert again == [200, 200], "the slots came back on both replicas"
+    assert [r.status_code for r in per_minute] == [200, 200, 200, 429], "3 a minute in all"
+    assert "'three-a-minute' is at its limit of 3 requests per minute" in per_minute[3].text
+    assert 1 <= int(per_minute[3].headers["retry-after"]) <= 60
 
 
 # -- priority classes ----------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """A busy engine is not a dead one: llama-cpp-python answers no ``GET /v1/models`` while it
 generates (measured here: 7.7 s during a 300-token answer), so a 5 s poll would time out; and
 with its default ``interrupt_requests`` that poll cuts the running answer short. swapgate does
-not poll a ``swap-on-request`` instance while its answers stream (docs/architecture.md): the
-instance stays up, its model stays warm, and other requests for it are served, not answered 503
-and reloaded. (A poll that times out while answers move on other kinds counts as ``poll_busy``.)
+not poll a ``swap-on-request`` instance while requests are in flight there
+(docs/architecture.md): the instance stays up, its model stays warm, and other requests for it
+are served, not answered 503 and reloaded. (A poll that times out while answers move on other
+kinds counts as ``poll_busy``.)
 """
 
 from __future__ import annotations
