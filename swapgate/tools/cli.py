@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fnmatch
 import json
 import logging
 import os
 import sys
 from collections.abc import Sequence
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 from swapgate import __version__
@@ -149,7 +151,31 @@ def _check_config(args: argparse.Namespace) -> int:
         print(f"  {inst.name}: resident models limited by {inst.limited_by}")
     for line in keepalive_advice(settings):
         print(line)
+    for line in keys_summary(settings):
+        print(line)
     return 0
+
+
+def keys_summary(settings: Settings, today: date | None = None) -> list[str]:
+    """The client keys in a line each (docs/keys.md), and which look wrong: expired, or scoped
+    to names that match none of the models the config names."""
+    keys = settings.auth.keys
+    if not keys:
+        return []
+    named = set(settings.models) | {m for i in settings.instances for m in i.models or ()}
+    today = today or datetime.now(UTC).date()
+    lines = [f"  keys: {len(keys)}"]
+    for key in keys:
+        limits = [f"{key.rpm} rpm"] if key.rpm else []
+        limits += [f"{key.concurrency} at once"] if key.concurrency else []
+        line = f"    {key.name}: models {', '.join(key.models)}; priority {key.priority}"
+        line += "".join(f"; {limit}" for limit in limits)
+        if key.expires is not None and key.expires < today:
+            line += f"; EXPIRED on {key.expires.isoformat()}"
+        elif named and not any(fnmatch.fnmatchcase(m, p) for m in named for p in key.models):
+            line += "; matches none of the models this config names"
+        lines.append(line)
+    return lines
 
 
 # Read timeouts of the common fronts, in seconds (docs/operations.md); None: it has none.

@@ -85,3 +85,27 @@ def test_a_bad_value_is_refused_with_the_usage_line_before_anything_runs(
     assert refused.value.code == 2
     err = capsys.readouterr().err
     assert f"swapgate {argv[0]}: error: argument {argv[-2]}" in err, err
+
+
+def test_check_config_lists_the_keys_and_flags_an_expired_one_and_an_empty_scope() -> None:
+    from datetime import date
+
+    from swapgate.config.loading import parse_config
+    from swapgate.tools.cli import keys_summary
+
+    digest = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+    settings = parse_config({
+        "instances": [{"name": "gpu", "url": "http://127.0.0.1:9", "models": ["qwen-7b"]}],
+        "auth": {"keys": [
+            {"name": "chat", "sha256": digest, "models": ["qwen-*"], "rpm": 60, "concurrency": 4},
+            {"name": "old", "sha256": "0" * 64, "expires": "2026-01-31"},
+            {"name": "typo", "sha256": "1" * 64, "models": ["qwen7b"], "priority": "batch"},
+        ]},
+    })  # fmt: skip
+    lines = keys_summary(settings, today=date(2026, 12, 4))
+    assert lines == [
+        "  keys: 3",
+        "    chat: models qwen-*; priority 0; 60 rpm; 4 at once",
+        "    old: models *; priority 0; EXPIRED on 2026-01-31",
+        "    typo: models qwen7b; priority -10; matches none of the models this config names",
+    ]
