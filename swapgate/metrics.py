@@ -72,6 +72,12 @@ _DECLARED = (
      "Model processes that exited by themselves", "instance model", ()),
     ("process_rss", Gauge, "swapgate_process_rss_bytes",
      "Resident size of a model's process group", "instance model", ()),
+    ("probe_ttft", Histogram, "swapgate_probe_ttft_seconds",
+     "Time to first token of the decay probe, by target: instance/NAME or relay/NAME",
+     "target", LATENCY_BUCKETS),
+    ("probes", Counter, "swapgate_probe_requests",
+     "Decay probe requests (counted here only, not in swapgate_requests_total)",
+     "target result", ()),
     ("process_recycles", Counter, "swapgate_process_recycles",
      "Model processes restarted above their recycle_rss", "instance model", ()),
 )  # fmt: skip
@@ -100,6 +106,8 @@ class Metrics:
     process_exits: Counter
     process_rss: Gauge
     process_recycles: Counter
+    probe_ttft: Histogram
+    probes: Counter
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -161,6 +169,50 @@ class Metrics:
         queues of ``queue_depths()``: the registry's (swapgate/control/, which counts with
         these metrics and so is not imported here)."""
         self.registry.register(_StateCollector(snapshot, queue_depths))
+
+    def watch_decay(self, rows: Callable[[], list[EngineRow]], states: Sequence[str]) -> None:
+        """Export each warm engine's decay figures at every scrape (swapgate/control/decay.py,
+        which counts with these metrics and so is not imported here)."""
+        self.registry.register(_DecayCollector(rows, states))
+
+
+# One engine's decay figures at a scrape: instance, model, TTFT drift (None: too few samples),
+# memory slope in bytes per hour (None: not a process, or too short), its diagnosis.
+EngineRow = tuple[str, str, float | None, float | None, str]
+
+
+class _DecayCollector(Collector):
+    def __init__(self, rows: Callable[[], list[EngineRow]], states: Sequence[str]) -> None:
+        self._rows, self._states = rows, states
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        drift = GaugeMetricFamily(
+            "swapgate_ttft_drift_ratio",
+            "Rolling TTFT p95 over its baseline after the model's load, same prompt band",
+            labels=["instance", "model"],
+        )
+        slope = GaugeMetricFamily(
+            "swapgate_process_rss_slope_bytes_per_hour",
+            "How fast a model's process group grows, over the diagnosis window",
+            labels=["instance", "model"],
+        )
+        diagnosis = GaugeMetricFamily(
+            "swapgate_engine_diagnosis",
+            "1 for the engine's current diagnosis: healthy, kv-growth, placement-or-preemption,"
+            " global",
+            labels=["instance", "model", "state"],
+        )
+        for instance, model, ratio, rss_slope, state in self._rows():
+            if ratio is not None:
+                drift.add_metric([instance, model], ratio)
+            if rss_slope is not None:
+                slope.add_metric([instance, model], rss_slope)
+            for name in self._states:
+                diagnosis.add_metric([instance, model, name], float(name == state))
+        yield from (drift, slope, diagnosis)
 
 
 class _StateCollector(Collector):

@@ -17,6 +17,7 @@ SLOWEST = (
     "tests/e2e/test_endpoints.py",
     "tests/e2e/test_dashboard.py",  # ~35: a real Chromium, six sessions
     "tests/e2e/test_keys.py",  # ~45: two contention runs of 25 requests
+    "tests/engine/test_decay_soak.py",  # ~27: a real engine under a flat load
     "tests/engine/test_process_engine.py",
 )
 

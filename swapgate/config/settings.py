@@ -95,6 +95,27 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+_PER = {"h": 1.0, "m": 60.0, "s": 3600.0}
+
+
+def parse_rate(value: object) -> object:
+    """Bytes per hour: ``500MiB/h``, ``10MiB/m``, ``1MiB/s``, or a plain number per hour."""
+    hint = "use e.g. 500MiB/h, 10MiB/m or a number of bytes per hour"
+    if isinstance(value, str):
+        amount, _, per = value.strip().rpartition("/")
+        if per.strip() in _PER and amount:
+            size = parse_size(amount.strip())
+            assert isinstance(size, int)
+            return size * _PER[per.strip()]
+        raise ValueError(f"not a rate: {value!r}; {hint}")
+    if isinstance(value, bool):
+        raise ValueError(f"not a rate: {hint}")
+    return value
+
+
+BytesPerHour = Annotated[float, BeforeValidator(parse_rate), Field(gt=0, allow_inf_nan=False)]
+
+
 class ServerConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
@@ -161,6 +182,9 @@ class ProcessCommand(_Section):
     stop_timeout: PositiveDuration = 10.0
     # Drained and restarted once idle when its process group's resident size passes this.
     recycle_rss: Bytes | None = None
+    # ... or when its resident size grows this fast, sustained over ``slope_window``
+    recycle_rss_slope: BytesPerHour | None = None
+    slope_window: PositiveDuration = 1800.0
 
 
 def _command(value: object) -> object:
@@ -277,6 +301,19 @@ class RelayConfig(_Section):
     api_key_env: str | None = None
     timeout: PositiveDuration = 120.0
     protocols: Protocols
+    # A tiny prompt to each warm model with this relay and to the relay itself, this often: the
+    # relay as a control for the engines' decay (docs/operations.md). Off unless set.
+    probe_interval: PositiveDuration | None = None
+
+
+class DiagnosisConfig(_Section):
+    """How engine decay is told apart (docs/operations.md, "Is the decay local?")."""
+
+    baseline: PositiveDuration = 3600.0  # after a load: what its TTFT is measured against
+    window: PositiveDuration = 600.0  # the rolling TTFT and requests per second
+    drift: float = Field(1.5, gt=1, allow_inf_nan=False)  # TTFT p95 / baseline p95 that is decay
+    # A process's memory growing at least this fast is growing, not flat
+    memory_slope: BytesPerHour = 100 * 2**20
 
 
 class PreloadConfig(_Section):
@@ -384,6 +421,7 @@ class Settings(BaseSettings):
     metrics: MetricsConfig = MetricsConfig()
     cluster: ClusterConfig = ClusterConfig()
     auth: AuthConfig = AuthConfig()
+    diagnosis: DiagnosisConfig = DiagnosisConfig()
 
     @classmethod
     def settings_customise_sources(

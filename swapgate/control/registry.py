@@ -206,6 +206,12 @@ class Registry:
         """The beat of ``name``'s answers, which the data plane keeps as their bytes arrive."""
         return self._instances[name].pulse
 
+    def warm_since(self, name: str, model: str) -> float | None:
+        """When ``model`` last became warm on ``name`` (its load), if it is warm."""
+        inst = self._instances.get(name)
+        slot = inst.slots.get(model) if inst is not None else None
+        return slot.since if slot is not None and slot.state is WarmState.WARM else None
+
     def serving(self, name: str) -> bool:
         """Whether ``name`` has requests in flight (this replica's)."""
         inst = self._instances.get(name)

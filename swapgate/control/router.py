@@ -216,6 +216,10 @@ class Router:
         upstream_model = conf.relay_model or model
         return Lease("relay", conf.relay, model, upstream_model, self._relays[conf.relay], waited)
 
+    def relay_upstream(self, name: str) -> Upstream:
+        """Where the relay ``name`` is, with its key: for the decay probe (control/probe.py)."""
+        return self._relays[name]
+
     def release(self, lease: Lease) -> None:
         if lease.kind == "instance":
             self._registry.end_request(lease.name, lease.model, lease.priority)

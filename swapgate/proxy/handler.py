@@ -18,6 +18,7 @@ from starlette.types import Receive, Scope, Send
 from swapgate.auth import Caller, ClientAuth
 from swapgate.config.catalog import Catalog
 from swapgate.config.settings import Settings
+from swapgate.control.decay import DecayWatch
 from swapgate.control.failover import Attempts
 from swapgate.control.limits import Admission, KeyLimits
 from swapgate.control.registry import Registry
@@ -79,17 +80,26 @@ class Exchange:
     # the wait until then, and a stream tells the whole wait in a last comment.
     committed_early: bool = False
     key: str | None = None  # the name of the client's key (docs/keys.md), never the key
+    sent: float = 0.0  # when the request went to its upstream (perf_counter): its TTFT's start
+    prompt_tokens: int = 0  # a streamed request's prompt, estimated: its TTFT's band
     admission: Admission | None = None  # its place under its key's limits, given back at the end
 
 
 class ProxyEndpoint:
     def __init__(
-        self, *, registry: Registry, client: UpstreamClient, metrics: Metrics, limits: KeyLimits
+        self,
+        *,
+        registry: Registry,
+        client: UpstreamClient,
+        metrics: Metrics,
+        limits: KeyLimits,
+        decay: DecayWatch,
     ) -> None:
         self._registry = registry
         self._client = client
         self._metrics = metrics
         self._limits = limits
+        self._decay = decay
 
     def configure(
         self, settings: Settings, router: Router, catalog: Catalog, auth: ClientAuth
@@ -122,6 +132,8 @@ class ProxyEndpoint:
                 ex.admission = await self._limits.admit(caller.key)
             priority = self._auth.priority(caller, headers)
             ex.want = self._router.want(ex.model, request.payload, pools.budget(headers), priority)
+            if stream:
+                ex.prompt_tokens = pools.prompt_tokens(request.payload)
             if ex.want.pool is not None:
                 writer.headers.append((b"x-swapgate-pool", ex.want.pool.name.encode()))
             plan = self._plan(scope, ex, request, stream)
@@ -294,6 +306,7 @@ class ProxyEndpoint:
         url = lease.upstream.url_for(path) + _query(scope, lease.upstream.query)
         key = lease.upstream.api_key
         upload = request.upload
+        ex.sent = time.perf_counter()
         if upload is None:
             messages = speaks and ex.endpoint.protocol == "anthropic"
             headers = upstream_headers(scope["headers"], ex.request_id, key, anthropic=messages)
@@ -334,9 +347,13 @@ class ProxyEndpoint:
         out (docs/architecture.md) is told as the writer's mode allows; either way the request
         counts as failed."""
         translation, pulse = ex.translation, lease.pulse
+        first = lease.kind == "instance" and response.is_event_stream
         try:
             async for chunk in response.chunks():
                 pulse.beat()
+                if first:
+                    first = False
+                    self._first_token(lease, ex)
                 if pinging is not None:
                     await stop(pinging)
                     pinging = None
@@ -366,6 +383,14 @@ class ProxyEndpoint:
                 pass
         response.release()
 
+    def _first_token(self, lease: Lease, ex: Exchange) -> None:
+        """A stream's first chunk from an instance: its TTFT, for the engine's decay
+        (swapgate/control/decay.py)."""
+        since = self._registry.warm_since(lease.name, lease.model)
+        if since is not None:
+            ttft = time.perf_counter() - ex.sent
+            self._decay.ttft(lease.name, lease.model, since, ex.prompt_tokens, ttft)
+
     async def _tell(self, ex: Exchange, writer: ResponseWriter, exc: SwapgateError) -> None:
         """The one way to report a failure: the writer knows what the client got so far."""
         ex.failed = exc
@@ -375,6 +400,11 @@ class ProxyEndpoint:
 
     def _record(self, ex: Exchange, status: int) -> None:
         elapsed = time.perf_counter() - ex.started
+        if ex.sent and ex.route.startswith("instance/"):
+            instance = ex.route.removeprefix("instance/")
+            since = self._registry.warm_since(instance, ex.model)
+            if since is not None:
+                self._decay.served(instance, ex.model, since)
         self._metrics.request_done(ex.model, ex.route, status, elapsed, ex.waited)
         self._metrics.endpoint_done(ex.endpoint.label, status)
         if ex.want is not None and ex.want.pool is not None:

@@ -35,18 +35,22 @@ from swapgate.cluster.store import Cluster
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import load_config
 from swapgate.config.paths import processes_directory
-from swapgate.config.settings import ConfigError, Settings, secret
+from swapgate.config.settings import ConfigError, ProcessCommand, Settings, secret
+from swapgate.control.decay import DecayWatch
 from swapgate.control.forecast import DayDemand, state_file
 from swapgate.control.limits import KeyLimits
 from swapgate.control.poller import Poller
 from swapgate.control.preload import Preloader
+from swapgate.control.probe import Prober
 from swapgate.control.registry import Registry
 from swapgate.control.router import Router, policy_for
 from swapgate.control.scheduler import PreloadScheduler
 from swapgate.control.swaps import SwapCoordinator, SwapTimes
 from swapgate.drivers import Driver, ProcessDriver, make_driver
 from swapgate.drivers.ledger import Ledger
-from swapgate.metrics import Metrics
+from swapgate.metrics import EngineRow, Metrics
+from swapgate.model.state import WarmState
+from swapgate.policy.diagnosis import STATES
 from swapgate.proxy.handler import ProxyEndpoint
 from swapgate.proxy.upstream import UpstreamClient
 from swapgate.tasks import TaskSet, stop
@@ -67,6 +71,7 @@ class Configured:
     poller: Poller
     auth: ClientAuth
     admin_auth: AdminAuth
+    prober: Prober
 
 
 class Runtime:
@@ -103,12 +108,17 @@ class Runtime:
         self.upstream = UpstreamClient(settings.routing.stream_idle_timeout)
         # Each key's use (docs/keys.md): outlives reloads, counted across replicas in Redis.
         self.limits = KeyLimits(clock, SharedCounts(self.cluster) if self.cluster else None)
+        # Each engine's TTFT against its baseline, its memory slope, the probes (docs/operations.md)
+        self.decay = DecayWatch(settings.diagnosis, clock)
+        self.metrics.watch_decay(self.engine_rows, STATES)
         self.endpoint = ProxyEndpoint(
-            registry=self.registry, client=self.upstream, metrics=self.metrics, limits=self.limits
-        )
+            registry=self.registry, client=self.upstream, metrics=self.metrics,
+            limits=self.limits, decay=self.decay,
+        )  # fmt: skip
         self.scheduler: PreloadScheduler | None = None
         self.started = False
         self._poll_task: asyncio.Task[None] | None = None
+        self._probe_task: asyncio.Task[None] | None = None
         self._background = TaskSet()
         self.configured = self._configure(settings, catalog)
 
@@ -134,12 +144,13 @@ class Runtime:
     def _configure(self, settings: Settings, catalog: Catalog) -> Configured:
         """Build what depends on the config alone; live state stays where it is."""
         policy = policy_for(settings, self.coordinator)
+        router = Router(
+            settings, self.registry, self.coordinator, catalog, self.metrics, self.drivers
+        )
         configured = Configured(
             settings=settings,
             catalog=catalog,
-            router=Router(
-                settings, self.registry, self.coordinator, catalog, self.metrics, self.drivers
-            ),
+            router=router,
             preloader=Preloader(
                 self.registry, self.coordinator, policy, settings.routing.swap_timeout
             ),
@@ -158,7 +169,9 @@ class Runtime:
             admin_auth=AdminAuth(
                 secret(settings.server.admin_token_env), secret(settings.auth.viewer_token_env)
             ),
+            prober=Prober(settings, router, self.decay, self.metrics, self._control),
         )
+        self.decay.configure(settings.diagnosis)
         self.endpoint.configure(settings, configured.router, catalog, configured.auth)
         return configured
 
@@ -169,6 +182,7 @@ class Runtime:
             await self.coordinator.connect()
         await self.configured.poller.poll_all()
         self._poll_task = asyncio.create_task(self.configured.poller.run(), name="poller")
+        self._start_probes()
         if self._shared_demand is not None:  # what was learned, before the first auto look
             await self._shared_demand.sync()
             self.spawn(self._shared_demand.run())
@@ -205,6 +219,8 @@ class Runtime:
         )
         self.configured = self._configure(new, catalog)
         await self._restart_poller()
+        await stop(self._probe_task)
+        self._start_probes()
         if self.scheduler is not None:
             self.scheduler.replace(new.preloads)
         settle_heap()  # what the old config made may go; the new one joins the long-lived
@@ -228,7 +244,7 @@ class Runtime:
         if self.scheduler is not None:
             self.scheduler.shutdown()
             self.scheduler.save()
-        await stop(self._poll_task)
+        await stop(self._poll_task, self._probe_task)
         await self._background.aclose()
         if self._shared_demand is not None:  # the last arrivals, before the cluster closes
             await self._shared_demand.sync()
@@ -236,6 +252,29 @@ class Runtime:
         await self._close_drivers({})  # every process swapgate started stops
         await self.upstream.aclose()
         await self._control.aclose()
+
+    def _start_probes(self) -> None:
+        prober = self.configured.prober
+        self._probe_task = (
+            asyncio.create_task(prober.run(), name="probes") if prober.wanted else None
+        )
+
+    def engine_rows(self) -> list[EngineRow]:
+        """Each warm engine's decay figures and diagnosis, for the metrics; the series of
+        engines no longer warm are dropped."""
+        settings = self.configured.settings
+        rows: list[EngineRow] = []
+        warm = set()
+        for inst in self.registry.snapshot().instances:
+            for model, view in inst.models.items():
+                if view.state is not WarmState.WARM:
+                    continue
+                warm.add((inst.name, model))
+                relay = settings.model_settings(model).relay
+                state, figures = self.decay.diagnosis(inst.name, model, relay)
+                rows.append((inst.name, model, figures.drift, figures.rss_slope, state))
+        self.decay.forget_gone(warm)
+        return rows
 
     async def _restart_poller(self) -> None:
         await stop(self._poll_task)
@@ -299,12 +338,42 @@ class _ProcessWatch:
             )  # cold: the next request starts it
 
     def measured(self, model: str, rss: int | None) -> None:
-        gauge = self._runtime.metrics.process_rss
+        runtime, instance, client = self._runtime, self._instance, self._client(model)
+        gauge = runtime.metrics.process_rss
         if rss is None:
             with contextlib.suppress(KeyError):
-                gauge.remove(self._instance, self._client(model))
-        else:
-            gauge.labels(self._instance, self._client(model)).set(rss)
+                gauge.remove(instance, client)
+            return
+        gauge.labels(instance, client).set(rss)
+        since = (
+            runtime.registry.warm_since(instance, client)
+            if runtime.registry.has(instance)
+            else None
+        )
+        if since is None:
+            return
+        command = self._command(model)
+        keep = command.slope_window if command is not None else 0.0
+        runtime.decay.rss(instance, client, since, rss, keep)
+        if command is None or command.recycle_rss_slope is None:
+            return
+        slope = runtime.decay.slope(instance, client, command.slope_window)
+        if (
+            slope is not None
+            and slope >= command.recycle_rss_slope
+            and (runtime.coordinator.recycle(instance, client))
+        ):
+            log.info(
+                "%s/%s grows %d MiB/h over %.0fs, past its recycle_rss_slope: draining to "
+                "restart it", instance, model, slope / 2**20, command.slope_window,
+            )  # fmt: skip
+
+    def _command(self, model: str) -> ProcessCommand | None:
+        conf = next(
+            (i for i in self._runtime.configured.settings.instances if i.name == self._instance),
+            None,
+        )
+        return conf.commands.get(model) if conf is not None else None
 
     def oversize(self, model: str, rss: int) -> None:
         runtime, instance = self._runtime, self._instance

@@ -36,6 +36,8 @@ FAULTS = (
     "ttft",
     "prefill",
     "token_rate",
+    "grow_rss",
+    "ttft_per_gib",
 )
 FORM_FIELD_LIMIT = 64 * 1024  # an upload's other fields; the file itself spools to disk
 BODY_WANTED = {"transcription": "send multipart/form-data with a 'model' and a 'file'"}
@@ -97,8 +99,8 @@ class SimServer:
     async def faults(self, request: Request) -> JSONResponse:
         changes = await request.json()
         for key in FAULTS:
-            if key in changes:
-                setattr(self.config, key, float(changes[key]))
+            if key in changes:  # as the field's type: grow_rss counts bytes
+                setattr(self.config, key, type(getattr(self.config, key))(changes[key]))
         return JSONResponse({key: getattr(self.config, key) for key in FAULTS})
 
     # -- OpenAI API ----------------------------------------------------------------------------
@@ -141,7 +143,8 @@ class SimServer:
         if self.backend.roll(self.config.hang_rate):
             self.backend.counters["hung"] += 1
             await asyncio.Event().wait()
-        await asyncio.sleep(self.config.ttft)
+        held = len(self.backend.leaked) * self.config.grow_rss / 2**30
+        await asyncio.sleep(self.config.ttft + held * self.config.ttft_per_gib)
         instant = apis.INSTANT.get(kind)
         if instant is not None:
             return self._whole(await instant(model, body))

@@ -33,6 +33,8 @@ class SimConfig:
     api_key: str | None = None
     seed: int | None = None
     grow_rss: int = 0  # bytes it keeps resident per request: a leak, to test recycling
+    # Seconds its TTFT grows per GiB it holds: a KV pool that grows and fragments
+    ttft_per_gib: float = 0.0
     protocols: tuple[str, ...] = ("openai",)
     asleep: int = 0  # flavour vllm: start asleep at this sleep level (0: awake)
     wake_time: float = 1.0  # flavour vllm: a wake from level 1

@@ -141,7 +141,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def render_status(state: dict[str, Any]) -> str:
-    rows = [("INSTANCE", "MODEL", "STATE", "PINNED UNTIL", "IN-FLIGHT", "QUEUE", "ETA")]
+    rows = [("INSTANCE", "MODEL", "STATE", "PINNED UNTIL", "IN-FLIGHT", "QUEUE", "ETA", "ENGINE")]
     for inst in state["instances"]:
         name = inst["name"] + _condition(inst)
         for model in sorted(set(inst["serves"]) | set(inst["models"])):
@@ -151,10 +151,27 @@ def render_status(state: dict[str, Any]) -> str:
             rows.append((
                 name, model, view.get("state", "cold"), view.get("pinned_until") or "-",
                 str(view.get("inflight", 0)), str(summary.get("queue", 0)),
-                f"{eta:.0f}s" if eta is not None else "-",
+                f"{eta:.0f}s" if eta is not None else "-", _diagnosis(view.get("diagnosis")),
             ))  # fmt: skip
     cluster = state.get("cluster")
     return table(rows) + (f"\n\n{render_cluster(cluster)}" if cluster else "")
+
+
+def _diagnosis(diagnosis: dict[str, Any] | None) -> str:
+    """A warm engine's diagnosis and the figure behind it (docs/operations.md)."""
+    if not diagnosis:
+        return "-"
+    state, drift = diagnosis["state"], diagnosis.get("ttft_drift_ratio")
+    if drift is None:
+        return f"{state} (TTFT baseline not ready)" if state == "healthy" else state
+    figures = f"TTFT p95 {drift:.1f}× baseline"
+    slope = diagnosis.get("rss_slope_bytes_per_hour")
+    if slope is not None:
+        figures += f", memory {slope / 2**20:+.0f} MiB/h"
+    relay = diagnosis.get("relay_drift_ratio")
+    if relay is not None:
+        figures += f", relay {relay:.1f}×"
+    return f"{state} ({figures})"
 
 
 def render_cluster(cluster: dict[str, Any]) -> str:

@@ -121,6 +121,10 @@ def _sim_arguments(sim: argparse.ArgumentParser) -> None:
     sim.add_argument(
         "--grow-rss", type=size, default=0, help="bytes kept per request (e.g. 20MiB): a leak"
     )
+    sim.add_argument(
+        "--ttft-per-gib", type=float, default=0.0,
+        help="seconds its TTFT grows per GiB kept by --grow-rss: a decaying engine",
+    )  # fmt: skip
     sim.add_argument("--api-key", help="require this bearer key on /v1 requests")
     sim.add_argument("--seed", type=int, help="seed for the fault dice")
     sim.add_argument(

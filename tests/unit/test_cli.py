@@ -109,3 +109,20 @@ def test_check_config_lists_the_keys_and_flags_an_expired_one_and_an_empty_scope
         "    old: models *; priority 0; EXPIRED on 2026-01-31",
         "    typo: models qwen7b; priority -10; matches none of the models this config names",
     ]
+
+
+def test_status_shows_each_engines_diagnosis_with_its_figures() -> None:
+    from swapgate.tools.admin_cli import render_status
+
+    diagnosis = {"state": "kv-growth", "ttft_drift_ratio": 3.39,
+                 "rss_slope_bytes_per_hour": 2150 * 2**20, "relay_drift_ratio": 1.03}  # fmt: skip
+    state = {
+        "instances": [{
+            "name": "node", "up": True, "drained": False, "swapping": None,
+            "backoff_until": None, "serves": ["a"],
+            "models": {"a": {"state": "warm", "inflight": 2, "diagnosis": diagnosis}},
+        }],
+        "models": {"a": {"queue": 0, "eta_seconds": {"node": 3.0}}},
+    }  # fmt: skip
+    row = render_status(state).splitlines()[1]
+    assert row.endswith("kv-growth (TTFT p95 3.4× baseline, memory +2150 MiB/h, relay 1.0×)")

@@ -34,6 +34,9 @@ EXTENDED = {
     "swapgate_thrash": ("counter", {"instance", "model"}),
     "swapgate_placement_wait_seconds": ("histogram", {"model", "placement", "le"}),
     "swapgate_swaps_avoided": ("counter", {"model"}),
+    "swapgate_engine_diagnosis": ("gauge", {"instance", "model", "state"}),
+    "swapgate_ttft_drift_ratio": ("gauge", {"instance", "model"}),
+    "swapgate_process_rss_slope_bytes_per_hour": ("gauge", {"instance", "model"}),
 }
 
 
@@ -111,8 +114,34 @@ def test_the_extended_metrics_dashboards_name_exist_with_their_labels() -> None:
     metrics.thrash.labels("gpu-a", "a").inc()
     metrics.placement_wait.labels("a", "swap").observe(1.0)
     metrics.swaps_avoided.labels("a").inc()
+    metrics.watch_decay(lambda: [("gpu-a", "a", 1.1, 5.0e6, "healthy")], ["healthy"])
     families = {f.name: f for f in metrics.registry.collect()}
     for name, (kind, labels) in EXTENDED.items():
         family = families[name]
         assert family.type == kind
         assert {k for s in family.samples for k in s.labels} == labels
+
+
+def test_the_decay_and_key_metrics_have_their_names_and_labels() -> None:
+    from swapgate.policy.diagnosis import STATES
+
+    metrics = Metrics()
+    rows = [("gpu-a", "a", 2.5, 3.0e9, "kv-growth"), ("gpu-b", "a", None, None, "healthy")]
+    metrics.watch_decay(lambda: rows, STATES)
+    metrics.probe_ttft.labels("relay/cloud").observe(0.035)
+    metrics.probes.labels("relay/cloud", "ok").inc()
+    metrics.key_done("chat-ui", 429)
+    text = generate_latest(metrics.registry).decode()
+    expected = [
+        'swapgate_ttft_drift_ratio{instance="gpu-a",model="a"} 2.5',
+        'swapgate_process_rss_slope_bytes_per_hour{instance="gpu-a",model="a"} 3e+09',
+        'swapgate_engine_diagnosis{instance="gpu-a",model="a",state="kv-growth"} 1.0',
+        'swapgate_engine_diagnosis{instance="gpu-a",model="a",state="healthy"} 0.0',
+        'swapgate_engine_diagnosis{instance="gpu-b",model="a",state="healthy"} 1.0',
+        'swapgate_probe_ttft_seconds_count{target="relay/cloud"} 1.0',
+        'swapgate_probe_requests_total{result="ok",target="relay/cloud"} 1.0',
+        'swapgate_key_requests_total{key="chat-ui",status="429"} 1.0',
+    ]
+    for line in expected:
+        assert line in text, line
+    assert 'swapgate_ttft_drift_ratio{instance="gpu-b"' not in text, "no figure yet: no sample"

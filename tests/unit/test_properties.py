@@ -22,6 +22,7 @@ from swapgate.config.settings import (
     AuthConfig,
     ClusterConfig,
     ConfigError,
+    DiagnosisConfig,
     InstanceConfig,
     KeepaliveConfig,
     KeepaliveOverride,
@@ -192,6 +193,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "metrics": MetricsConfig,
     "cluster": ClusterConfig,
     "auth": AuthConfig,
+    "diagnosis": DiagnosisConfig,
 }
 LISTS: dict[str, type[BaseModel]] = {"instances": InstanceConfig, "preloads": PreloadConfig}
 NAMED: dict[str, type[BaseModel]] = {"models": ModelConfig, "relays": RelayConfig}

@@ -170,21 +170,27 @@ def _describe_instance(inst: InstanceView, runtime: Runtime, wall: _WallClock) -
         "swapping": inst.swapping,
         "backoff_until": wall.iso(inst.backoff_until) if inst.backoff_until > wall.now else None,
         "models": {
-            name: _describe_model(view, wall)
+            name: _describe_model(view, wall, runtime, inst.name, name)
             for name, view in sorted(inst.models.items())
             if view.state is not WarmState.COLD or view.inflight or view.pinned_until > wall.now
         },
     }
 
 
-def _describe_model(view: ModelView, wall: _WallClock) -> dict[str, Any]:
-    return {
+def _describe_model(
+    view: ModelView, wall: _WallClock, runtime: Runtime, instance: str, model: str
+) -> dict[str, Any]:
+    described: dict[str, Any] = {
         "state": view.state.value,
         "since": wall.iso(view.since),
         "inflight": view.inflight,
         "last_used": wall.iso(view.last_used) if view.last_used else None,
         "pinned_until": wall.iso(view.pinned_until) if view.pinned_until > wall.now else None,
     }
+    if view.state is WarmState.WARM:  # is its engine decaying, and why (docs/operations.md)
+        relay = runtime.configured.settings.model_settings(model).relay
+        described["diagnosis"] = runtime.decay.describe(instance, model, relay)
+    return described
 
 
 class _WallClock:
