@@ -86,6 +86,12 @@ class SharedCounts:
         answer = await self._cluster.call(self._take_slot([_slots(name)], args))
         return None if answer is None else bool(answer)
 
+    async def forget(self, names: list[str]) -> None:
+        """At start: what an earlier run under this replica's id held is gone (a replica_id set
+        by hand outlives its process)."""
+        for name in names:
+            await self._cluster.call(self._cluster.redis.hdel(_slots(name), self._cluster.replica))
+
     async def give_slot(self, name: str) -> None:
         count = 1 + self._owed.pop(name, 0)
         given = await self._cluster.call(

@@ -107,7 +107,8 @@ class Runtime:
         )
         self.upstream = UpstreamClient(settings.routing.stream_idle_timeout)
         # Each key's use (docs/keys.md): outlives reloads, counted across replicas in Redis.
-        self.limits = KeyLimits(clock, SharedCounts(self.cluster) if self.cluster else None)
+        self._shared_counts = SharedCounts(self.cluster) if self.cluster else None
+        self.limits = KeyLimits(clock, self._shared_counts)
         # Each engine's TTFT against its baseline, its memory slope, the probes (docs/operations.md)
         self.decay = DecayWatch(settings.diagnosis, clock)
         self.metrics.watch_decay(self.engine_rows, STATES)
@@ -180,6 +181,9 @@ class Runtime:
         await self.upstream.start()
         if isinstance(self.coordinator, SharedSwaps):
             await self.coordinator.connect()
+        if self._shared_counts is not None:
+            keys = self.configured.settings.auth.keys
+            await self._shared_counts.forget([k.name for k in keys if k.concurrency])
         await self.configured.poller.poll_all()
         self._poll_task = asyncio.create_task(self.configured.poller.run(), name="poller")
         self._start_probes()

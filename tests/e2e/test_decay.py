@@ -96,6 +96,7 @@ def test_a_growing_kv_pool_is_kv_growth_and_is_recycled_on_its_slope() -> None:
         wait_for(recycled, timeout=30)
         second = processes(gw)["a"].get("pid")
         metrics = gw.metrics()
+    print(f"kv-growth: {figures}; recycled with the group at most {peak[0] / 2**20:.0f} MiB")
     assert before[-1] == "healthy"
     assert growing[-1] == "kv-growth", growing
     assert figures["rss_slope_bytes_per_hour"] > 2**30
@@ -124,6 +125,7 @@ def test_flat_memory_is_placement_or_preemption_and_a_relay_slowing_too_is_globa
             both = watch_states(gw, lambda d: d["state"] == "global", 10)
             served = len(statuses)
             metrics = gw.metrics()
+    print(f"placement-or-preemption: {local_figures}")
     assert local[-1] == "placement-or-preemption", local
     assert local_figures["rss_slope_bytes_per_hour"] is None or (
         abs(local_figures["rss_slope_bytes_per_hour"]) < 2**30

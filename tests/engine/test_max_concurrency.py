@@ -81,6 +81,7 @@ def test_max_concurrency_1_keeps_the_engine_from_cutting_streams(
             cut, _ = run(gw.url)
         with gateway(config(server, max_concurrency=1)) as gw:
             whole, deepest = run(gw.url)
+    print(f"cut without max_concurrency: {sum(f != 'length' for _, f in cut)} of {STREAMS}")
     assert any(finish != "length" for _, finish in cut), (
         "the engine cut no stream without max_concurrency: this test shows nothing",
         cut,
