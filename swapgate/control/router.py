@@ -232,13 +232,10 @@ class Router:
         decision = place(model, snap, self._policy, want.priority)
         if isinstance(decision, Serve):
             free = free_slots(model, snap, self._policy)
-            if free is not None and self._turns(model, want, since) >= free:
+            waitlist = self._registry.waitlist
+            if free is not None and waitlist.ahead(model, want.priority, since) >= free:
                 return Full(decision.instance)
         return decision
-
-    def _turns(self, model: str, want: Want, since: float) -> int:
-        """How many queued requests for ``model`` go before this one."""
-        return self._registry.waitlist.ahead(model, want.priority, since)
 
     def reserve_room(self, model: str, until: float, outranks: int | None = None) -> str | None:
         """The starvation rule: stop new requests to the cheapest busy victims so they drain;
