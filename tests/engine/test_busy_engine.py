@@ -23,11 +23,11 @@ from tests.e2e.test_process import ENV, TOKEN
 from tests.engine.conftest import llama_server, swap_on_request
 
 pytestmark = pytest.mark.engine
-# Gemma's end tokens (<eos>, <end_of_turn>) barred: the answer runs its whole length, ~15 s
-# here, longer than two timed-out polls (2 x 5 s) take.
+# Gemma's end tokens (<eos>, <end_of_turn>) barred: the answer runs its whole length, ~5 s here:
+# ten poll intervals, any one of which would cut it short.
 LONG = {
     "messages": [{"role": "user", "content": "Tell a long story."}],
-    "max_tokens": 450,
+    "max_tokens": 150,
     "stream": True,
     "logit_bias": {"1": -100, "106": -100},
 }
@@ -36,11 +36,13 @@ LONG = {
 def test_a_real_engine_that_streams_is_not_polled_and_stays_up(
     engine: LlamaCppEngine, tmp_path: Path
 ) -> None:
-    with llama_server(engine, tmp_path, {"gemma-a": 2048}) as server:
+    # interrupt_requests at the engine's default: whatever else reaches it cuts the stream
+    with llama_server(engine, tmp_path, {"gemma-a": 2048}, interrupt=True) as server:
         config = {
             "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
             "routing": {"poll_interval": "500ms"},
             "instances": [swap_on_request("llama", server, ["gemma-a"])],
+            "models": {"gemma-a": {"max_concurrency": 1}},  # the client's second request waits
         }
         with gateway(config, ENV) as gw, gw.admin(TOKEN) as admin:
             url = f"{gw.url}/v1/chat/completions"
@@ -54,17 +56,19 @@ def test_a_real_engine_that_streams_is_not_polled_and_stays_up(
             while streaming.is_alive():
                 instance = admin.get("/admin/state").json()["instances"][0]
                 ups.append(instance["up"])
-                if second is None and time.monotonic() - started > 11:  # two polls would be out
+                if second is None and time.monotonic() - started > 1.5:
                     second = httpx.post(url, json={"model": "gemma-a", **_hello()}, timeout=60)
                 time.sleep(0.25)
             streaming.join()
+            took = time.monotonic() - started
             failed = gw.metric("swapgate_upstream_errors_total", instance="llama")
             swaps = gw.metric("swapgate_swaps_total", instance="llama")
+    assert took > 2, "it streamed for several poll intervals"
     assert all(ups), f"the instance went down while it streamed ({ups.count(False)} samples)"
-    assert failed == 0, "no poll reached the engine while it streamed, so none timed out"
+    assert events[-1]["choices"][0]["finish_reason"] == "length", "no poll cut it"  # type: ignore[index]
+    assert failed == 0
     assert second is not None
     assert second.status_code == 200, second.text
-    assert events[-1]["choices"][0]["finish_reason"] == "length"  # type: ignore[index]
     assert swaps == 1  # the first load only: nothing was reloaded
 
 
