@@ -50,7 +50,13 @@ def test_a_real_engine_soaked_is_measured_and_stays_healthy(engine: LlamaCppEngi
         loader = threading.Thread(target=load)
         loader.start()
         try:
-            wait_for(lambda: diagnosis(gw.url)["ttft_drift_ratio"] is not None, timeout=60)
+
+            def measured() -> bool:
+                figures = diagnosis(gw.url)
+                drift, slope = figures["ttft_drift_ratio"], figures.get("rss_slope_bytes_per_hour")
+                return drift is not None and slope is not None
+
+            wait_for(measured, timeout=60)
             seen = []
             deadline = time.monotonic() + SOAK
             while time.monotonic() < deadline:
@@ -67,7 +73,6 @@ def test_a_real_engine_soaked_is_measured_and_stays_healthy(engine: LlamaCppEngi
     assert last["ttft_p95_ms"] > 0
     assert last["ttft_baseline_p95_ms"] > 0
     assert last["requests_per_second"] > 0.5
-    assert last["rss_slope_bytes_per_hour"] is not None, "the process group's memory is sampled"
     assert metric_in(metrics, "swapgate_ttft_drift_ratio", model="gemma-a") > 0
     assert metric_in(metrics, "swapgate_engine_diagnosis", model="gemma-a", state="healthy") == 1
     assert 'swapgate_process_rss_slope_bytes_per_hour{instance="node",model="gemma-a"}' in metrics
