@@ -174,7 +174,7 @@ class Router:
             expected = self.expected_wait(model, decision)
             if expected > want.budget:
                 return self._over_budget(model, decision, expected, want.budget, started)
-        with self._registry.waitlist.queued(model, started, want.priority) as depth:
+        with self._registry.waitlist.queued(model, started, want.priority, want.slots) as depth:
             if depth > self._settings.routing.queue_limit:
                 relayed = self.relay(model, "queue_full", started)
                 if relayed:
@@ -233,7 +233,7 @@ class Router:
         if isinstance(decision, Serve):
             free = free_slots(model, snap, self._policy)
             waitlist = self._registry.waitlist
-            if free is not None and waitlist.ahead(model, want.priority, since) >= free:
+            if free is not None and waitlist.ahead(model, want.priority, since, want.slots) >= free:
                 return Full(decision.instance)
         return decision
 

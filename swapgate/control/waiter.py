@@ -29,6 +29,11 @@ class Want:
     budget: float | None = None
     priority: int = 0
 
+    @property
+    def slots(self) -> tuple[str, ...]:
+        """The instances whose slots it may take, sorted; () for any."""
+        return tuple(sorted(self.pool.instances)) if self.pool is not None else ()
+
 
 @dataclass(frozen=True, slots=True)
 class Waiting:

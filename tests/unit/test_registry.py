@@ -234,3 +234,16 @@ def test_the_waitlist_serves_by_class_then_arrival() -> None:
     )  # fmt: skip
     waitlist.leave("m", 3.0, 10)
     assert waitlist.classes() == {"m": 0}
+
+
+def test_a_queued_request_of_another_pool_does_not_hold_back_a_slot_it_cannot_use() -> None:
+    from swapgate.control.waitlist import Waitlist
+
+    waitlist = Waitlist(lambda: 0.0)
+    waitlist.enter("m", 1.0, 0, ("x",))  # may use instance x only
+    waitlist.enter("m", 2.0, 0, ())  # any instance
+    assert waitlist.ahead("m", 0, 3.0, ("y",)) == 1, "only the one that may use y too"
+    assert waitlist.ahead("m", 0, 3.0, ("x", "y")) == 2
+    assert waitlist.ahead("m", 0, 3.0) == 2, "a request of any instance: everyone ahead"
+    waitlist.leave("m", 1.0, 0, ("x",))
+    assert waitlist.depths() == {"m": 1}
