@@ -29,6 +29,7 @@ HOUR = 3600.0
 # period (reservoir), the window its latest answers.
 BASELINE_KEPT = 1024
 RECENT_KEPT = 4096
+PROBES_RECENT = 3  # a probe target's recent TTFT: the median of its last probes
 
 
 def band(tokens: int) -> str:
@@ -49,11 +50,12 @@ class _Series:
 
 @dataclass(slots=True)
 class _Probes:
-    """A probe target's TTFTs: the first ``baseline`` of them, and the window's."""
+    """A probe target's TTFTs: those of its first ``baseline`` (a sample), and the last few."""
 
     started: float
+    seen: dict[str, int] = field(default_factory=dict)
     baseline: list[float] = field(default_factory=list)
-    recent: deque[tuple[float, float]] = field(default_factory=deque)
+    recent: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=PROBES_RECENT))
 
 
 class DecayWatch:
@@ -112,9 +114,8 @@ class DecayWatch:
         if probes is None:
             probes = self._probes[target] = _Probes(now)
         if now - probes.started <= self.config.baseline:
-            probes.baseline.append(seconds)
+            _keep(probes.baseline, probes.seen, target, seconds)
         probes.recent.append((now, seconds))
-        _trim(probes.recent, now - self.config.window)
 
     def forget(self, instance: str, model: str) -> None:
         self._series.pop((instance, model), None)
@@ -150,17 +151,16 @@ class DecayWatch:
         return Figures(p50, p95, base, chosen, rate, rss_slope, relay_p50, relay_drift)
 
     def _probe_figures(self, target: str) -> tuple[float | None, float | None]:
+        """The median of the last ``PROBES_RECENT`` probes, and its ratio to the baseline's
+        median once the baseline is over. By count, not by window: probes are few (one every
+        ``probe_interval``, 5 min say), and the window would hold one or two."""
         probes = self._probes.get(target)
-        if probes is None:
+        if probes is None or not probes.recent:
             return None, None
-        now = self._clock()
-        recent = [s for t, s in probes.recent if t >= now - self.config.window]
-        if not recent:
-            return None, None
-        p50 = _quantile(recent, 0.5)
-        after_baseline = now - probes.started > self.config.baseline
-        enough = len(probes.baseline) >= MIN_SAMPLES and len(recent) >= MIN_SAMPLES
-        base = _quantile(probes.baseline, 0.5) if enough and after_baseline else None
+        p50 = statistics.median(s for _, s in probes.recent)
+        after_baseline = self._clock() - probes.started > self.config.baseline
+        enough = len(probes.baseline) >= PROBES_RECENT and len(probes.recent) >= PROBES_RECENT
+        base = statistics.median(probes.baseline) if enough and after_baseline else None
         return p50, (p50 / base if base else None)
 
     def diagnosis(self, instance: str, model: str, relay: str | None) -> tuple[State, Figures]:

@@ -118,11 +118,11 @@ def test_flat_memory_is_placement_or_preemption_and_a_relay_slowing_too_is_globa
             wait_for(lambda: diagnosis(gw).get("relay_drift_ratio") is not None, timeout=15)
             assert diagnosis(gw)["state"] == "healthy"
             engine = processes(gw)["a"]["port"]
-            httpx.post(f"http://127.0.0.1:{engine}/sim/faults", json={"ttft": 0.4})
-            local = watch_states(gw, lambda d: d["state"] != "healthy", 10)
+            httpx.post(f"http://127.0.0.1:{engine}/sim/faults", json={"ttft": 1.0})
+            local = watch_states(gw, lambda d: d["state"] != "healthy", 15)
             local_figures = diagnosis(gw)
-            relay.faults(ttft=0.4)
-            both = watch_states(gw, lambda d: d["state"] == "global", 10)
+            relay.faults(ttft=1.0)
+            both = watch_states(gw, lambda d: d["state"] == "global", 15)
             served = len(statuses)
             metrics = gw.metrics()
     print(f"placement-or-preemption: {local_figures}")

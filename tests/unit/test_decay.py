@@ -125,3 +125,16 @@ def test_rates_read_per_hour_minute_or_second(text: object, per_hour: float) -> 
 def test_a_rate_without_its_unit_of_time_says_how_to_write_it() -> None:
     with pytest.raises(ValueError, match="500MiB/h"):
         parse_rate("500MiB")
+
+
+def test_probes_every_five_minutes_still_tell_the_relays_drift() -> None:
+    clock = FakeClock(0.0)
+    decay = DecayWatch(DiagnosisConfig(), clock)  # baseline 1 h, window 10 min
+    for _ in range(12):
+        decay.probe("relay/cloud", 0.035)
+        clock.advance(300)
+    for _ in range(3):
+        decay.probe("relay/cloud", 0.105)
+        clock.advance(300)
+    figures = decay.figures("gpu", "m", relay="cloud")
+    assert figures.relay_drift == pytest.approx(3.0), "a 10-minute window holds two probes"
