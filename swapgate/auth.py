@@ -40,14 +40,11 @@ class Caller:
 
     name: str | None = None
     key: KeyConfig | None = None
+    scope: re.Pattern[str] | None = None  # its models (``scope``); None: every model
 
     @property
     def priority(self) -> int:
         return self.key.priority if self.key is not None else 0
-
-    @property
-    def limited(self) -> bool:
-        return self.key is not None and (self.key.rpm or self.key.concurrency) is not None
 
 
 ANYONE = Caller()
@@ -66,8 +63,7 @@ class ClientAuth:
     ) -> None:
         unscoped = Caller(plain_name)
         self._callers = {hashlib.sha256(k.encode()).hexdigest(): unscoped for k in plain}
-        self._callers |= {key.sha256: Caller(key.name, key) for key in keys}
-        self._scopes = {key.name: _scope(key.models) for key in keys}
+        self._callers |= {key.sha256: Caller(key.name, key, scope(key.models)) for key in keys}
         self._clock = clock
 
     @property
@@ -97,8 +93,7 @@ class ClientAuth:
     def allows(self, caller: Caller, *models: str) -> bool:
         """Whether ``caller`` may use a model known by any of ``models`` (its name as asked,
         and the model that name stands for)."""
-        scope = self._scopes.get(caller.name or "") if caller.key is not None else None
-        return scope is None or any(scope.fullmatch(model) for model in models)
+        return caller.scope is None or any(caller.scope.fullmatch(model) for model in models)
 
     def check_model(self, caller: Caller, *models: str) -> None:
         """403 ``model_not_allowed`` for a model outside ``caller``'s scope: the same answer
@@ -123,7 +118,7 @@ class ClientAuth:
         return key.priority
 
 
-def _scope(patterns: Sequence[str]) -> re.Pattern[str] | None:
+def scope(patterns: Sequence[str]) -> re.Pattern[str] | None:
     """One regular expression for a key's model patterns (globs); None for every model."""
     if "*" in patterns:
         return None

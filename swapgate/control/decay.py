@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from swapgate.config.settings import DiagnosisConfig
+from swapgate.model.counts import PerSecond
 from swapgate.policy.diagnosis import Figures, State, diagnose
 
 # Prompt-size bands (estimated tokens): long prompts take longer to their first token, so a
@@ -44,7 +45,7 @@ class _Series:
     baseline: dict[str, list[float]] = field(default_factory=dict)
     seen: dict[str, int] = field(default_factory=dict)  # baseline samples offered, per band
     recent: dict[str, deque[tuple[float, float]]] = field(default_factory=dict)
-    served: deque[list[int]] = field(default_factory=deque)  # [second, requests] of the window
+    served: PerSecond = field(default_factory=PerSecond)
     rss: deque[tuple[float, int]] = field(default_factory=deque)
 
 
@@ -91,15 +92,7 @@ class DecayWatch:
 
     def served(self, instance: str, model: str, since: float) -> None:
         """One request answered by the load of ``model`` warm since ``since``."""
-        now = self._clock()
-        served = self._of(instance, model, since).served
-        second = int(now)
-        if served and served[-1][0] == second:
-            served[-1][1] += 1
-        else:
-            served.append([second, 1])
-        while served and served[0][0] < now - self.config.window:
-            served.popleft()
+        self._of(instance, model, since).served.add(self._clock(), self.config.window)
 
     def rss(self, instance: str, model: str, since: float, rss: int, keep: float) -> None:
         """A process group's resident size; ``keep``: how far back the slope may look."""
@@ -116,9 +109,6 @@ class DecayWatch:
         if now - probes.started <= self.config.baseline:
             _keep(probes.baseline, probes.seen, target, seconds)
         probes.recent.append((now, seconds))
-
-    def forget(self, instance: str, model: str) -> None:
-        self._series.pop((instance, model), None)
 
     # -- figures -------------------------------------------------------------------------------
 
@@ -141,7 +131,7 @@ class DecayWatch:
         now = self._clock()
         window = self.config.window
         rss_slope = self.slope(instance, model, window)
-        rate = sum(n for second, n in series.served if second >= now - window) / window
+        rate = series.served.count(now, window) / window
         chosen = _band_to_compare(series, now - window)
         p50 = p95 = base = None
         if chosen is not None:

@@ -13,11 +13,12 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from swapgate.config.settings import KeyConfig
 from swapgate.errors import RateLimited
+from swapgate.model.counts import PerSecond
 
 WINDOW = 60.0  # what rpm counts over, in seconds
 
@@ -36,9 +37,11 @@ class SharedCounts(Protocol):
 
 @dataclass(slots=True)
 class _Use:
-    """One key's use on this replica: its requests in the last minute, and those in flight."""
+    """One key's use on this replica: its latest ``rpm`` arrivals (what its limit reads), its
+    requests in the last minute by the second, and those in flight."""
 
-    arrivals: deque[float]
+    arrivals: deque[float] = field(default_factory=deque)
+    minute: PerSecond = field(default_factory=PerSecond)
     inflight: int = 0
 
 
@@ -58,10 +61,8 @@ class KeyLimits:
 
     async def admit(self, key: KeyConfig) -> Admission:
         """Admit a request of ``key``, or raise 429 ``rate_limited`` naming the key."""
-        use = self._use.setdefault(key.name, _Use(deque()))
+        use = self._use.get(key.name) or self._use.setdefault(key.name, _Use())
         now = self._clock()
-        while use.arrivals and use.arrivals[0] <= now - WINDOW:
-            use.arrivals.popleft()
         if key.rpm is not None:
             wait = await self._rate(key, use, now)
             if wait > 0:
@@ -82,7 +83,11 @@ class KeyLimits:
                     "once; retry when one of them ends",
                     retry_after=1,
                 )
-        use.arrivals.append(now)
+        if key.rpm is not None:
+            if use.arrivals.maxlen != key.rpm:  # new, or its rpm changed with a reload
+                use.arrivals = deque(use.arrivals, maxlen=key.rpm)
+            use.arrivals.append(now)
+        use.minute.add(now, WINDOW)
         use.inflight += 1
         return Admission(key.name, shared_slot)
 
@@ -94,7 +99,7 @@ class KeyLimits:
                 return wait
         if len(use.arrivals) < key.rpm:
             return 0.0
-        return use.arrivals[-key.rpm] + WINDOW - now
+        return use.arrivals[-key.rpm] + WINDOW - now  # when the rpm-th latest leaves the minute
 
     async def release(self, admission: Admission) -> None:
         use = self._use[admission.name]
@@ -108,7 +113,7 @@ class KeyLimits:
         return {
             name: {
                 "in_flight": use.inflight,
-                "last_minute": sum(1 for t in use.arrivals if t > now - WINDOW),
+                "last_minute": use.minute.count(now, WINDOW),
             }
             for name, use in sorted(self._use.items())
         }

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import fnmatch
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
 
 from swapgate import __version__
+from swapgate.auth import scope
 from swapgate.cluster.store import url_problem
 from swapgate.config.loading import load_config
 from swapgate.config.settings import ConfigError, Settings, secret
@@ -176,10 +177,14 @@ def keys_summary(settings: Settings, today: date | None = None) -> list[str]:
         line += "".join(f"; {limit}" for limit in limits)
         if key.expires is not None and key.expires < today:
             line += f"; EXPIRED on {key.expires.isoformat()}"
-        elif named and not any(fnmatch.fnmatchcase(m, p) for m in named for p in key.models):
+        elif named and not _in_scope(scope(key.models), named):
             line += "; matches none of the models this config names"
         lines.append(line)
     return lines
+
+
+def _in_scope(pattern: re.Pattern[str] | None, models: set[str]) -> bool:
+    return pattern is None or any(pattern.fullmatch(model) for model in models)
 
 
 # Read timeouts of the common fronts, in seconds (docs/operations.md); None: it has none.
