@@ -137,7 +137,10 @@ class DecayWatch:
         if chosen is not None:
             recent = [s for t, s in series.recent[chosen] if t >= now - window]
             p50, p95 = _quantile(recent, 0.5), _quantile(recent, 0.95)
-            base = _quantile(series.baseline[chosen], 0.95)
+            # No drift against a baseline still being taken: a slowdown then would be its own
+            # baseline
+            if now - series.since > self.config.baseline:
+                base = _quantile(series.baseline[chosen], 0.95)
         return Figures(p50, p95, base, chosen, rate, rss_slope, relay_p50, relay_drift)
 
     def _probe_figures(self, target: str) -> tuple[float | None, float | None]:
