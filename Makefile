@@ -33,7 +33,7 @@ typecheck: $(STAMP)
 # tests/conftest.py).
 PYTEST_WORKERS ?= 4
 pytest: $(STAMP) system-packages engine
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The real engines the tests run: llama-cpp-python and llama.cpp's llama-server with
 # Gemma-3-270M, vLLM's CPU build with a tiny Llama made offline, and the coding clients; built
