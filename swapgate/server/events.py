@@ -5,7 +5,8 @@ A viewer first gets a ``snapshot`` (the whole state, swapgate/server/dashboard.p
 ``/admin/state`` document and more), then only what changed: one-fact events (``model``,
 ``inflight``, ``queue``, ``preload``), ``swap`` (``started``, ``progress``, then ``done``,
 ``failed`` or ``abandoned``), ``instance`` (one instance whole: up, drained, backoff, its
-models), ``models`` (queues, demand), ``placements``, ``jobs``, ``cluster`` and ``reload``
+models and their diagnoses), ``models`` (queues, demand), ``placements``, ``jobs``,
+``cluster``, ``keys`` (each key's use on this replica) and ``reload``
 (followed by a fresh snapshot). A comment line every ``PING`` keeps proxies from closing a
 quiet stream.
 
@@ -153,7 +154,7 @@ class EventStream:
             if before.pop(inst["name"], None) != inst:
                 events.append(("instance", inst))
         events += [("instance", {"name": name, "removed": True}) for name in before]
-        for key in ("models", "placements", "jobs", "cluster"):
+        for key in ("models", "placements", "jobs", "cluster", "keys"):
             if state.get(key) != last.get(key):
                 events.append((key, state[key]))
         events += _swap_events(last.get("swaps", {}), state["swaps"])

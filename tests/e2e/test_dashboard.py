@@ -8,6 +8,7 @@ stops instead of holding the stop.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -279,6 +280,58 @@ def test_an_unload_that_would_cut_requests_asks_first_and_preload_and_drain_act(
             )
             with gw.admin(TOKEN) as admin:
                 assert admin.get("/admin/state").json()["instances"][0]["drained"] is True
+
+
+def test_the_page_shows_each_keys_use_and_each_warm_engines_diagnosis(browser: WebDriver) -> None:
+    key = {"name": "chat-ui", "sha256": hashlib.sha256(b"ui-key").hexdigest(),
+           "priority": "interactive", "concurrency": 8, "rpm": 6000}  # fmt: skip
+    config = {
+        "instances": [],
+        "auth": {"keys": [key]},
+        "diagnosis": {"baseline": "2s", "window": "2s"},  # short, for the test
+    }
+    body = {"model": "a", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+            "stream": True}  # fmt: skip
+    stop = threading.Event()
+
+    def streams(url: str) -> None:  # one stream after another, under the key
+        while not stop.is_set():
+            headers = {"authorization": "Bearer ui-key"}
+            with httpx.stream("POST", url, json=body, headers=headers, timeout=30) as answer:
+                answer.read()
+
+    with simulator(models=("a",), load_time=0.2) as sim, ExitStack() as stack:
+        config["instances"] = [instance("gpu-1", sim)]
+        gw = stack.enter_context(gateway(config, env=ENV))
+        log_in(browser, gw)
+        until(browser, live)
+        url = f"{gw.url}/v1/chat/completions"
+        senders = [threading.Thread(target=streams, args=(url,)) for _ in range(6)]
+        stack.callback(lambda: [stop.set(), *(t.join(30) for t in senders)])
+        for sender in senders:
+            sender.start()
+        cell = 'tr[data-instance="gpu-1"] td[data-model="a"] .diagnosis'
+
+        def diagnosis(p: WebDriver) -> tuple[str | None, str]:
+            shown = p.find_element(By.CSS_SELECTOR, cell)
+            return shown.get_attribute("data-diagnosis"), str(shown.text)
+
+        healthy = until(browser, lambda p: "TTFT p95" in diagnosis(p)[1] and diagnosis(p))
+        sim.faults(ttft=1.0)  # the engine slows down; no relay to compare with, no memory
+        slowed = until(browser, lambda p: diagnosis(p)[0] != "healthy" and diagnosis(p))
+        row = 'tr[data-key="chat-ui"] td'
+        used = until(browser, lambda p: [c.text for c in p.find_elements(By.CSS_SELECTOR, row)])
+    assert healthy[0] == "healthy", healthy
+    assert slowed[0] == "placement-or-preemption", slowed
+    assert "× baseline" in slowed[1], slowed
+    name, cls, models, in_flight, last_minute, expires = used
+    assert (name, cls, models, expires) == ("chat-ui", "interactive (10)", "*", "never")
+    flying, of = in_flight.split(" of ")
+    assert of == "8"
+    assert 1 <= int(flying) <= 6, "the senders' streams, slowed: most of them in flight"
+    answered, rpm = last_minute.split(" of ")
+    assert rpm == "6000"
+    assert int(answered) >= 10, last_minute
 
 
 def test_the_page_of_any_replica_shows_the_clusters_swaps_and_says_which_replica_it_is(

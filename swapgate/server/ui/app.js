@@ -170,6 +170,7 @@ function draw() {
   drawSwaps();
   drawModels();
   drawCluster();
+  drawKeys();
   drawPreload();
   drawJobs();
 }
@@ -233,6 +234,7 @@ function cell(inst, model) {
     out.push(el("div", { class: "small" }, ago(view.since) + " of ~" + Math.round(eta || 0) + " s"));
   }
   if (view && view.inflight) out.push(el("div", { class: "small" }, view.inflight + " in flight"));
+  if (view && view.diagnosis) out.push(diagnosis(view.diagnosis));
   if (view && view.pinned_until) {
     out.push(el("div", { class: "small" }, "pinned until " + new Date(view.pinned_until).toLocaleTimeString()));
   }
@@ -240,6 +242,42 @@ function cell(inst, model) {
     out.push(el("button", { type: "button", class: "unload", onclick: () => unload(inst, model, view) }, "unload"));
   }
   return out;
+}
+
+// A warm engine's diagnosis and the figures behind it, worded as `swapgate status` words them
+// (docs/operations.md, "Is the decay local?").
+function diagnosis(d) {
+  let figures = "TTFT baseline not ready";
+  if (d.ttft_drift_ratio !== null) {
+    figures = "TTFT p95 " + d.ttft_drift_ratio.toFixed(1) + "× baseline";
+    if (d.rss_slope_bytes_per_hour !== null) {
+      const mib = d.rss_slope_bytes_per_hour / 2 ** 20;
+      figures += ", memory " + (mib >= 0 ? "+" : "") + mib.toFixed(0) + " MiB/h";
+    }
+    if (d.relay_drift_ratio !== null) figures += ", relay " + d.relay_drift_ratio.toFixed(1) + "×";
+  }
+  const detail = "TTFT p50 " + d.ttft_p50_ms + " ms, p95 " + d.ttft_p95_ms + " ms (baseline " +
+    d.ttft_baseline_p95_ms + " ms, " + d.prompt_band + " prompts) · " + d.requests_per_second + " req/s";
+  return el("div", { class: "small diagnosis " + d.state, "data-diagnosis": d.state, title: detail },
+    d.state + " · " + figures);
+}
+
+const CLASSES = { 10: "interactive", 0: "default", "-10": "batch" };
+
+function priorityClass(priority) {
+  return priority in CLASSES ? CLASSES[priority] + " (" + priority + ")" : String(priority);
+}
+
+function drawKeys() {
+  const keys = Object.entries(state.keys || {});
+  $("keys-section").hidden = keys.length === 0;
+  const rows = keys.map(([name, key]) => el("tr", { "data-key": name },
+    el("td", {}, name), el("td", {}, priorityClass(key.priority)),
+    el("td", {}, key.models.join(", ")),
+    el("td", { "data-use": "in_flight" }, key.in_flight + (key.concurrency ? " of " + key.concurrency : "")),
+    el("td", { "data-use": "last_minute" }, key.last_minute + (key.rpm ? " of " + key.rpm : "")),
+    el("td", {}, key.expires ? new Date(key.expires).toLocaleString() : "never")));
+  $("keys").tBodies[0].replaceChildren(...rows);
 }
 
 function drawRunning() {
