@@ -285,7 +285,7 @@ def test_an_unload_that_would_cut_requests_asks_first_and_preload_and_drain_act(
 def test_the_page_shows_each_keys_use_and_each_warm_engines_diagnosis(browser: WebDriver) -> None:
     key = {"name": "chat-ui", "sha256": hashlib.sha256(b"ui-key").hexdigest(),
            "priority": "interactive", "concurrency": 8, "rpm": 6000}  # fmt: skip
-    config = {
+    config: dict[str, Any] = {
         "instances": [],
         "auth": {"keys": [key]},
         "diagnosis": {"baseline": "2s", "window": "2s"},  # short, for the test
@@ -307,7 +307,13 @@ def test_the_page_shows_each_keys_use_and_each_warm_engines_diagnosis(browser: W
         until(browser, live)
         url = f"{gw.url}/v1/chat/completions"
         senders = [threading.Thread(target=streams, args=(url,)) for _ in range(6)]
-        stack.callback(lambda: [stop.set(), *(t.join(30) for t in senders)])
+
+        def halt() -> None:
+            stop.set()
+            for sender in senders:
+                sender.join(30)
+
+        stack.callback(halt)
         for sender in senders:
             sender.start()
         cell = 'tr[data-instance="gpu-1"] td[data-model="a"] .diagnosis'
