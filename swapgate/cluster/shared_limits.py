@@ -100,6 +100,29 @@ class SharedCounts:
         if given is None:
             self._owed[name] = count
 
+    async def use(
+        self, rated: list[str], slotted: list[str], live: set[str]
+    ) -> dict[str, dict[str, int]]:
+        """What the cluster counts of each key, as its limits see it: ``last_minute`` for the
+        keys in ``rated`` (those with an rpm), ``in_flight`` for those in ``slotted`` (with a
+        concurrency), held by the ``live`` replicas. Empty when Redis does not answer."""
+        redis, cluster = self._cluster.redis, self._cluster
+        buckets = int(time.time() // BUCKET)
+        use: dict[str, dict[str, int]] = {}
+        for name in rated:
+            keys = [f"{PREFIX}rate:{name}:{buckets - i}" for i in range(_BUCKETS)]
+            counts = await cluster.call(redis.mget(keys))
+            if counts is None:
+                return {}
+            use.setdefault(name, {})["last_minute"] = sum(int(c) for c in counts if c)
+        for name in slotted:
+            held = await cluster.call(redis.hgetall(_slots(name)))
+            if held is None:
+                return {}
+            in_flight = sum(int(n) for replica, n in held.items() if replica in live)
+            use.setdefault(name, {})["in_flight"] = in_flight
+        return use
+
 
 def _slots(name: str) -> str:
     return f"{PREFIX}slots:{name}"

@@ -133,8 +133,7 @@ class EventStream:
                     log.warning("a dashboard viewer fell %d events behind: dropped", QUEUE)
 
     async def _read_cluster(self) -> None:
-        cluster = self._runtime.cluster
-        self._cluster = await cluster.describe() if cluster is not None else None
+        self._cluster = await self._runtime.describe_cluster()
 
     def _state(self) -> dict[str, Any]:
         state = dashboard_state(self._runtime)

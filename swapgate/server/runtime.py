@@ -204,6 +204,20 @@ class Runtime:
         up = self.registry.up_names()
         log.info("swapgate started: %d of %d instances up", len(up), len(self.drivers))
 
+    async def describe_cluster(self) -> dict[str, Any] | None:
+        """What Redis says of the replicas, the swap locks, and each limited key's use across
+        the replicas (docs/keys.md); None when not clustered."""
+        if self.cluster is None:
+            return None
+        described = await self.cluster.describe()
+        if self._shared_counts is not None:
+            keys = self.configured.settings.auth.keys
+            live = {str(r["id"]) for r in described["replicas"]}
+            rated = [k.name for k in keys if k.rpm]
+            slotted = [k.name for k in keys if k.concurrency]
+            described["keys"] = await self._shared_counts.use(rated, slotted, live)
+        return described
+
     async def reload(self) -> Settings:
         """Re-read the config file and apply it; ``ConfigError`` leaves everything as it was."""
         if self.config_path is None:

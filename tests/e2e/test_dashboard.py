@@ -346,7 +346,12 @@ def test_the_page_of_any_replica_shows_the_clusters_swaps_and_says_which_replica
     with ExitStack() as stack:
         redis = stack.enter_context(redis_server())
         sim = stack.enter_context(simulator(models=("x", "y"), load_time=3.0))
-        settings = {"routing": {"poll_interval": "1h"}, "instances": [instance("gpu-1", sim)]}
+        ops = {"name": "ops", "sha256": hashlib.sha256(b"ops-key").hexdigest(), "rpm": 100}
+        settings = {
+            "routing": {"poll_interval": "1h"},
+            "instances": [instance("gpu-1", sim)],
+            "auth": {"keys": [ops]},
+        }
         env = {**ENV, "SWAPGATE_REDIS_URL": redis.url}
         r1, r2 = (
             stack.enter_context(gateway(settings, {**env, "SWAPGATE_CLUSTER__REPLICA_ID": name}))
@@ -356,13 +361,19 @@ def test_the_page_of_any_replica_shows_the_clusters_swaps_and_says_which_replica
         until(browser, live)
         assert browser.find_element(By.ID, "replica").text == "replica r2"
         answers: list[httpx.Response] = []
-        waiting = threading.Thread(target=lambda: answers.append(chat(r1.url, "x")))
+        key = {"authorization": "Bearer ops-key"}
+        waiting = threading.Thread(target=lambda: answers.append(chat(r1.url, "x", headers=key)))
         waiting.start()  # through the other replica
         until(browser, lambda p: cell_state(p, "gpu-1", "x") == "loading")
         until(browser, lambda p: "x by r1" in p.find_element(By.ID, "swap-locks").text)
         until(browser, lambda p: cell_state(p, "gpu-1", "x") == "warm")
         waiting.join(30)
         assert [a.status_code for a in answers] == [200]
+        minute = 'tr[data-key="ops"] td[data-use="last_minute"]'
+        used = until(
+            browser, lambda p: "in all" in (t := p.find_element(By.CSS_SELECTOR, minute).text) and t
+        )
+        assert used == "0 here, 1 in all of 100", "the key's request went through the other replica"
 
 
 def test_a_viewers_token_shows_the_page_and_reads_but_changes_nothing(browser: WebDriver) -> None:

@@ -122,7 +122,7 @@ def test_across_two_replicas_on_redis_the_limit_holds_for_the_sum() -> None:
     with ExitStack() as stack:
         redis = stack.enter_context(redis_server())
         sim = stack.enter_context(simulator(models=("a",), load_time=0.1, token_rate=10))
-        env = {"SWAPGATE_REDIS_URL": redis.url}
+        env = {**ENV, "SWAPGATE_REDIS_URL": redis.url}
         replicas = [
             stack.enter_context(
                 gateway(slow_config([sim]), {**env, "SWAPGATE_CLUSTER__REPLICA_ID": name})
@@ -136,14 +136,28 @@ def test_across_two_replicas_on_redis_the_limit_holds_for_the_sum() -> None:
             held = [pool.submit(hold, one, "p-key"), pool.submit(hold, two, "p-key")]
             time.sleep(0.6)
             thirds = [chat(url, "a", headers=auth("p-key")) for url in (one, two)]
+            holding = key_use(one)
             assert [h.result().status_code for h in held] == [200, 200]
         again = [chat(url, "a", headers=auth("p-key")).status_code for url in (one, two)]
         per_minute = [chat(url, "a", headers=auth("m-key")) for url in (one, two, one, two)]
+        counted = key_use(one)
     assert [t.status_code for t in thirds] == [429, 429], [t.text for t in thirds]
+    # Each replica's own use, and the cluster's, as /admin/state tells them
+    assert holding["here"]["pair"]["in_flight"] == 1
+    assert holding["cluster"]["pair"] == {"in_flight": 2}
+    assert counted["here"]["three-a-minute"]["last_minute"] == 2
+    assert counted["cluster"]["three-a-minute"] == {"last_minute": 3}  # the 429 is not counted
+    assert "free" not in counted["cluster"], "a key without limits is not counted in Redis"
     assert again == [200, 200], "the slots came back on both replicas"
     assert [r.status_code for r in per_minute] == [200, 200, 200, 429], "3 a minute in all"
     assert "'three-a-minute' is at its limit of 3 requests per minute" in per_minute[3].text
     assert 1 <= int(per_minute[3].headers["retry-after"]) <= 60
+
+
+def key_use(url: str) -> dict[str, dict[str, Any]]:
+    """The keys' use on the replica at ``url`` and across the cluster, from its /admin/state."""
+    state = httpx.get(f"{url}/admin/state", headers=auth(TOKEN), timeout=10).json()
+    return {"here": state["keys"], "cluster": state["cluster"]["keys"]}
 
 
 # -- priority classes ----------------------------------------------------------------------

@@ -45,8 +45,7 @@ def admin_routes(runtime: Runtime) -> APIRouter:
     @router.get("/state")
     async def state() -> dict[str, Any]:
         described = describe_state(runtime)
-        cluster = runtime.cluster
-        described["cluster"] = await cluster.describe() if cluster else None
+        described["cluster"] = await runtime.describe_cluster()
         return described
 
     @router.post("/preload")

@@ -271,11 +271,17 @@ function priorityClass(priority) {
 function drawKeys() {
   const keys = Object.entries(state.keys || {});
   $("keys-section").hidden = keys.length === 0;
+  // With replicas, a limited key's use across all of them (what its limits count) follows
+  const shared = (state.cluster && state.cluster.keys) || {};
+  const use = (name, key, what, limit) => {
+    const all = shared[name] && shared[name][what];
+    return key[what] + (all !== undefined ? " here, " + all + " in all" : "") + (limit ? " of " + limit : "");
+  };
   const rows = keys.map(([name, key]) => el("tr", { "data-key": name },
     el("td", {}, name), el("td", {}, priorityClass(key.priority)),
     el("td", {}, key.models.join(", ")),
-    el("td", { "data-use": "in_flight" }, key.in_flight + (key.concurrency ? " of " + key.concurrency : "")),
-    el("td", { "data-use": "last_minute" }, key.last_minute + (key.rpm ? " of " + key.rpm : "")),
+    el("td", { "data-use": "in_flight" }, use(name, key, "in_flight", key.concurrency)),
+    el("td", { "data-use": "last_minute" }, use(name, key, "last_minute", key.rpm)),
     el("td", {}, key.expires ? new Date(key.expires).toLocaleString() : "never")));
   $("keys").tBodies[0].replaceChildren(...rows);
 }
