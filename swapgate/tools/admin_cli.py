@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from swapgate.config.paths import state_directory
+from swapgate.config.settings import PRIORITY_CLASSES
 from swapgate.tools.arguments import duration_text
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -154,7 +155,33 @@ def render_status(state: dict[str, Any]) -> str:
                 f"{eta:.0f}s" if eta is not None else "-", _diagnosis(view.get("diagnosis")),
             ))  # fmt: skip
     cluster = state.get("cluster")
-    return table(rows) + (f"\n\n{render_cluster(cluster)}" if cluster else "")
+    keys = render_keys(state.get("keys", {}), (cluster or {}).get("keys"))
+    return (
+        table(rows)
+        + (f"\n\n{keys}" if keys else "")
+        + (f"\n\n{render_cluster(cluster)}" if cluster else "")
+    )
+
+
+def render_keys(keys: dict[str, Any], shared: dict[str, Any] | None) -> str:
+    """Each client key's use against its limits (docs/keys.md): on this replica, and with
+    replicas in all of them; "" without keys."""
+    if not keys:
+        return ""
+
+    def use(name: str, key: dict[str, Any], what: str, limit: int | None) -> str:
+        everywhere = (shared or {}).get(name, {}).get(what)
+        text = str(key[what]) + (f" here, {everywhere} in all" if everywhere is not None else "")
+        return text + (f" of {limit}" if limit else "")
+
+    rows = [("KEY", "CLASS", "MODELS", "IN-FLIGHT", "LAST MINUTE", "EXPIRES")]
+    for name, key in keys.items():
+        rows.append((
+            name, _priority_class(key["priority"]), ", ".join(key["models"]),
+            use(name, key, "in_flight", key["concurrency"]),
+            use(name, key, "last_minute", key["rpm"]), key["expires"] or "never",
+        ))  # fmt: skip
+    return table(rows)
 
 
 def _diagnosis(diagnosis: dict[str, Any] | None) -> str:
@@ -172,6 +199,11 @@ def _diagnosis(diagnosis: dict[str, Any] | None) -> str:
     if relay is not None:
         figures += f", relay {relay:.1f}×"
     return f"{state} ({figures})"
+
+
+def _priority_class(priority: int) -> str:
+    named = {value: name for name, value in PRIORITY_CLASSES.items()}
+    return f"{named[priority]} ({priority})" if priority in named else str(priority)
 
 
 def render_cluster(cluster: dict[str, Any]) -> str:

@@ -126,3 +126,25 @@ def test_status_shows_each_engines_diagnosis_with_its_figures() -> None:
     }  # fmt: skip
     row = render_status(state).splitlines()[1]
     assert row.endswith("kv-growth (TTFT p95 3.4× baseline, memory +2150 MiB/h, relay 1.0×)")
+
+
+def test_status_shows_each_keys_use_against_its_limits_here_and_in_all() -> None:
+    from swapgate.tools.admin_cli import render_status
+
+    keys = {
+        "chat-ui": {"priority": 10, "models": ["qwen-*"], "rpm": 600, "concurrency": 4,
+                    "expires": None, "in_flight": 1, "last_minute": 12},
+        "nightly": {"priority": -10, "models": ["*"], "rpm": None, "concurrency": None,
+                    "expires": "2027-01-31T00:00:00+00:00", "in_flight": 3, "last_minute": 40},
+    }  # fmt: skip
+    state = {"instances": [], "models": {}, "keys": keys,
+             "cluster": {"replica": "r1", "redis_up": True, "replicas": [], "swap_locks": {},
+                         "keys": {"chat-ui": {"in_flight": 3, "last_minute": 30}}}}  # fmt: skip
+    lines = render_status(state).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("KEY"))
+    chat, nightly = (" ".join(line.split()) for line in lines[start + 1 : start + 3])
+    assert chat == (
+        "chat-ui interactive (10) qwen-* 1 here, 3 in all of 4 12 here, 30 in all of 600 never"
+    )
+    assert nightly == "nightly batch (-10) * 3 40 2027-01-31T00:00:00+00:00"
+    assert "KEY" not in render_status({**state, "keys": {}}), "no keys, no table"
