@@ -84,8 +84,10 @@ class DecayWatch:
         now = self._clock()
         series = self._of(instance, model, since)
         name = band(tokens)
-        if now - since <= self.config.baseline:
-            _keep(series.baseline.setdefault(name, []), series.seen, name, seconds)
+        baseline = series.baseline.setdefault(name, [])
+        # Its first ``baseline`` seconds, or longer if they held too few answers to compare with
+        if now - since <= self.config.baseline or len(baseline) < MIN_SAMPLES:
+            _keep(baseline, series.seen, name, seconds)
         recent = series.recent.setdefault(name, deque(maxlen=RECENT_KEPT))
         recent.append((now, seconds))
         _trim(recent, now - self.config.window)

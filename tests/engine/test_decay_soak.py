@@ -33,8 +33,9 @@ def diagnosis(url: str) -> dict[str, Any]:
 
 def test_a_real_engine_soaked_is_measured_and_stays_healthy(engine: LlamaCppEngine) -> None:
     config = process_node({"gemma-a": engine_command(engine, "gemma-a")})
-    # A baseline of 6 s, a window of 8 s: short, for the test; the defaults are 1 h and 10 min.
-    config["diagnosis"] = {"baseline": "6s", "window": "8s", "drift": 3.0}
+    # A baseline of 6 s, a window of 15 s: short, for the test (the defaults are 1 h and
+    # 10 min), yet holding the 5 answers a drift needs when a loaded machine slows each to 2 s.
+    config["diagnosis"] = {"baseline": "6s", "window": "15s", "drift": 3.0}
     with gateway(config, ENV) as gw:
         url = f"{gw.url}/v1/chat/completions"
         stop, statuses = threading.Event(), []
@@ -56,7 +57,7 @@ def test_a_real_engine_soaked_is_measured_and_stays_healthy(engine: LlamaCppEngi
                 drift, slope = figures["ttft_drift_ratio"], figures.get("rss_slope_bytes_per_hour")
                 return drift is not None and slope is not None
 
-            wait_for(measured, timeout=60)
+            wait_for(measured, timeout=90)
             seen = []
             deadline = time.monotonic() + SOAK
             while time.monotonic() < deadline:

@@ -69,6 +69,17 @@ def test_a_slowdown_while_the_baseline_is_taken_shows_as_drift_once_it_is_over()
     assert decay.figures("gpu", "m").drift == pytest.approx(2.0)  # against the slowed baseline
 
 
+def test_a_baseline_that_saw_too_few_answers_takes_the_next_ones() -> None:
+    decay, clock = watch()
+    feed(decay, clock, 0.10, 2)  # a quiet first minute: two answers
+    clock.advance(120)
+    feed(decay, clock, 0.12, 3)  # complete the baseline's five
+    feed(decay, clock, 0.40, 10)
+    figures = decay.figures("gpu", "m")
+    assert figures.baseline_p95 == pytest.approx(0.12)
+    assert figures.drift == pytest.approx(0.40 / 0.12)
+
+
 def test_long_prompts_are_compared_with_long_prompts() -> None:
     decay, clock = watch()
     feed(decay, clock, 0.1, 20)
