@@ -106,19 +106,19 @@ class SharedCounts:
         """What the cluster counts of each key, as its limits see it: ``last_minute`` for the
         keys in ``rated`` (those with an rpm), ``in_flight`` for those in ``slotted`` (with a
         concurrency), held by the ``live`` replicas. Empty when Redis does not answer."""
-        redis, cluster = self._cluster.redis, self._cluster
-        buckets = int(time.time() // BUCKET)
-        use: dict[str, dict[str, int]] = {}
+        bucket = int(time.time() // BUCKET)
+        pipe = self._cluster.redis.pipeline(transaction=False)  # one round trip for them all
         for name in rated:
-            keys = [f"{PREFIX}rate:{name}:{buckets - i}" for i in range(_BUCKETS)]
-            counts = await cluster.call(redis.mget(keys))
-            if counts is None:
-                return {}
-            use.setdefault(name, {})["last_minute"] = sum(int(c) for c in counts if c)
+            pipe.mget([f"{PREFIX}rate:{name}:{bucket - i}" for i in range(_BUCKETS)])
         for name in slotted:
-            held = await cluster.call(redis.hgetall(_slots(name)))
-            if held is None:
-                return {}
+            pipe.hgetall(_slots(name))
+        answers = await self._cluster.call(pipe.execute()) if rated or slotted else []
+        if answers is None:
+            return {}
+        use: dict[str, dict[str, int]] = {}
+        for name, counts in zip(rated, answers, strict=False):
+            use.setdefault(name, {})["last_minute"] = sum(int(c) for c in counts if c)
+        for name, held in zip(slotted, answers[len(rated) :], strict=True):
             in_flight = sum(int(n) for replica, n in held.items() if replica in live)
             use.setdefault(name, {})["in_flight"] = in_flight
         return use

@@ -142,6 +142,8 @@ def test_across_two_replicas_on_redis_the_limit_holds_for_the_sum() -> None:
         per_minute = [chat(url, "a", headers=auth("m-key")) for url in (one, two, one, two)]
         counted = key_use(one)
         status = replicas[0].cli("status", token=TOKEN)
+        redis.kill()
+        without_redis = key_use(one)  # each replica's own use still; the cluster's unknown
     assert [t.status_code for t in thirds] == [429, 429], [t.text for t in thirds]
     # Each replica's own use, and the cluster's, as /admin/state tells them
     assert holding["here"]["pair"]["in_flight"] == 1
@@ -149,6 +151,8 @@ def test_across_two_replicas_on_redis_the_limit_holds_for_the_sum() -> None:
     assert counted["here"]["three-a-minute"]["last_minute"] == 2
     assert counted["cluster"]["three-a-minute"] == {"last_minute": 3}  # the 429 is not counted
     assert "free" not in counted["cluster"], "a key without limits is not counted in Redis"
+    assert without_redis["cluster"] == {}
+    assert without_redis["here"]["three-a-minute"]["last_minute"] == 2
     rows = {line.split()[0]: " ".join(line.split()) for line in status.stdout.splitlines() if line}
     assert rows["three-a-minute"] == "three-a-minute default (0) * 0 2 here, 3 in all of 3 never"
     assert again == [200, 200], "the slots came back on both replicas"
