@@ -12,7 +12,7 @@ import hashlib
 import hmac
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
@@ -93,7 +93,7 @@ class ClientAuth:
     def allows(self, caller: Caller, *models: str) -> bool:
         """Whether ``caller`` may use a model known by any of ``models`` (its name as asked,
         and the model that name stands for)."""
-        return caller.scope is None or any(caller.scope.fullmatch(model) for model in models)
+        return in_scope(caller.scope, models)
 
     def check_model(self, caller: Caller, *models: str) -> None:
         """403 ``model_not_allowed`` for a model outside ``caller``'s scope: the same answer
@@ -116,6 +116,11 @@ class ClientAuth:
         if key is None or key.priority_header or asked <= key.priority:
             return asked
         return key.priority
+
+
+def in_scope(scope: re.Pattern[str] | None, models: Iterable[str]) -> bool:
+    """Whether a key's ``scope`` (from ``scope``; None: every model) takes any of ``models``."""
+    return scope is None or any(scope.fullmatch(model) for model in models)
 
 
 def scope(patterns: Sequence[str]) -> re.Pattern[str] | None:

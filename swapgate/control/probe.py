@@ -62,11 +62,11 @@ class Prober:
 
     async def round(self, relay: str) -> None:
         """Probe each warm model whose relay is ``relay`` and, at the same moment, the relay."""
-        models = [m for m, conf in self._settings.models.items() if conf.relay == relay]
-        for model in models:
-            relay_model = self._settings.models[model].relay_model or model
-            upstream = self._router.relay_upstream(relay)
-            to_relay = self._probe(f"relay/{relay}", upstream, relay_model)
+        upstream = self._router.relay_upstream(relay)
+        for model, conf in self._settings.models.items():
+            if conf.relay != relay:
+                continue
+            to_relay = self._probe(f"relay/{relay}", upstream, conf.relay_model or model)
             decision = self._router.place(model, Want(), time.monotonic())
             if not isinstance(decision, Serve):
                 await to_relay

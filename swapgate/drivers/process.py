@@ -68,8 +68,9 @@ class ProcessEvents(Protocol):
     def exited(self, model: str, code: int) -> None:
         """A process exited on its own (not stopped by swapgate)."""
 
-    def measured(self, model: str, rss: int | None) -> None:
-        """Each poll: a ready process's group resident size in bytes; None once it ended."""
+    def measured(self, model: str, rss: int | None, command: ProcessCommand | None) -> None:
+        """Each poll: a ready process's group resident size in bytes, and the command it runs
+        under now (its limits); None once it ended."""
 
     def oversize(self, model: str, rss: int) -> None:
         """Each poll while a process's group is above its command's ``recycle_rss``."""
@@ -81,7 +82,7 @@ class Unwatched:
     def exited(self, model: str, code: int) -> None:
         pass
 
-    def measured(self, model: str, rss: int | None) -> None:
+    def measured(self, model: str, rss: int | None, command: ProcessCommand | None) -> None:
         pass
 
     def oversize(self, model: str, rss: int) -> None:
@@ -187,8 +188,9 @@ class ProcessDriver(Driver):
         for model, rss in sizes.items():
             if self._running.get(model) is not ready[model]:
                 continue  # stopped while it was measured
-            self._events.measured(model, rss)
-            limit = self._commands[model].recycle_rss if model in self._commands else None
+            command = self._commands.get(model)
+            self._events.measured(model, rss, command)
+            limit = command.recycle_rss if command is not None else None
             if limit is not None and rss > limit:
                 self._events.oversize(model, rss)
 
@@ -282,7 +284,7 @@ class ProcessDriver(Driver):
             del self._running[proc.model]
             self._exited[proc.model] = proc.output
             self._ledger.forget(proc.process.pid)
-            self._events.measured(proc.model, None)
+            self._events.measured(proc.model, None, None)
 
     def _free_port(self) -> int:
         taken = {proc.port for proc in self._running.values()}

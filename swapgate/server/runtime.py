@@ -355,7 +355,7 @@ class _ProcessWatch:
                 instance, self._client(model)
             )  # cold: the next request starts it
 
-    def measured(self, model: str, rss: int | None) -> None:
+    def measured(self, model: str, rss: int | None, command: ProcessCommand | None) -> None:
         runtime, instance, client = self._runtime, self._instance, self._client(model)
         gauge = runtime.metrics.process_rss
         if rss is None:
@@ -363,14 +363,9 @@ class _ProcessWatch:
                 gauge.remove(instance, client)
             return
         gauge.labels(instance, client).set(rss)
-        since = (
-            runtime.registry.warm_since(instance, client)
-            if runtime.registry.has(instance)
-            else None
-        )
+        since = runtime.registry.warm_since(instance, client)
         if since is None:
             return
-        command = self._command(model)
         keep = command.slope_window if command is not None else 0.0
         runtime.decay.rss(instance, client, since, rss, keep)
         if command is None or command.recycle_rss_slope is None:
@@ -385,13 +380,6 @@ class _ProcessWatch:
                 "%s/%s grows %d MiB/h over %.0fs, past its recycle_rss_slope: draining to "
                 "restart it", instance, model, slope / 2**20, command.slope_window,
             )  # fmt: skip
-
-    def _command(self, model: str) -> ProcessCommand | None:
-        conf = next(
-            (i for i in self._runtime.configured.settings.instances if i.name == self._instance),
-            None,
-        )
-        return conf.commands.get(model) if conf is not None else None
 
     def oversize(self, model: str, rss: int) -> None:
         runtime, instance = self._runtime, self._instance

@@ -7,14 +7,13 @@ import dataclasses
 import json
 import logging
 import os
-import re
 import sys
 from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
 
 from swapgate import __version__
-from swapgate.auth import scope
+from swapgate.auth import in_scope, scope
 from swapgate.cluster.store import url_problem
 from swapgate.config.loading import load_config
 from swapgate.config.settings import ConfigError, Settings, secret
@@ -177,14 +176,10 @@ def keys_summary(settings: Settings, today: date | None = None) -> list[str]:
         line += "".join(f"; {limit}" for limit in limits)
         if key.expires is not None and key.expires < today:
             line += f"; EXPIRED on {key.expires.isoformat()}"
-        elif named and not _in_scope(scope(key.models), named):
+        elif named and not in_scope(scope(key.models), named):
             line += "; matches none of the models this config names"
         lines.append(line)
     return lines
-
-
-def _in_scope(pattern: re.Pattern[str] | None, models: set[str]) -> bool:
-    return pattern is None or any(pattern.fullmatch(model) for model in models)
 
 
 # Read timeouts of the common fronts, in seconds (docs/operations.md); None: it has none.
