@@ -10,6 +10,7 @@ must speak to take the request as it is (else it is translated: swapgate/proxy/t
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -24,6 +25,8 @@ class Dialect:
     (docs/operations.md)."""
 
     ping_kind: ClassVar[Literal["comment", "ping"]] = "comment"
+    # What only a stream's last event holds: a client may hang up once it has it (Codex does)
+    last_event: ClassVar[re.Pattern[bytes]] = re.compile(rb"data: \[DONE\]")
 
     def error_body(self, exc: SwapgateError) -> bytes:
         return exc.body()
@@ -41,6 +44,10 @@ class ResponsesDialect(Dialect):
     Its data carries the event's own fields (``type``, ``code``, ``message``) for clients that
     read the event, and the OpenAI error object, on which the openai SDK's stream raises
     ``APIError`` (it raises on any event whose data has an ``error``)."""
+
+    last_event: ClassVar[re.Pattern[bytes]] = re.compile(
+        rb"response\.(completed|incomplete|failed)"
+    )
 
     def error_event(self, exc: SwapgateError) -> bytes:
         error = json.loads(exc.body())["error"]
@@ -60,6 +67,7 @@ class AnthropicDialect(Dialect):
     event, ``ping``, which its SDK skips (the comment before it says what swapgate waits for)."""
 
     ping_kind: ClassVar[Literal["comment", "ping"]] = "ping"
+    last_event: ClassVar[re.Pattern[bytes]] = re.compile(rb"message_stop")
 
     def error_body(self, exc: SwapgateError) -> bytes:
         return anthropic.error_body(exc.status, exc.message)

@@ -144,7 +144,7 @@ class ProxyEndpoint:
         except ConnectionAbortedError:
             # nginx's "client closed request"; 408 if the connection layer timed the client out.
             # A client that hangs up once its whole answer went out lost nothing: it stays 200.
-            if not writer.ended:
+            if not writer.whole:
                 writer.status = 408 if TIMED_OUT in (scope.get("extensions") or {}) else 499
         except Exception as exc:  # a bug of ours: an OpenAI-shaped answer (docs/operations.md)
             log.error("internal error on %s (request %s): %r", ex.endpoint.path, ex.request_id, exc)

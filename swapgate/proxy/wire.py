@@ -144,11 +144,18 @@ class ResponseWriter:
         self.dialect = dialect
         self.status = 0
         self.ended = False
+        self._last_event_out = False  # an event stream's last event went out, whole
         self.mode: BodyMode | None = None
 
     @property
     def started(self) -> bool:
         return self.status != 0
+
+    @property
+    def whole(self) -> bool:
+        """Whether the client has its whole answer: a client that hangs up now lost nothing.
+        An event stream is whole once its last event is out, before the upstream closes it."""
+        return self.ended or self._last_event_out
 
     async def start(
         self, status: int, headers: list[tuple[bytes, bytes]], mode: BodyMode = "body"
@@ -165,10 +172,13 @@ class ResponseWriter:
 
     async def write(self, chunk: bytes) -> None:
         await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
+        last = self.dialect.last_event
+        if self.mode == "events" and chunk.endswith(b"\n\n") and last.search(chunk):
+            self._last_event_out = True
 
     async def end(self, chunk: bytes = b"") -> None:
         await self._send({"type": "http.response.body", "body": chunk, "more_body": False})
-        self.ended = True  # the whole answer went out: a client that hangs up now lost nothing
+        self.ended = True
 
     async def error(self, exc: SwapgateError) -> None:
         await self.start(exc.status, exc.headers())

@@ -145,3 +145,47 @@ def test_a_wake_is_told_as_waking_not_loading() -> None:
     assert _pinger("comment", "waking").ping().startswith(b": swapgate waking m on gpu-a, eta ")
     chunk = json.loads(_pinger("reasoning", "waking").ping().removeprefix(b"data: "))
     assert chunk["choices"][0]["delta"]["reasoning_content"].startswith("Waking m on gpu-a")
+
+
+@pytest.mark.parametrize(
+    ("dialect", "last"),
+    [
+        (None, b"data: [DONE]\n\n"),
+        (RESPONSES, b'event: response.completed\ndata: {"type":"response.completed"}\n\n'),
+        (ANTHROPIC, b'event: message_stop\ndata: {"type":"message_stop"}\n\n'),
+    ],
+)
+def test_a_stream_is_whole_once_its_last_event_is_out(dialect: Dialect | None, last: bytes) -> None:
+    async def send(_: object) -> None:
+        pass
+
+    async def stream() -> list[bool]:
+        writer = ResponseWriter(send, [], dialect) if dialect else ResponseWriter(send, [])
+        await writer.start(200, [], "events")
+        seen = [writer.whole]
+        await writer.write(b'data: {"delta": "hi"}\n\n')
+        seen.append(writer.whole)
+        await writer.write(last[:-2])  # the last event, cut before its end
+        seen.append(writer.whole)
+        await writer.write(last)  # whole
+        seen.append(writer.whole)
+        await writer.write(b": what the upstream sends after it\n\n")
+        seen.append(writer.whole)
+        return seen
+
+    assert asyncio.run(stream()) == [False, False, False, True, True]
+
+
+def test_a_json_body_mentioning_done_is_whole_only_once_ended() -> None:
+    async def send(_: object) -> None:
+        pass
+
+    async def body() -> tuple[bool, bool]:
+        writer = ResponseWriter(send, [])
+        await writer.start(200, [], "body")
+        await writer.write(b'{"text": "data: [DONE]\\n\\n"}')
+        before = writer.whole
+        await writer.end()
+        return before, writer.whole
+
+    assert asyncio.run(body()) == (False, True)
