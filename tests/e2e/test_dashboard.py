@@ -326,7 +326,14 @@ def test_the_page_shows_each_keys_use_and_each_warm_engines_diagnosis(browser: W
         sim.faults(ttft=1.0)  # the engine slows down; no relay to compare with, no memory
         slowed = until(browser, lambda p: diagnosis(p)[0] != "healthy" and diagnosis(p))
         row = 'tr[data-key="chat-ui"] td'
-        used = until(browser, lambda p: [c.text for c in p.find_elements(By.CSS_SELECTOR, row)])
+
+        def key_row(p: WebDriver) -> list[str] | None:
+            # The senders' slowed requests start and end nearly together: their in-flight count
+            # drops to 0 for the moment between two, which a look may catch
+            cells = [c.text for c in p.find_elements(By.CSS_SELECTOR, row)]
+            return cells if cells and not cells[3].startswith("0 ") else None
+
+        used = until(browser, key_row)
     assert healthy[0] == "healthy", healthy
     assert slowed[0] == "placement-or-preemption", slowed
     assert "× baseline" in slowed[1], slowed
