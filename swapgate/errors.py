@@ -32,6 +32,7 @@ Messages say what to do next and never carry keys or tokens.
 from __future__ import annotations
 
 import json
+import re
 from typing import ClassVar
 
 
@@ -180,3 +181,20 @@ class DriverError(Exception):
 
 class DriverTimeout(DriverError):
     """An instance's control API sent no answer in time: busy, or gone."""
+
+
+# What an engine says may name the machine's files and environment; clients see neither.
+_PATH = re.compile(r"(?<![\w.:/])/(?:[\w.@+-]+/)*[\w.@+-]+")
+_ASSIGNMENT = re.compile(r"\b([A-Z][A-Z0-9_]{2,})=\S+")
+SHOWN_LINES = 10
+
+
+def shown_to_clients(text: str, lines: int = SHOWN_LINES) -> str:
+    """``text`` (a failed load's error: an engine's last lines) as clients may read it: its
+    last ``lines`` lines, each file path as its last part (``…/model.gguf``), each
+    ``NAME=value`` as ``NAME=…``."""
+    kept = text.splitlines()
+    head, tail = kept[:1], kept[1:][-lines:]
+    shown = "\n".join(head + (["…"] if len(kept) - 1 > lines else []) + tail)
+    shown = _PATH.sub(lambda m: "…/" + m.group(0).rsplit("/", 1)[1], shown)
+    return _ASSIGNMENT.sub(r"\1=…", shown)

@@ -42,6 +42,7 @@ from swapgate.control.registry import Registry
 from swapgate.control.swaps import SwapCoordinator, SwapTimes
 from swapgate.drivers import Driver
 from swapgate.metrics import Metrics
+from swapgate.policy.backoff import WINDOW
 from swapgate.tasks import TaskSet, stop
 
 log = logging.getLogger("swapgate.cluster")
@@ -78,10 +79,11 @@ class SharedSwaps(SwapCoordinator):
         shares: OperatorShares,
         *,
         eviction: str = "lru",
+        backoff_window: float = WINDOW,
     ) -> None:
         """``shares``: the same that tells ``registry``'s pins and drains to the others."""
         parts = (registry, drivers, catalog, times, metrics, swap_timeout)
-        super().__init__(*parts, eviction=eviction)
+        super().__init__(*parts, eviction=eviction, backoff_window=backoff_window)
         self.cluster = cluster
         self._shares = shares
         self._marks: dict[str, str] = {}  # instance -> model another replica is swapping there
@@ -117,7 +119,8 @@ class SharedSwaps(SwapCoordinator):
         view = self._registry.snapshot().instance(instance)
         slot = view.models.get(model)
         ok = slot is not None and slot.state == "warm"
-        backoff = max(0.0, view.backoff_until - self._registry.clock())
+        # The model's backoff here: the others keep it from loading there too.
+        backoff = max(0.0, slot.backoff_until - self._registry.clock()) if slot else 0.0
         seconds = self.times.last(instance, model)
         await self.cluster.publish(SwapDone(instance, model, ok, seconds, backoff))
         await self.cluster.release(instance)
@@ -173,7 +176,8 @@ class SharedSwaps(SwapCoordinator):
             else:
                 self._registry.warmed(instance, model)
         elif marked is not None:
-            self._registry.end_swap(instance, marked, False, done.backoff)
+            self._registry.end_swap(instance, marked, False, done.backoff,
+                                    failure="another replica's load failed")  # fmt: skip
 
     def _unmark(self, instance: str) -> None:
         model = self._marks.pop(instance, None)

@@ -143,6 +143,9 @@ class RoutingConfig(_Section):
     # 60 s loads; a value set here is used as it is.
     min_residency: Duration | None = None
     swap_timeout: PositiveDuration = 300.0
+    # Two or more of an instance's models failing to load within this window back off the
+    # whole instance; one alone backs off only itself (swapgate/policy/backoff.py).
+    backoff_window: PositiveDuration = 60.0
     expected_swap: PositiveDuration | None = None
     stream_idle_timeout: PositiveDuration = 120.0
     eviction: Literal["lru", "demand"] = "lru"

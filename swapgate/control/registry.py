@@ -120,6 +120,8 @@ class Registry:
             )
         if inst.generation == generation and inst.swapping is None:
             self._apply_running(inst, report)
+        for upstream, why in (report.unreachable or {}).items():  # down alone, even mid-swap
+            inst.slot(self._catalog.client_name(name, upstream)).down = why
         self._notify()
 
     def _apply_running(self, inst: InstanceSlot, report: InstanceReport) -> None:
@@ -132,7 +134,10 @@ class Registry:
         else:
             return  # the backend cannot tell; swapgate's own record stands
         for model, state in running.items():
-            inst.slot(model).set_state(state, now)
+            slot = inst.slot(model)
+            slot.set_state(state, now)
+            if slot.down:  # its server is back: served at once, its backoff lifted
+                slot.down, slot.backoff_until, slot.failure = "", 0.0, ""
         for model, slot in inst.slots.items():
             if model not in running:
                 slot.set_state(WarmState.COLD, now)
@@ -234,8 +239,19 @@ class Registry:
             if inst.inflight
         }
 
-    def end_swap(self, name: str, model: str, ok: bool, backoff: float = 0.0) -> None:
-        """The swap on ``name`` ended; a failed one keeps it out of placement ``backoff`` s."""
+    def end_swap(
+        self,
+        name: str,
+        model: str,
+        ok: bool,
+        backoff: float = 0.0,
+        *,
+        whole: float = 0.0,
+        failure: str = "",
+    ) -> None:
+        """The swap on ``name`` ended. A failed one keeps ``model`` from loading there for
+        ``backoff`` s (``failure``: why, as clients may read it), and the whole instance out of
+        placement for ``whole`` s (swapgate/policy/backoff.py)."""
         inst = self._instances[name]
         now = self.clock()
         inst.swapping = None
@@ -244,9 +260,13 @@ class Registry:
         if ok:
             slot.set_state(WarmState.WARM, now)
             slot.last_used = now  # its waiters are about to use it: not a victim yet
+            slot.backoff_until, slot.failure = 0.0, ""
         else:
             slot.set_state(WarmState.COLD, now)
-            inst.backoff_until = now + backoff
+            if backoff:
+                slot.backoff_until, slot.failure = now + backoff, failure
+            if whole:
+                inst.backoff_until = now + whole
         self._notify()
 
     # -- requests ------------------------------------------------------------------------------

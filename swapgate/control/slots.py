@@ -27,6 +27,9 @@ class ModelSlot:
     closing_until: float = 0.0
     unwanted: bool = False  # loaded by a swap abandoned by every request: the first victim
     classes: dict[int, int] = field(default_factory=dict)  # in flight, by priority class
+    backoff_until: float = 0.0  # its load failed: none here until then (policy/backoff.py)
+    failure: str = ""  # why, as clients may read it
+    down: str = ""  # why its own server does not answer (vllm-sleep), while it does not
 
     def set_state(self, state: WarmState, now: float) -> None:
         if self.state is not state:
@@ -39,6 +42,7 @@ class ModelSlot:
             self.state, self.since, self.last_used, self.inflight + elsewhere, self.pinned_until,
             self.waiting, self.closing_until > now, self.unwanted,
             max(self.classes) if self.classes else None, self.for_slot,
+            self.backoff_until, self.failure, self.down,
         )  # fmt: skip
 
 

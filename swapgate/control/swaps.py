@@ -18,10 +18,10 @@ from swapgate.config.catalog import Catalog
 from swapgate.control.registry import Registry
 from swapgate.control.swaplog import SwapLog, eviction_reason
 from swapgate.drivers import Driver
-from swapgate.errors import DriverError
+from swapgate.errors import DriverError, shown_to_clients
 from swapgate.metrics import Metrics
 from swapgate.model.state import WarmState
-from swapgate.policy.backoff import Backoff
+from swapgate.policy.backoff import WINDOW, Backoff
 from swapgate.policy.placement import Policy, overflow
 from swapgate.policy.timing import EXPECTED_SWAP
 from swapgate.tasks import stop
@@ -106,8 +106,10 @@ class SwapCoordinator:
         swap_timeout: float,
         *,
         eviction: str = "lru",
+        backoff_window: float = WINDOW,
     ) -> None:
-        """``eviction``: the rule that ranks victims (routing.eviction), named in the log."""
+        """``eviction``: the rule that ranks victims (routing.eviction), named in the log;
+        ``backoff_window``: two models failing within it back off their whole instance."""
         self._registry = registry
         self._clock = registry.clock
         self._drivers = drivers
@@ -118,7 +120,7 @@ class SwapCoordinator:
         self._running: dict[str, asyncio.Task[bool]] = {}
         self._kinds: dict[str, Kind] = {}  # what each running swap does: load or wake
         self._evicted_at: dict[tuple[str, str], float] = {}  # (instance, model): when it left
-        self._backoff = Backoff()
+        self._backoff = Backoff(self._clock, backoff_window)
         self._eviction = eviction
         self.log = SwapLog()  # the last swaps, for operators
 
@@ -210,11 +212,13 @@ class SwapCoordinator:
         swap_timeout: float,
         expected_swap: float | None,
         eviction: str,
+        backoff_window: float = WINDOW,
     ) -> None:
         """Take a reloaded config; swaps already running finish with what they started with."""
         self._drivers, self._catalog, self._swap_timeout = drivers, catalog, swap_timeout
         self.times.expected = expected_swap
         self._eviction = eviction
+        self._backoff.window = backoff_window
 
     async def aclose(self) -> None:
         await stop(*self._running.values())
@@ -242,6 +246,8 @@ class SwapCoordinator:
         self._registry.leaving(instance, victims)
         try:
             async with asyncio.timeout(self._swap_timeout):
+                if victims:  # nothing healthy goes for a model that surely cannot load
+                    await driver.check_loadable(self._catalog.upstream_name(instance, model))
                 await self._evict(instance, victims, driver)
                 warm, wanted = await self._load(instance, model, driver)
         except (DriverError, TimeoutError) as exc:
@@ -337,20 +343,27 @@ class SwapCoordinator:
                 await driver.load(upstream)
         except (DriverError, TimeoutError) as exc:
             log.warning("recycle failed: %s on %s: %s", model, instance, exc or "swap_timeout")
-            return self._end(instance, model, ok=False)
+            return self._end(instance, model, ok=False, error=str(exc) or "swap_timeout")
         except asyncio.CancelledError:
             self._registry.end_swap(instance, model, ok=False)
             raise
         self._metrics.process_recycles.labels(instance, model).inc()
         return self._end(instance, model, ok=True)
 
-    def _end(self, instance: str, model: str, ok: bool) -> bool:
-        """The registry and the backoff learn how a swap (or restart) ended."""
+    def _end(self, instance: str, model: str, ok: bool, error: str = "") -> bool:
+        """The registry and the backoff learn how a swap (or restart) ended: a failure backs
+        off the model there, and the whole instance when another of its models failed lately."""
         if ok:
-            self._backoff.succeeded(instance)
+            self._backoff.succeeded(instance, model)
             self._registry.end_swap(instance, model, ok=True)
-        else:
-            self._registry.end_swap(instance, model, False, self._backoff.failed(instance))
+            return ok
+        verdict = self._backoff.failed(instance, model)
+        if verdict.instance:
+            log.warning("%s backs off for %.0fs: two or more of its models failed to "
+                        "load within %.0fs", instance, verdict.instance,
+                        self._backoff.window)  # fmt: skip
+        self._registry.end_swap(instance, model, False, verdict.model, whole=verdict.instance,
+                                failure=shown_to_clients(error))  # fmt: skip
         return ok
 
     def _finish(
@@ -362,7 +375,7 @@ class SwapCoordinator:
         if result == "abandoned" and not warm:  # stopped, not failed: no backoff
             self._registry.end_swap(instance, model, ok=False)
         else:
-            self._end(instance, model, warm)
+            self._end(instance, model, warm, error)
         if result == "abandoned" and warm:
             self._registry.mark_abandoned(instance, model)
         kind = self._kinds.get(instance, "load")

@@ -60,6 +60,10 @@ class Driver(ABC):
     async def unload(self, model: str) -> None:
         """Evict ``model``; a no-op for backends that evict by themselves."""
 
+    async def check_loadable(self, model: str) -> None:  # noqa: B027 (a hook: vLLM's servers)
+        """Raise ``DriverError`` when ``model`` surely cannot load now (its own server does not
+        answer): asked before anything is evicted for it, so nothing healthy goes for it."""
+
     def model_url(self, model: str) -> str | None:
         """Where requests for ``model`` go, when not to the instance's ``url`` (``process``
         instances run a server per model, each on a port of its own)."""

@@ -54,17 +54,25 @@ class VllmSleepDriver(Driver):
         return self._servers.get(model)
 
     async def state(self) -> InstanceReport:
-        """Each server's ``/is_sleeping``; one that does not answer is cold, all of them: down."""
+        """Each server's ``/is_sleeping``. One that does not answer is down alone (its model
+        is cold and unreachable: nothing is put to sleep for it); all of them: the instance."""
         answers = await asyncio.gather(
             *(self._sleeping(url) for url in self._servers.values()), return_exceptions=True
         )
         running: dict[str, WarmState] = {}
-        for model, answer in zip(self._servers, answers, strict=True):
+        unreachable: dict[str, str] = {}
+        for (model, url), answer in zip(self._servers.items(), answers, strict=True):
             if isinstance(answer, bool):
                 running[model] = WarmState.ASLEEP if answer else WarmState.WARM
+            else:
+                unreachable[model] = f"its vLLM server {_where(url)} does not answer"
         if not running:
             raise DriverError("no vLLM server of this instance answers GET /is_sleeping")
-        return InstanceReport(running=running, available=None)
+        return InstanceReport(running=running, available=None, unreachable=unreachable)
+
+    async def check_loadable(self, model: str) -> None:
+        """Before anything is put to sleep for ``model``: its server must answer."""
+        await self._sleeping(self._server(model))
 
     async def load(self, model: str) -> None:
         """Wake ``model``'s server and wait until it says it is awake (the coordinator put
@@ -119,3 +127,9 @@ class VllmSleepDriver(Driver):
             raise DriverError(f"POST {url}{path}: {type(exc).__name__}: {exc}") from exc
         if response.status_code != 200:
             raise DriverError(f"POST {url}{path} answered {response.status_code}")
+
+
+def _where(url: str) -> str:
+    """A server's host and port, as clients may read it (no path, no credentials)."""
+    parts = httpx.URL(url)
+    return f"{parts.host}:{parts.port}" if parts.port else parts.host

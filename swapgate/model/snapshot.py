@@ -25,6 +25,9 @@ class ModelView:
     unwanted: bool = False  # its swap was abandoned by every request: the first victim
     top_class: int | None = None  # the highest priority class among its requests in flight
     for_slot: int = 0  # of ``waiting``: those that wait for a free slot (``max_concurrency``)
+    backoff_until: float = 0.0  # its load failed here: no load of it here until then
+    failure: str = ""  # why its last load here failed, as clients may read it
+    down: str = ""  # why it cannot be reached here now (its own server does not answer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,16 @@ class InstanceView:
 
     def available(self, now: float) -> bool:
         return self.up and not self.drained and now >= self.backoff_until
+
+    def reachable(self, model: str) -> bool:
+        """Whether ``model``'s own server here answers (vLLM's sleep mode: one per model)."""
+        view = self.models.get(model)
+        return view is None or not view.down
+
+    def backing_off(self, model: str, now: float) -> bool:
+        """Whether a load of ``model`` here failed lately: no load of it here until later."""
+        view = self.models.get(model)
+        return view is not None and now < view.backoff_until
 
     @property
     def resident(self) -> int:

@@ -23,7 +23,8 @@ class InstanceReport:
     ``all_warm`` says every model the instance serves is warm (fixed-model servers);
     ``sizes`` is the memory each resident model takes, where the backend reports it (Ollama);
     ``capacity`` is how many models the backend runs at once, where it says (llama-server's
-    router): the instance's capacity when the config sets none.
+    router): the instance's capacity when the config sets none; ``unreachable``: models whose
+    own server does not answer, and why.
     """
 
     running: Mapping[str, WarmState] | None
@@ -31,3 +32,6 @@ class InstanceReport:
     all_warm: bool = False
     sizes: Mapping[str, int] | None = None  # what each model really takes, where it says
     capacity: int | None = None  # models it runs at once, where it says (a router's --models-max)
+    # Models whose own server does not answer (vLLM's sleep mode: a server per model), and why:
+    # each is down alone; the instance serves its others.
+    unreachable: Mapping[str, str] | None = None

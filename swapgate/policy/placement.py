@@ -1,7 +1,9 @@
 """Where a request for a model goes: a pure function of the model and a registry snapshot.
 
 The rules (docs/architecture.md), in order:
-  1. candidates are instances that are up, not drained, not in backoff, and serve the model;
+  1. candidates are instances that are up, not drained, not in backoff, and serve the model
+     where its own server answers (vLLM's sleep mode: one per model); one where a load of the
+     model failed lately (its own backoff) may serve it warm or join its load, but not load it;
   2. a warm candidate with a free slot (``max_concurrency``): the one with the fewest in-flight
      requests per weight; warm everywhere but every slot taken: wait for one (``Full``);
   3. a candidate already loading the model: join that swap;
@@ -123,14 +125,11 @@ def place(model: str, snap: Snapshot, policy: Policy, priority: int = 0) -> Deci
     candidates = [
         i
         for i in snap.instances
-        if model in i.serves and i.available(snap.now) and _room_for(i, model)
+        if model in i.serves
+        and i.available(snap.now)
+        and i.reachable(model)
+        and _room_for(i, model)
     ]
-    if not candidates:
-        backing_off = any(
-            model in i.serves and i.up and not i.drained and snap.now < i.backoff_until
-            for i in snap.instances
-        )
-        return Unavailable(_why_unavailable(model, snap), backing_off)
     warm = [i for i in candidates if _serves_warm(i, model)]
     if warm:
         limit = policy.slots(model)
@@ -141,6 +140,9 @@ def place(model: str, snap: Snapshot, policy: Policy, priority: int = 0) -> Deci
     loading = [i for i in candidates if i.state_of(model) is WarmState.LOADING]
     if loading:
         return Join(min(loading, key=lambda i: i.swap_done_by).name)
+    candidates = [i for i in candidates if not i.backing_off(model, snap.now)]
+    if not candidates:
+        return Unavailable(_why_unavailable(model, snap), _backing_off(model, snap))
     target = _swap_target(model, candidates, snap, policy)
     if target is None:
         return Queue(min(candidates, key=lambda i: frees_up_at(i, snap.now, policy)).name)
@@ -211,11 +213,33 @@ def _queued_earlier(
         theirs = (snap.classes.get(other, 0), -since)
         if other == model or theirs <= mine or _warm_or_loading(other, snap):
             continue
-        candidates = [i for i in snap.instances if other in i.serves and i.available(snap.now)]
+        candidates = [i for i in snap.instances if _loads(i, other, snap.now)]
         target = _swap_target(other, candidates, snap, policy)
         if target is not None and target.instance == instance:
             return True
     return False
+
+
+def _loads(instance: InstanceView, model: str, now: float) -> bool:
+    """Whether a load of ``model`` may start on ``instance`` (as far as its health says)."""
+    return (
+        model in instance.serves
+        and instance.available(now)
+        and instance.reachable(model)
+        and not instance.backing_off(model, now)
+    )
+
+
+def _backing_off(model: str, snap: Snapshot) -> bool:
+    """Whether an instance serving ``model`` is out only because a load failed on it."""
+    return any(
+        model in i.serves
+        and i.up
+        and not i.drained
+        and i.reachable(model)
+        and (snap.now < i.backoff_until or i.backing_off(model, snap.now))
+        for i in snap.instances
+    )
 
 
 def _warm_or_loading(model: str, snap: Snapshot) -> bool:
@@ -232,10 +256,7 @@ def starvation_target(
     idle = [
         i
         for i in snap.instances
-        if model in i.serves
-        and i.available(snap.now)
-        and i.swapping is None
-        and i.reserved_for in (None, model)
+        if _loads(i, model, snap.now) and i.swapping is None and i.reserved_for in (None, model)
     ]
     room = _Room(draining=True, outranks=outranks)
     cheapest = _cheapest_room(model, idle, snap, policy, room)
@@ -429,13 +450,27 @@ def _why_unavailable(model: str, snap: Snapshot) -> str:
     if not any(_room_for(i, model) for i in serving):
         limits = ", ".join(f"{i.name} {human(i.memory or 0)}" for i in serving)
         return f"{model!r} is larger than the memory of every instance serving it ({limits})"
-    states = ", ".join(f"{i.name} {_condition(i, snap.now)}" for i in serving)
+    states = "; ".join(f"{i.name} {_condition(i, model, snap.now)}" for i in serving)
     return f"no instance can serve {model!r} right now ({states})"
 
 
-def _condition(instance: InstanceView, now: float) -> str:
+def _condition(instance: InstanceView, model: str, now: float) -> str:
+    view = instance.models.get(model)
     if not instance.up:
         return "is down"
     if instance.drained:
         return "is drained"
-    return f"backs off after a failed swap for {instance.backoff_until - now:.0f}s more"
+    if view is not None and view.down:
+        return f"cannot reach {model!r}: {view.down}"
+    if now < instance.backoff_until:
+        return (
+            f"backs off after failed loads of two or more of its models for "
+            f"{instance.backoff_until - now:.0f}s more"
+        )
+    if view is not None and now < view.backoff_until:
+        why = f": {view.failure}" if view.failure else ""
+        return (
+            f"backs off loading {model!r} for {view.backoff_until - now:.0f}s more after "
+            f"its load failed{why}"
+        )
+    return "is busy"

@@ -99,12 +99,13 @@ class Runtime:
         times = SwapTimes(settings.routing.expected_swap)
         parts = (self.registry, self.drivers, catalog, times, self.metrics)
         timeout = settings.routing.swap_timeout
-        eviction = settings.routing.eviction
+        eviction, window = settings.routing.eviction, settings.routing.backoff_window
         self.coordinator = (
-            SharedSwaps(*parts, timeout, self.cluster, shares, eviction=eviction)
+            SharedSwaps(*parts, timeout, self.cluster, shares, eviction=eviction,
+                        backoff_window=window)
             if self.cluster and shares
-            else SwapCoordinator(*parts, timeout, eviction=eviction)
-        )
+            else SwapCoordinator(*parts, timeout, eviction=eviction, backoff_window=window)
+        )  # fmt: skip
         self.upstream = UpstreamClient(settings.routing.stream_idle_timeout)
         # Each key's use (docs/keys.md): outlives reloads, counted across replicas in Redis.
         self._shared_counts = SharedCounts(self.cluster) if self.cluster else None
@@ -233,7 +234,12 @@ class Runtime:
         self.registry.reconfigure(new.instances, catalog)
         routing = new.routing
         self.coordinator.reconfigure(
-            self.drivers, catalog, routing.swap_timeout, routing.expected_swap, routing.eviction
+            self.drivers,
+            catalog,
+            routing.swap_timeout,
+            routing.expected_swap,
+            routing.eviction,
+            routing.backoff_window,
         )
         self.configured = self._configure(new, catalog)
         await self._restart_poller()

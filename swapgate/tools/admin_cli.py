@@ -150,7 +150,7 @@ def render_status(state: dict[str, Any]) -> str:
             summary = state["models"].get(model, {})
             eta = summary.get("eta_seconds", {}).get(inst["name"])
             rows.append((
-                name, model, view.get("state", "cold"), view.get("pinned_until") or "-",
+                name, model, _model_state(view), view.get("pinned_until") or "-",
                 str(view.get("inflight", 0)), str(summary.get("queue", 0)),
                 f"{eta:.0f}s" if eta is not None else "-", _diagnosis(view.get("diagnosis")),
             ))  # fmt: skip
@@ -224,6 +224,16 @@ def render_cluster(cluster: dict[str, Any]) -> str:
         rows.append((rid + mark, f"{ago:.1f}s ago", ", ".join(holds) or "-"))
     redis = "up" if cluster.get("redis_up") else "DOWN (each replica on its own view)"
     return f"redis: {redis}\n" + table(rows)
+
+
+def _model_state(view: dict[str, Any]) -> str:
+    """A model's state on an instance, and why it cannot load there now, if it cannot."""
+    state = str(view.get("state", "cold"))
+    if view.get("unreachable"):
+        return f"{state} (unreachable: {view['unreachable']})"
+    if view.get("backoff_until"):
+        return f"{state} (backing off until {view['backoff_until']}: its load failed)"
+    return state
 
 
 def _condition(inst: dict[str, Any]) -> str:

@@ -59,11 +59,17 @@ async def eventually(condition: Callable[[], bool], within: float = 2.0) -> bool
 
 
 class FakeDriver(Driver):
-    """Records calls; loads take ``delay`` seconds and fail while ``fail`` is set."""
+    """Records calls; loads take ``delay`` seconds and fail while ``fail`` is set; with
+    ``loadable`` unset, ``check_loadable`` says no (a model whose own server is gone)."""
 
     def __init__(self, delay: float = 0.05, fail: bool = False) -> None:
         self.delay, self.fail = delay, fail
+        self.loadable = True
         self.calls: list[tuple[str, str]] = []
+
+    async def check_loadable(self, model: str) -> None:
+        if not self.loadable:
+            raise DriverError(f"{model}'s server does not answer")
 
     async def state(self) -> InstanceReport:
         return InstanceReport({}, None)

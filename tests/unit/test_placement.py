@@ -153,7 +153,8 @@ CASES = [
         ],
         Unavailable(
             "no instance can serve 'a' right now "
-            "(x is down, y is drained, z backs off after a failed swap for 5s more)",
+            "(x is down; y is drained; z backs off after failed loads of two or more of its "
+            "models for 5s more)",
             backing_off=True,
         ),
     ),
@@ -588,3 +589,38 @@ def test_the_starvation_rule_lets_a_model_just_loaded_serve_those_who_waited_for
     assert starvation_target("a", slot_queue, POLICY) == Swap("x", ("b",)), (
         "requests queued for a free slot drain like those in flight: the bound holds"
     )
+
+
+def cold(**more: Any) -> ModelView:
+    return ModelView(C, 0.0, 0.0, 0, 0.0, **more)
+
+
+def test_a_model_backing_off_does_not_load_there_but_its_neighbours_keep_serving() -> None:
+    x = I("x", {"a": cold(backoff_until=NOW + 5, failure="a exited with SIGSEGV"),
+                "b": warm()}, capacity=1)  # fmt: skip
+    decision = place("a", snap(x), POLICY)
+    assert isinstance(decision, Unavailable)
+    assert decision.backing_off
+    assert "a exited with SIGSEGV" in decision.reason
+    assert "backs off loading 'a' for 5s more" in decision.reason
+    assert place("b", snap(x), POLICY) == Serve("x")  # its neighbour: served, not evicted
+    assert place("c", snap(x), POLICY) == Swap("x", ("b",))  # others still load there
+    assert place("a", snap(x, I("y")), POLICY) == Swap("y")  # elsewhere it loads
+
+
+def test_a_model_whose_server_is_down_fails_at_once_and_evicts_nothing() -> None:
+    why = "its vLLM server 127.0.0.1:8002 does not answer"
+    x = I("x", {"a": cold(down=why), "b": warm(used=NOW - 3600)}, capacity=1)
+    decision = place("a", snap(x), POLICY)
+    assert isinstance(decision, Unavailable)  # not Swap("x", ("b",)): b stays awake
+    assert not decision.backing_off
+    assert "x cannot reach 'a': its vLLM server 127.0.0.1:8002 does not answer" in decision.reason
+    assert place("b", snap(x), POLICY) == Serve("x")
+
+
+def test_a_model_backing_off_is_not_first_in_line_for_a_swap() -> None:
+    # c queued first, but cannot load on x now: b's request takes the swap instead of
+    # queueing behind a model that cannot load.
+    x = I("x", {"c": cold(backoff_until=NOW + 5)}, capacity=1)
+    decision = place("b", snap(x, queued={"c": NOW - 10, "b": NOW}), POLICY)
+    assert decision == Swap("x")

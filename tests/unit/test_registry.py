@@ -32,9 +32,12 @@ def make(models: list[str] | None = None) -> tuple[Registry, Clock]:
 
 
 def report(
-    running: dict[str, WarmState] | None, available: set[str] | None = None
+    running: dict[str, WarmState] | None,
+    available: set[str] | None = None,
+    unreachable: dict[str, str] | None = None,
 ) -> InstanceReport:
-    return InstanceReport(running, frozenset(available) if available is not None else None)
+    known = frozenset(available) if available is not None else None
+    return InstanceReport(running, known, unreachable=unreachable)
 
 
 def state(registry: Registry, model: str) -> WarmState:
@@ -77,13 +80,46 @@ def test_a_poll_sent_before_a_swap_changed_things_does_not_undo_it() -> None:
     assert state(registry, "a") is WarmState.COLD
 
 
-def test_a_failed_swap_keeps_the_instance_out_for_its_backoff() -> None:
+def test_a_failed_swap_keeps_the_model_from_loading_there_not_the_instance() -> None:
     registry, clock = make()
     registry.apply_report("x", report({}), 0)
     registry.begin_swap("x", "a", eta=1)
-    registry.end_swap("x", "a", ok=False, backoff=5)
-    assert registry.snapshot().instance("x").backoff_until - clock.now == 5
+    registry.end_swap("x", "a", ok=False, backoff=5, failure="a exited with SIGSEGV")
+    view = registry.snapshot().instance("x")
+    assert view.models["a"].backoff_until - clock.now == 5
+    assert view.models["a"].failure == "a exited with SIGSEGV"
+    assert view.backing_off("a", clock.now)
+    assert view.available(clock.now)  # its other models still serve and load
+    clock.now += 5
+    assert not registry.snapshot().instance("x").backing_off("a", clock.now)
+
+
+def test_a_failed_swap_with_a_whole_backoff_keeps_the_instance_out() -> None:
+    registry, clock = make()
+    registry.apply_report("x", report({}), 0)
+    registry.begin_swap("x", "a", eta=1)
+    registry.end_swap("x", "a", ok=False, backoff=5, whole=10)
+    assert registry.snapshot().instance("x").backoff_until - clock.now == 10
     assert not registry.snapshot().instance("x").available(clock.now)
+
+
+def test_a_model_whose_server_does_not_answer_is_down_alone_until_it_answers() -> None:
+    registry, clock = make()
+    why = "its vLLM server 127.0.0.1:9 does not answer"
+    registry.apply_report("x", report({"a": WarmState.WARM}, unreachable={"b": why}), 0)
+    view = registry.snapshot().instance("x")
+    assert not view.reachable("b")
+    assert view.models["b"].down == why
+    assert view.reachable("a")
+    registry.begin_swap("x", "b", eta=1)
+    registry.end_swap("x", "b", ok=False, backoff=60, failure="POST /wake_up: ConnectError")
+    # back, awake: reconciled by the next poll, and its backoff lifted at once
+    back = report({"a": WarmState.WARM, "b": WarmState.WARM})
+    registry.apply_report("x", back, registry.generation("x"))
+    view = registry.snapshot().instance("x")
+    assert view.reachable("b")
+    assert not view.backing_off("b", clock.now)
+    assert view.state_of("b") is WarmState.WARM
 
 
 def test_requests_are_counted_and_mark_use() -> None:

@@ -59,14 +59,38 @@ async def test_one_swap_per_instance_however_many_ask() -> None:
     assert duration >= 0.05
 
 
-async def test_a_failed_swap_backs_off_and_is_counted() -> None:
+async def test_a_failed_swap_backs_off_its_model_alone_and_is_counted() -> None:
     coordinator, registry, metrics = setup(FakeDriver(fail=True))
     coordinator.start("x", "a")
     assert await coordinator.wait("x") is False
-    view = registry.snapshot().instance("x")
+    snap = registry.snapshot()
+    view = snap.instance("x")
     assert view.state_of("a") is WarmState.COLD
-    assert view.backoff_until > registry.snapshot().now
+    assert view.backing_off("a", snap.now)
+    assert view.models["a"].failure == "boom"
+    assert view.available(snap.now)  # b, warm there, keeps serving
     assert sample(metrics, "swapgate_swaps_total", instance="x", model="a", result="failed") == 1
+
+
+async def test_two_models_failing_within_the_window_back_off_their_instance() -> None:
+    coordinator, registry, _ = setup(FakeDriver(fail=True))
+    coordinator.start("x", "a")
+    await coordinator.wait("x")
+    coordinator.start("x", "c")
+    await coordinator.wait("x")
+    snap = registry.snapshot()
+    assert not snap.instance("x").available(snap.now)
+
+
+async def test_nothing_is_evicted_for_a_model_that_cannot_load() -> None:
+    driver = FakeDriver()
+    driver.loadable = False
+    coordinator, registry, _ = setup(driver)
+    coordinator.start("x", "a", victims=("b",))
+    assert await coordinator.wait("x") is False
+    assert registry.snapshot().instance("x").state_of("b") is WarmState.WARM
+    assert ("unload", "b") not in driver.calls
+    assert ("load", "a:7b") not in driver.calls
 
 
 async def test_a_swap_past_swap_timeout_fails_as_timeout() -> None:

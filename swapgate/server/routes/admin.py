@@ -171,7 +171,11 @@ def _describe_instance(inst: InstanceView, runtime: Runtime, wall: _WallClock) -
         "models": {
             name: _describe_model(view, wall, runtime, inst.name, name)
             for name, view in sorted(inst.models.items())
-            if view.state is not WarmState.COLD or view.inflight or view.pinned_until > wall.now
+            if view.state is not WarmState.COLD
+            or view.inflight
+            or view.pinned_until > wall.now
+            or view.backoff_until > wall.now
+            or view.down
         },
     }
 
@@ -185,6 +189,10 @@ def _describe_model(
         "inflight": view.inflight,
         "last_used": wall.iso(view.last_used) if view.last_used else None,
         "pinned_until": wall.iso(view.pinned_until) if view.pinned_until > wall.now else None,
+        # a failed load of it here: no load of it here until then (docs/operations.md)
+        "backoff_until": wall.iso(view.backoff_until) if view.backoff_until > wall.now else None,
+        "failure": view.failure or None if view.backoff_until > wall.now else None,
+        "unreachable": view.down or None,  # its own server does not answer (vllm-sleep)
     }
     if view.state is WarmState.WARM:  # is its engine decaying, and why (docs/operations.md)
         relay = runtime.configured.settings.model_settings(model).relay

@@ -213,7 +213,7 @@ function instanceHeader(inst) {
     parts.push(el("div", { class: "small" }, "memory " + bytes(inst.memory_used) + " of " + bytes(inst.memory)));
   }
   if (inst.backoff_until) {
-    const why = inst.failure ? inst.failure.model + ": " + inst.failure.error : "a failed swap";
+    const why = inst.failure ? inst.failure.model + ": " + inst.failure.error : "failed loads";
     parts.push(el("div", { class: "small error" }, "backoff until " + new Date(inst.backoff_until).toLocaleTimeString() + " (" + why + ")"));
   }
   parts.push(el("div", {}, el("button", {
@@ -237,6 +237,13 @@ function cell(inst, model) {
   if (view && view.diagnosis) out.push(diagnosis(view.diagnosis));
   if (view && view.pinned_until) {
     out.push(el("div", { class: "small" }, "pinned until " + new Date(view.pinned_until).toLocaleTimeString()));
+  }
+  // A model that cannot load here now, and why: its own backoff, not its instance's
+  if (view && view.unreachable) {
+    out.push(el("div", { class: "small error", "data-unreachable": "" }, "unreachable: " + view.unreachable));
+  } else if (view && view.backoff_until) {
+    out.push(el("div", { class: "small error", "data-backoff": view.backoff_until, title: view.failure || "" },
+      "backoff until " + new Date(view.backoff_until).toLocaleTimeString() + " (its load failed)"));
   }
   if (st === "warm" || st === "asleep") {
     out.push(el("button", { type: "button", class: "unload", onclick: () => unload(inst, model, view) }, "unload"));
