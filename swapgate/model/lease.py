@@ -43,6 +43,7 @@ class Progress:
 
     instance: str | None = None
     state: str = "placing"  # loading | queued | waiting (for the upstream's answer)
+    route: str | None = None  # where the request was sent (``instance/NAME``), once it was
 
 
 @dataclass(frozen=True, slots=True)

@@ -238,6 +238,7 @@ class ProxyEndpoint:
         lease = await attempts.first(progress)
         while True:
             ex.route, ex.waited = lease.route, ex.waited + lease.waited
+            progress.route = lease.route  # early headers from now on name it
             try:
                 response = await self._send(scope, ex, request, lease)
             except UpstreamError as exc:

@@ -113,8 +113,9 @@ class Pinger:
             (b"cache-control", b"no-cache"),
             (b"x-accel-buffering", b"no"),
             (b"x-swapgate-keepalive", self.plan.kind.encode()),
-            # Not final yet: a relay may still answer, or another instance after a failure.
-            *route_headers("pending", waited),
+            # Where the request went, once it went; until then ``pending``: a relay may still
+            # answer, or another instance.
+            *route_headers(self._progress.route or "pending", waited),
         ]
 
     def _status(self) -> str:

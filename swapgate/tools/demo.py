@@ -139,6 +139,8 @@ def _instructions(
     return f"""
 swapgate demo: {what}.
 
+  The dashboard: {base}/ui (sign in with the admin token {token})
+
   # every model and where it is warm
   curl -sS {base}/v1/models
 

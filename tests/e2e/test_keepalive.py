@@ -107,6 +107,24 @@ def test_keepalives_go_on_until_the_engines_first_byte_not_just_its_headers() ->
     assert lines[-1].startswith(": swapgate waited ")
 
 
+def test_a_warm_request_committed_before_the_engine_answers_names_its_instance() -> None:
+    # Warm: the instance is chosen and the request sent before the early headers go out, so
+    # they say where it went, not ``pending``: an engine that answers (headers and all) 1 s
+    # after it is asked.
+    with simulator(load_time=0.2, ttft=1.0) as sim:
+        config = {
+            "keepalive": {"early_headers_after": "100ms", "interval": "200ms"},
+            "instances": [instance("gpu-a", sim)],
+        }
+        with gateway(config) as gw:
+            httpx.post(f"{gw.url}{CHAT}", json=_body("a", stream=False), timeout=30)
+            body = _body("a", stream=True)
+            with httpx.stream("POST", f"{gw.url}{CHAT}", json=body, timeout=30) as response:
+                assert response.headers["x-swapgate-keepalive"] == "comment"  # sent early
+                assert response.headers["x-swapgate-route"] == "instance/gpu-a"
+                assert "data: [DONE]" in response.read().decode()
+
+
 def test_a_non_streaming_request_gets_newlines_then_the_json_body(fleet) -> None:
     gw, _ = fleet
     response = wire.post(gw.url, CHAT, _body("b", stream=False))
