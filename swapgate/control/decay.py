@@ -25,6 +25,7 @@ BANDS = ((512, "short"), (4096, "medium"))
 LONG = "long"
 MIN_SAMPLES = 5  # per band, in the baseline and the window, before a drift is said
 MIN_SPAN = 0.8  # of the slope's window its samples must cover: a slope "sustained"
+SLOPE_POINTS = 3  # samples a slope needs: its window must span two poll intervals at least
 HOUR = 3600.0
 # Bounds on what one engine keeps, whatever its rate: a baseline is a uniform sample of its
 # period (reservoir), the window its latest answers.
@@ -101,7 +102,7 @@ class DecayWatch:
         now = self._clock()
         samples = self._of(instance, model, since).rss
         samples.append((now, rss))
-        _trim(samples, now - max(keep, self.config.window))
+        _trim(samples, now - max(keep, self.config.window), anchor=True)
 
     def probe(self, target: str, seconds: float) -> None:
         now = self._clock()
@@ -115,13 +116,18 @@ class DecayWatch:
     # -- figures -------------------------------------------------------------------------------
 
     def slope(self, instance: str, model: str, window: float) -> float | None:
-        """Bytes per hour over the last ``window`` seconds, if the samples cover most of it."""
+        """Bytes per hour over the last ``window`` seconds, if the samples cover most of it: those
+        in it and the last one before it (samples a poll interval apart never fall on its start,
+        so without that one a 20 s window at 5 s polls holds 15 s of samples)."""
         series = self._series.get((instance, model))
         if series is None:
             return None
         now = self._clock()
-        points = [(t, rss) for t, rss in series.rss if t >= now - window]
-        if len(points) < 3 or points[-1][0] - points[0][0] < MIN_SPAN * window:
+        start = next((i for i, (t, _) in enumerate(series.rss) if t >= now - window), None)
+        if start is None:
+            return None
+        points = list(series.rss)[max(0, start - 1) :]
+        if len(points) < SLOPE_POINTS or points[-1][0] - points[0][0] < MIN_SPAN * window:
             return None
         return _least_squares(points) * HOUR
 
@@ -198,8 +204,14 @@ def _keep(kept: list[float], seen: dict[str, int], name: str, value: float) -> N
         kept[slot] = value
 
 
-def _trim(samples: deque[tuple[float, float]] | deque[tuple[float, int]], oldest: float) -> None:
-    while samples and samples[0][0] < oldest:
+def _trim(
+    samples: deque[tuple[float, float]] | deque[tuple[float, int]],
+    oldest: float,
+    anchor: bool = False,
+) -> None:
+    """Drop samples older than ``oldest``; with ``anchor``, all but the last of those (where a
+    slope over the window starts)."""
+    while len(samples) > (1 if anchor else 0) and samples[int(anchor)][0] < oldest:
         samples.popleft()
 
 

@@ -17,6 +17,7 @@ from swapgate.auth import in_scope, scope
 from swapgate.cluster.store import url_problem
 from swapgate.config.loading import load_config
 from swapgate.config.settings import ConfigError, Settings, secret
+from swapgate.control.decay import SLOPE_POINTS
 from swapgate.tools.admin_cli import add_commands as add_admin_commands
 from swapgate.tools.arguments import duration, load_times, size
 
@@ -157,7 +158,32 @@ def _check_config(args: argparse.Namespace) -> int:
         print(line)
     for line in keys_summary(settings):
         print(line)
+    for line in slope_advice(settings):
+        print(line)
     return 0
+
+
+def slope_advice(settings: Settings) -> list[str]:
+    """A warning for each memory slope that cannot be measured at ``routing.poll_interval``:
+    a slope takes three samples, one a poll, so its window must span two polls at least."""
+    interval = settings.routing.poll_interval
+    windows: dict[str, float] = {}
+    for inst in settings.instances:
+        for model, command in inst.commands.items():
+            if command.recycle_rss_slope is not None:
+                windows[f"instances.{inst.name}.commands.{model}.slope_window"] = (
+                    command.slope_window
+                )
+        if inst.commands:
+            windows["diagnosis.window"] = settings.diagnosis.window
+    least = (SLOPE_POINTS - 1) * interval
+    return [
+        f"warning: {key} {window:g}s cannot be measured at routing.poll_interval {interval:g}s "
+        f"(a memory slope takes {SLOPE_POINTS} samples, one a poll): make it {least:g}s or "
+        f"more, or poll more often"
+        for key, window in windows.items()
+        if window < least
+    ]
 
 
 def keys_summary(settings: Settings, today: date | None = None) -> list[str]:

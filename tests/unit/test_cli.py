@@ -148,3 +148,26 @@ def test_status_shows_each_keys_use_against_its_limits_here_and_in_all() -> None
     )
     assert nightly == "nightly batch (-10) * 3 40 2027-01-31T00:00:00+00:00"
     assert "KEY" not in render_status({**state, "keys": {}}), "no keys, no table"
+
+
+def test_check_config_says_when_a_memory_slope_cannot_be_measured_at_the_poll_interval() -> None:
+    from swapgate.config.loading import parse_config
+    from swapgate.tools.cli import slope_advice
+
+    def config(slope_window: str, poll: str) -> list[str]:
+        command = {"cmd": "engine --port ${PORT}", "recycle_rss_slope": "1GiB/h",
+                   "slope_window": slope_window}  # fmt: skip
+        settings = parse_config({
+            "routing": {"poll_interval": poll},
+            "diagnosis": {"window": "10m"},
+            "instances": [{"name": "node", "kind": "process", "commands": {"m": command}}],
+        })  # fmt: skip
+        return slope_advice(settings)
+
+    assert config("20s", "5s") == []
+    (warning,) = config("8s", "5s")
+    assert warning.startswith(
+        "warning: instances.node.commands.m.slope_window 8s cannot be measured at "
+        "routing.poll_interval 5s"
+    )
+    assert "make it 10s or more" in warning

@@ -112,6 +112,25 @@ def test_the_memory_slope_is_bytes_per_hour_once_it_covers_its_window() -> None:
     assert decay.slope("node", "m", 120) is None, "30 s of samples do not sustain 2 minutes"
 
 
+def test_a_window_of_four_polls_is_measured_though_no_poll_falls_on_its_start() -> None:
+    # 5 s polls a little off the second, a 20 s slope_window: the window never starts on a
+    # sample, so it holds 4 of them over 15 s; the one before it makes the slope sustained.
+    decay, clock = watch()
+    for poll in range(12):
+        clock.now = poll * 5.0 + 0.3
+        decay.rss("node", "m", 0.0, 100 * MIB + poll * 8 * MIB, keep=20)
+    clock.now += 0.1  # read a moment after the last poll
+    assert decay.slope("node", "m", 20) == pytest.approx(8 * MIB / 5 * 3600)
+
+
+def test_the_diagnosis_keeps_its_own_window_of_memory_when_slope_window_is_shorter() -> None:
+    decay, clock = watch()  # the diagnosis window: 60 s
+    for poll in range(16):
+        clock.now = poll * 5.0 + 0.3
+        decay.rss("node", "m", 0.0, 100 * MIB + poll * 8 * MIB, keep=20)
+    assert decay.figures("node", "m").rss_slope == pytest.approx(8 * MIB / 5 * 3600)
+
+
 def test_the_relay_probe_drifts_against_its_own_baseline() -> None:
     decay, clock = watch()
     for _ in range(10):
