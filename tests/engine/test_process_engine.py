@@ -11,9 +11,11 @@ import concurrent.futures
 import json
 import shlex
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,7 +25,7 @@ import pytest
 
 from swapgate.tools.engines import LlamaCppEngine
 from tests.e2e.processes import Gateway, gateway, wait_for
-from tests.e2e.test_process import ENV, processes, stream_and_kill
+from tests.e2e.test_process import ENV, TOKEN, processes, stream_and_kill
 from tests.engine.conftest import process_node
 
 pytestmark = pytest.mark.engine
@@ -191,3 +193,70 @@ def test_a_real_engine_nobody_waits_for_is_stopped_for_the_model_queued_behind_i
         assert not any(_alive(p) for p in loading)  # gemma-a's engine was stopped
         assert gw.metric("swapgate_swaps_total", model="gemma-a", result="abandoned") == 1
         assert gw.metric("swapgate_swaps_total", model="gemma-b", result="ok") == 1
+
+
+# A model's engine that dies at load, as a native llama.cpp build did on a CPU with AMX: it
+# says where its weights are and what it was given, then SIGSEGV.
+CRASHING_ENGINE = """\
+import os, signal
+print("llama_model_load: loading model from '/srv/private/weights/broken.gguf'", flush=True)
+print("load_tensors: HF_TOKEN=hf_not_for_clients", flush=True)
+print("llama threadpool init, n_threads = 2", flush=True)
+os.kill(os.getpid(), signal.SIGSEGV)
+"""
+
+
+def test_an_engine_that_dies_at_start_takes_none_of_its_neighbours_down(
+    engine: LlamaCppEngine, tmp_path: Path
+) -> None:
+    crash = tmp_path / "crash.py"
+    crash.write_text(CRASHING_ENGINE)
+    commands: dict[str, object] = {"gemma-a": engine_command(engine, "gemma-a"),
+                "broken": f"{sys.executable} {crash} --port ${{PORT}}"}  # fmt: skip
+    config = process_node(commands)
+    config["instances"][0]["capacity"] = 2  # type: ignore[index]
+    url = "/v1/chat/completions"
+    with gateway(config, ENV) as gw:
+        assert httpx.post(gw.url + url, json={"model": "gemma-a", **CHAT}, timeout=120).is_success
+        pid = processes(gw)["gemma-a"]["pid"]
+        codes: list[int] = []
+        done = threading.Event()
+
+        def keep_asking() -> None:  # gemma-a's users, while the broken model fails beside it
+            while not done.is_set():
+                answer = httpx.post(gw.url + url, json={"model": "gemma-a", **CHAT}, timeout=60)
+                codes.append(answer.status_code)
+
+        asker = threading.Thread(target=keep_asking)
+        asker.start()
+        try:
+            broken = httpx.post(gw.url + url, json={"model": "broken", **CHAT}, timeout=60)
+            started = time.monotonic()
+            again = httpx.post(gw.url + url, json={"model": "broken", **CHAT}, timeout=60)
+            again_took = time.monotonic() - started
+            wait_for(lambda: len(codes) >= 4, timeout=60)
+        finally:
+            done.set()
+            asker.join()
+        state = httpx.get(f"{gw.url}/admin/state", headers={"authorization": f"Bearer {TOKEN}"})
+        instance = state.json()["instances"][0]
+
+    assert broken.status_code == 503, broken.text
+    error = broken.json()["error"]
+    assert error["code"] == "swap_failed"
+    message = error["message"]
+    assert "broken exited with SIGSEGV while starting on node" in message
+    assert "llama threadpool init, n_threads = 2" in message  # its last lines
+    assert "'…/broken.gguf'" in message
+    assert "/srv/private" not in message, "no paths beyond the model's file name"
+    assert "HF_TOKEN=…" in message
+    assert "hf_not_for_clients" not in message, "nothing of the environment"
+    assert again.status_code == 503
+    assert "backs off loading 'broken'" in again.json()["error"]["message"]
+    assert again_took < 2, "a model in backoff fails at once: no second crash to wait for"
+    assert len(codes) >= 4
+    assert set(codes) == {200}, f"gemma-a answered throughout: {codes}"
+    assert instance["processes"]["gemma-a"]["pid"] == pid, "gemma-a was never reloaded"
+    assert instance["backoff_until"] is None, "the instance does not back off for one model"
+    assert instance["models"]["broken"]["backoff_until"] is not None
+    assert "SIGSEGV" in instance["models"]["broken"]["failure"]

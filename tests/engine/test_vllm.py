@@ -210,11 +210,31 @@ def test_two_real_servers_on_one_place_take_turns_asleep_and_none_is_sent_a_requ
                    if e.path == "/collective_rpc" and e.what == "answered"]  # fmt: skip
         assert [e.status for e in reloads] == [200, 200], "one reload of the weights per wake"
 
-        # A wake that fails (its server is gone): a failed swap, with backoff, and an answer.
+        # a's server dies while asleep: only a fails, at once; b keeps answering and is never
+        # put to sleep for it.
+        port = httpx.URL(servers["a"].url).port or 80
         stop(servers["a"].process, timeout=20)
-        failed = chat(gw, "a")
+        b_slept = len(sleeps(recorders["b"]))
+        failed = chat(gw, "a")  # before a poll saw it: asks a's server before b sleeps
+        wait_for(lambda: state(gw)["models"].get("a", {}).get("unreachable"), timeout=10)
+        started = time.monotonic()
+        known = chat(gw, "a")  # once a poll saw it: at once, naming the server
+        known_took = time.monotonic() - started
+        b_codes = [chat(gw, "b").status_code for _ in range(4)]
         after = state(gw)
         failures = gw.metric("swapgate_swaps_total", instance="gpu", model="a", result="failed")
+        b_still_awake = awake({"b": servers["b"]}) == {"b"}
+        b_slept_since = len(sleeps(recorders["b"])) - b_slept
+
+        # It comes back awake, as vllm serve starts: reconciled, and both answer at once.
+        log = tmp_path / "vllm-a-again.log"
+        process = start(engine.serve("a", port), engine.env(), log=log)
+        servers["a"] = VllmServer(f"http://127.0.0.1:{port}", process, log)
+        _until_healthy(servers["a"])
+        back = time.monotonic()
+        wait_for(lambda: not state(gw)["models"].get("a", {}).get("unreachable"), timeout=10)
+        a_back, b_back = chat(gw, "a"), chat(gw, "b")
+        both_back_after = time.monotonic() - back
 
     for name, recorder in recorders.items():
         assert sent_asleep(recorder) == [], f"{name} was sent a request while asleep"
@@ -224,7 +244,17 @@ def test_two_real_servers_on_one_place_take_turns_asleep_and_none_is_sent_a_requ
     print(f"\nreal vLLM wakes through swapgate: {_wake_seconds(metrics)}")
     assert failed.status_code == 503, failed.text
     assert failures == 1
-    assert after["backoff_until"] is not None
+    assert known.status_code == 503, known.text
+    assert "does not answer" in known.json()["error"]["message"], known.text
+    assert known_took < 2, "a model whose server is known down fails at once"
+    assert b_codes == [200] * 4, "b answered throughout"
+    assert b_still_awake, "b was never put to sleep for a dead a"
+    assert b_slept_since == 0
+    assert after["backoff_until"] is None, "the instance does not back off for one server"
+    assert after["models"]["a"]["unreachable"], after["models"]
+    assert (a_back.status_code, b_back.status_code) == (200, 200), (a_back.text, b_back.text)
+    print(f"\nboth answered {both_back_after:.1f}s after the dead server's restart")
+    assert both_back_after < 15
 
 
 def _wake_times(metrics: str) -> dict[str, float]:
