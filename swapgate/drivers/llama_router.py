@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 
 from swapgate.drivers.base import LOAD_TIMEOUT, Driver
+from swapgate.drivers.processes import exit_name
 from swapgate.errors import DriverError
 from swapgate.model.state import InstanceReport, WarmState
 
@@ -81,7 +82,8 @@ class LlamaRouterDriver(Driver):
                 return
             if value == "unloaded":
                 code = status.get("exit_code")
-                raise DriverError(f"the router's {model!r} exited while loading (exit code {code})")
+                how = exit_name(code) if isinstance(code, int) else f"exit code {code}"
+                raise DriverError(f"the router's {model!r} exited with {how} while loading")
             await asyncio.sleep(STATUS_PAUSE)
 
     async def unload(self, model: str) -> None:

@@ -26,12 +26,16 @@ STOP_TIMEOUT = 10.0
 
 def exit_name(returncode: int) -> str:
     """How a process ended, in words: ``SIGSEGV`` for a process killed by signal 11 (Python's
-    returncode -11, a shell's 139), ``exit code 1`` otherwise."""
+    returncode -11), ``SIGSEGV (exit code 139)`` where a shell or a supervisor said 128 + 11,
+    ``exit code 1`` otherwise."""
     number = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else 0
     try:
-        return signal.Signals(number).name if number else f"exit code {returncode}"
+        name = signal.Signals(number).name if number else ""
     except ValueError:
+        name = ""
+    if not name:
         return f"exit code {returncode}"
+    return name if returncode < 0 else f"{name} (exit code {returncode})"
 
 
 def die_with_parent() -> None:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -31,6 +33,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from bench.redis import redis_server
 from tests.e2e.processes import Gateway, chat, gateway, instance, simulator, wait_for
+from tests.e2e.test_process import process_config, sim_command
 
 TOKEN = "dashboard-secret-token"
 ENV = {"SWAPGATE_ADMIN_TOKEN": TOKEN}
@@ -403,3 +406,24 @@ def test_a_viewers_token_shows_the_page_and_reads_but_changes_nothing(browser: W
         until(browser, lambda p: "only reads" in p.find_element(By.ID, "notice").text)
         assert sim.stats()["resident"], "a is still loaded on the backend"
         assert until(browser, lambda p: cell_state(p, "gpu-1", "a")) == "warm"
+
+
+def test_a_models_backoff_shows_in_its_own_cell_not_on_its_instance(browser: WebDriver) -> None:
+    crash = "import os, signal; print('loading broken', flush=True); os.kill(os.getpid(), 11)"
+    commands = {"a": sim_command("a", startup=0),
+                "broken": f"{sys.executable} -c {shlex.quote(crash)}"}  # fmt: skip
+    config = process_config(**commands)
+    config["server"] = {}
+    config["instances"][0]["capacity"] = 2
+    with gateway(config, env=ENV) as gw:
+        assert chat(gw.url, "a").status_code == 200
+        assert chat(gw.url, "broken").status_code == 503
+        log_in(browser, gw)
+        until(browser, live)
+        selector = 'tr[data-instance="node"] td[data-model="broken"] [data-backoff]'
+        note = until(browser, lambda p: p.find_element(By.CSS_SELECTOR, selector))
+        assert "(its load failed)" in note.text
+        assert "SIGSEGV" in (note.get_attribute("title") or "")
+        header = browser.find_element(By.CSS_SELECTOR, 'tr[data-instance="node"] th').text
+        assert "backoff" not in header, "the instance itself keeps serving"
+        assert cell_state(browser, "node", "a") == "warm"

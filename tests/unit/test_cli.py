@@ -128,6 +128,29 @@ def test_status_shows_each_engines_diagnosis_with_its_figures() -> None:
     assert row.endswith("kv-growth (TTFT p95 3.4× baseline, memory +2150 MiB/h, relay 1.0×)")
 
 
+def test_status_shows_a_backoff_on_the_model_it_belongs_to_not_its_instance() -> None:
+    from swapgate.tools.admin_cli import render_status
+
+    state = {
+        "instances": [{
+            "name": "gpu", "up": True, "drained": False, "swapping": None,
+            "backoff_until": None, "serves": ["a", "b", "broken"],
+            "models": {
+                "a": {"state": "warm", "inflight": 1},
+                "b": {"state": "cold", "inflight": 0,
+                      "unreachable": "its vLLM server 127.0.0.1:8002 does not answer"},
+                "broken": {"state": "cold", "inflight": 0,
+                           "backoff_until": "2026-12-04T23:40:05Z", "failure": "SIGSEGV"},
+            },
+        }],
+        "models": {},
+    }  # fmt: skip
+    rows = {line.split()[1]: " ".join(line.split()) for line in render_status(state).splitlines()}
+    assert rows["a"].startswith("gpu a warm -"), "the instance itself is not backing off"
+    assert "cold (unreachable: its vLLM server 127.0.0.1:8002 does not answer)" in rows["b"]
+    assert "cold (backing off until 2026-12-04T23:40:05Z: its load failed)" in rows["broken"]
+
+
 def test_status_shows_each_keys_use_against_its_limits_here_and_in_all() -> None:
     from swapgate.tools.admin_cli import render_status
 

@@ -130,7 +130,13 @@ def test_make_engine_stops_with_the_message_not_a_traceback(
 
 @pytest.mark.parametrize(
     ("code", "named"),
-    [(-signal.SIGSEGV, "SIGSEGV"), (-4, "SIGILL"), (139, "SIGSEGV"), (1, "exit code 1")],
+    [
+        (-signal.SIGSEGV, "SIGSEGV"),
+        (-4, "SIGILL"),
+        (139, "SIGSEGV (exit code 139)"),
+        (1, "exit code 1"),
+        (200, "exit code 200"),
+    ],
 )
 def test_exits_are_named_by_signal(code: int, named: str) -> None:
     assert exit_name(code) == named

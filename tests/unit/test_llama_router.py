@@ -89,7 +89,7 @@ async def test_a_load_whose_child_exits_fails_with_its_exit_code(api, client) ->
             httpx.Response(200, json=models(a=failed)),
         ]
     )
-    with pytest.raises(DriverError, match="exit code 134"):
+    with pytest.raises(DriverError, match=r"exited with SIGABRT \(exit code 134\) while loading"):
         await LlamaRouterDriver(URL, client).load("a")
 
 
