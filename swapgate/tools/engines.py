@@ -645,7 +645,86 @@ def _vllm_metadata(root: Path) -> None:
     )
 
 
-ENGINES = ("llama-cpp-python", "llama-server", "vllm", "clis")
+# llama-swap (github.com/mostlygeek/llama-swap), built without a network from the source and Go
+# modules the project's shared folder holds beside this repository (its build.sh), or taken
+# from SWAPGATE_LLAMA_SWAP (a binary) on a machine without that folder.
+LLAMA_SWAP_ENV = "SWAPGATE_LLAMA_SWAP"
+SHARED_ENV = "SWAPGATE_SHARED"
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaSwapEngine:
+    """llama-swap's binary, and the llama-server it runs for each model."""
+
+    binary: Path
+    server: LlamaServerEngine
+
+    def write_config(
+        self,
+        path: Path,
+        models: dict[str, int],
+        extra: dict[str, object] | None = None,
+        **each: object,
+    ) -> Path:
+        """A llama-swap config serving Gemma under each name of ``models`` (its context size)
+        with llama-server; ``each``: more keys for every model (``ttl``, ``concurrencyLimit``),
+        ``extra``: more top-level keys (``groups``, ``apiKeys``, ``sendLoadingState``)."""
+        entries = {
+            name: {
+                "cmd": " ".join(self.server.single(name, "${PORT}", ctx)),
+                "proxy": "http://127.0.0.1:${PORT}",
+                "checkEndpoint": "/health",
+                **each,
+            }
+            for name, ctx in models.items()
+        }
+        config = {"healthCheckTimeout": 120, "startPort": free_port(), "models": entries}
+        path.write_text(json.dumps({**config, **(extra or {})}, indent=2))  # JSON is YAML
+        return path
+
+    def command(self, config: Path, port: int) -> list[str]:
+        return [str(self.binary), "-config", str(config), "-listen", f"127.0.0.1:{port}"]
+
+
+def llama_swap_source() -> Path | None:
+    """The folder with llama-swap's source tarball and build.sh, if this machine has it."""
+    shared = os.environ.get(SHARED_ENV)
+    base = Path(shared) if shared else Path(__file__).resolve().parents[3] / "shared"
+    folder = base / "engines" / "llama-swap"
+    return folder if (folder / "build.sh").is_file() else None
+
+
+def ensure_llama_swap(say: bool = True) -> LlamaSwapEngine | None:
+    """llama-swap, built once per machine from ``llama_swap_source()`` (~90 s), else the binary
+    ``SWAPGATE_LLAMA_SWAP`` names; None with neither. Checked on this CPU with llama-server."""
+    server = ensure_llama_server(say)
+    given = os.environ.get(LLAMA_SWAP_ENV)
+    if given:
+        return LlamaSwapEngine(Path(given), server)
+    source = llama_swap_source()
+    if source is None:
+        return None
+    tarball = next(source.glob("llama-swap-*-src.tar.xz"))
+    version = tarball.name.removeprefix("llama-swap-").removesuffix("-src.tar.xz")
+    root = cache_root() / f"engine-llama-swap-{version}"
+    engine = LlamaSwapEngine(root / "bin" / "llama-swap", server)
+    what = f"llama-swap {version}"
+    build = ["bash", str(source / "build.sh"), str(engine.binary.parent)]
+    _once(root, what, say, lambda: _run(build), "~90 s")
+    _checked(root, what, say, lambda: _smoke_llama_swap(engine, root, what))
+    return engine
+
+
+def _smoke_llama_swap(engine: LlamaSwapEngine, root: Path, what: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="smoke-", dir=root) as work:
+        config = engine.write_config(Path(work) / "config.yaml", {"smoke": 512})
+        port = free_port()
+        hint = f"What to try: remove {root} and run `make engine` to build it anew."
+        smoke_server(what, engine.command(config, port), port, model="smoke", ready="/health",
+                     hint=hint)  # fmt: skip
+
+
+ENGINES = ("llama-cpp-python", "llama-server", "vllm", "clis", "llama-swap")
 
 
 def main(argv: list[str]) -> None:
@@ -667,6 +746,14 @@ def _ensure(which: str) -> None:
         print(ensure_vllm().vllm.parent.parent)
     if which in ("all", "clis"):
         print(ensure_clis().claude.parent.parent.parent)
+    if which in ("all", "llama-swap"):
+        swap = ensure_llama_swap()
+        print(
+            swap.binary
+            if swap
+            else f"llama-swap: none (no ../shared/engines/llama-swap, no "
+            f"{LLAMA_SWAP_ENV}): its tests are skipped"
+        )
 
 
 if __name__ == "__main__":

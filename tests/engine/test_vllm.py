@@ -215,7 +215,8 @@ def test_two_real_servers_on_one_place_take_turns_asleep_and_none_is_sent_a_requ
         port = httpx.URL(servers["a"].url).port or 80
         stop(servers["a"].process, timeout=20)
         b_slept = len(sleeps(recorders["b"]))
-        failed = chat(gw, "a")  # before a poll saw it: asks a's server before b sleeps
+        # Whether a poll saw it yet or not (then the swap asks a's server before b sleeps)
+        failed = chat(gw, "a")
         wait_for(lambda: state(gw)["models"].get("a", {}).get("unreachable"), timeout=10)
         started = time.monotonic()
         known = chat(gw, "a")  # once a poll saw it: at once, naming the server
@@ -243,7 +244,7 @@ def test_two_real_servers_on_one_place_take_turns_asleep_and_none_is_sent_a_requ
     assert min(wakes.get("a", 0), wakes.get("b", 0)) >= 2, wakes
     print(f"\nreal vLLM wakes through swapgate: {_wake_seconds(metrics)}")
     assert failed.status_code == 503, failed.text
-    assert failures == 1
+    assert failures <= 1, "a failed swap at most, and with nothing put to sleep for it"
     assert known.status_code == 503, known.text
     assert "does not answer" in known.json()["error"]["message"], known.text
     assert known_took < 2, "a model whose server is known down fails at once"
