@@ -8,8 +8,12 @@ the data plane never releases leases itself.
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 from swapgate.control.router import Router
 from swapgate.control.waiter import Want
+from swapgate.errors import NoCapacity
 from swapgate.model.lease import Lease, Progress
 
 
@@ -19,6 +23,7 @@ class Attempts:
         self._model = model
         self._want = want  # its pool and wait budget: another instance is of the same pool
         self._retried = False  # another instance was tried already: next is the relay
+        self._limited_since: float | None = None  # when an instance first said 429 to it
         self.lease: Lease | None = None
 
     async def first(self, progress: Progress) -> Lease:
@@ -40,6 +45,28 @@ class Attempts:
         self._router.release(failed)
         self.lease, self._retried = other, True
         return other
+
+    async def after_limit(self, progress: Progress, pause: float) -> Lease:
+        """The current lease's instance refused it for its own concurrency limit (a 429):
+        give it back and wait in swapgate's queue for a slot there or another warm copy,
+        within the model's ``max_wait`` from the first refusal; ``pause``: the instance's
+        ``Retry-After``, waited when nothing else of swapgate's is in flight there."""
+        limited = self.lease
+        assert limited is not None
+        now = time.monotonic()
+        since = self._limited_since = self._limited_since or now
+        max_wait = self._router.max_wait(self._model)
+        self.lease = None
+        if not self._router.limited(limited):
+            await asyncio.sleep(pause)
+        if time.monotonic() - since > max_wait:
+            raise NoCapacity(
+                f"{limited.name} kept refusing {self._model!r} for its concurrency limit for "
+                f"{max_wait:g}s (max_wait); retry later",
+                retry_after=max(1, round(pause)),
+            )
+        self.lease = await self._router.acquire(self._model, progress, self._want)
+        return self.lease
 
     def release(self) -> None:
         if self.lease is not None:

@@ -297,6 +297,21 @@ class Registry:
         slot.last_used = self.clock()
         self._notify()
 
+    def limited(self, name: str, model: str, keep: float) -> int:
+        """``name`` refused a request for ``model`` for its own concurrency limit (a 429, the
+        caller's request still counted in flight): it takes no more than the others in flight
+        there (at least one) for ``keep`` seconds. Returns how many others are in flight."""
+        inst = self._instances.get(name)
+        if inst is None:
+            return 0
+        slot = inst.slot(model)
+        others = max(0, slot.inflight - 1)
+        now = self.clock()
+        learned = slot.limit if slot.limit is not None and slot.limit_until > now else None
+        slot.limit = max(1, min(others, learned) if learned is not None else others)
+        slot.limit_until = now + keep
+        return others
+
     def wait_on(self, name: str, model: str, delta: int, *, for_slot: bool = False) -> None:
         """Count a request waiting for ``model``'s swap on ``name`` (+1) or no longer (-1);
         ``for_slot``: for a free slot of it, warm (``max_concurrency``)."""

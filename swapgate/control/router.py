@@ -40,6 +40,9 @@ from swapgate.policy.placement import (
     starvation_target,
 )
 
+# A concurrency limit an instance showed (a 429) holds this long after its last 429; then more
+# at once are tried again (a limit is the instance's setting, which may change).
+LIMIT_KEPT = 60.0
 log = logging.getLogger("swapgate.router")
 # The APIs swapgate translates to chat completions for an instance that does not speak them
 TRANSLATED = frozenset({"anthropic", "responses"})
@@ -223,6 +226,22 @@ class Router:
     def release(self, lease: Lease) -> None:
         if lease.kind == "instance":
             self._registry.end_request(lease.name, lease.model, lease.priority)
+
+    def limited(self, lease: Lease) -> bool:
+        """The instance of ``lease`` refused it for its own concurrency limit (llama-swap's
+        ``concurrencyLimit``: a 429): backpressure, not an answer. The registry learns the
+        limit (what else is in flight there), the lease goes back, and the request places
+        again: into swapgate's queue (``Full``) until one of those ends, or to another warm
+        copy. Returns whether any of them is in flight there (else none will end to free one:
+        the caller waits the instance's ``Retry-After``)."""
+        self._metrics.upstream_errors.labels(lease.name, "concurrency_limit").inc()
+        others = self._registry.limited(lease.name, lease.model, LIMIT_KEPT)
+        self.release(lease)
+        return others > 0
+
+    def max_wait(self, model: str) -> float:
+        """How long a request for ``model`` may wait (its own ``max_wait``, else the routing's)."""
+        return self._max_wait(model)
 
     def place(self, model: str, want: Want, since: float) -> Decision:
         """Where a request for ``model`` that arrived at ``since`` would go now, among the

@@ -30,6 +30,8 @@ class ModelSlot:
     backoff_until: float = 0.0  # its load failed: none here until then (policy/backoff.py)
     failure: str = ""  # why, as clients may read it
     down: str = ""  # why its own server does not answer (vllm-sleep), while it does not
+    limit: int | None = None  # what the instance takes at once of it, learned from a 429
+    limit_until: float = 0.0  # ... until then (then it is tried higher again)
 
     def set_state(self, state: WarmState, now: float) -> None:
         if self.state is not state:
@@ -43,6 +45,7 @@ class ModelSlot:
             self.waiting, self.closing_until > now, self.unwanted,
             max(self.classes) if self.classes else None, self.for_slot,
             self.backoff_until, self.failure, self.down,
+            self.limit if self.limit_until > now else None,
         )  # fmt: skip
 
 

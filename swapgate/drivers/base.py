@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import httpx
@@ -15,6 +18,12 @@ from swapgate.model.state import InstanceReport, WarmState
 POLL_TIMEOUT = httpx.Timeout(5.0)
 # Loads are bounded by routing.swap_timeout in the swap coordinator, not here.
 LOAD_TIMEOUT = httpx.Timeout(None, connect=5.0)
+RECONNECT_PAUSE = 1.0  # after an instance's event stream broke, before it is followed again
+log = logging.getLogger("swapgate.drivers")
+
+
+def _every(event: dict[str, Any]) -> bool:
+    return True
 
 
 class Driver(ABC):
@@ -75,6 +84,39 @@ class Driver(ABC):
         return
         yield
 
+    async def _follow(
+        self, path: str, wanted: Callable[[dict[str, Any]], bool] = _every
+    ) -> AsyncIterator[None]:
+        """Yields at every event of the instance's Server-Sent Events stream ``path`` that is
+        ``wanted``, following it again whenever it breaks; an instance without that stream
+        (404: an older release) ends it, and polls alone tell its changes."""
+        while True:
+            try:
+                async for event in self._sse(path):
+                    if wanted(event):
+                        yield None
+            except _NoStream:
+                log.info("%s has no %s: its changes show at the next poll", self.url, path)
+                return
+            except (httpx.HTTPError, DriverError) as exc:
+                log.debug("%s%s: %s; following it again", self.url, path, exc)
+            await asyncio.sleep(RECONNECT_PAUSE)
+
+    async def _sse(self, path: str) -> AsyncIterator[dict[str, Any]]:
+        timeout = httpx.Timeout(None, connect=5.0)
+        url = self.url + path
+        async with self._client.stream("GET", url, headers=self._headers, timeout=timeout) as r:
+            if r.status_code == 404:
+                raise _NoStream(path)
+            if r.status_code != 200:
+                raise DriverError(f"GET {path} answered {r.status_code}")
+            async for line in r.aiter_lines():
+                if line.startswith("data:"):
+                    try:
+                        yield dict(json.loads(line[5:]))
+                    except (ValueError, TypeError):
+                        continue
+
     async def aclose(self) -> None:  # noqa: B027 (a hook: only process drivers run anything)
         """Stop what the driver runs itself; nothing for servers someone else runs."""
 
@@ -114,3 +156,7 @@ class Driver(ABC):
             return frozenset(str(entry["id"]) for entry in body["data"])
         except (KeyError, TypeError) as exc:
             raise DriverError("GET /v1/models: no data[].id list") from exc
+
+
+class _NoStream(DriverError):
+    """The instance has no such event stream."""

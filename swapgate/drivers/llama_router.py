@@ -18,12 +18,9 @@ runs / does not run); ``GET /models/sse`` streams each status change; ``GET /pro
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
-
-import httpx
 
 from swapgate.drivers.base import LOAD_TIMEOUT, Driver
 from swapgate.drivers.processes import exit_name
@@ -36,7 +33,6 @@ _STATES = {"loaded": WarmState.WARM, "loading": WarmState.LOADING, "sleeping": W
 STATUS_PAUSE = 0.1  # between looks at a model's status while it loads or stops
 # A stopping child gets the preset's stop-timeout (10 s by default) before the router kills it.
 STOP_WAIT = 30.0
-RECONNECT_PAUSE = 1.0  # after the event stream broke, before it is followed again
 # Query parameters every proxied request carries: never load on a request's behalf.
 PROXY_QUERY = "autoload=false"
 
@@ -98,29 +94,10 @@ class LlamaRouterDriver(Driver):
                 f"the router's {model!r} still runs {STOP_WAIT:g}s after unload"
             ) from None
 
-    async def changes(self) -> AsyncIterator[None]:
+    def changes(self) -> AsyncIterator[None]:
         """Yields at every status change the router announces on ``GET /models/sse``, so a
         model loaded or unloaded there by hand shows at once; reconnects when it breaks."""
-        while True:
-            try:
-                async for _ in self._events():
-                    yield None
-            except (httpx.HTTPError, DriverError) as exc:
-                log.debug("%s/models/sse: %s; following it again", self.url, exc)
-            await asyncio.sleep(RECONNECT_PAUSE)
-
-    async def _events(self) -> AsyncIterator[dict[str, Any]]:
-        timeout = httpx.Timeout(None, connect=5.0)
-        url = self.url + "/models/sse"
-        async with self._client.stream("GET", url, headers=self._headers, timeout=timeout) as r:
-            if r.status_code != 200:
-                raise DriverError(f"GET /models/sse answered {r.status_code}")
-            async for line in r.aiter_lines():
-                if line.startswith("data:"):
-                    try:
-                        yield dict(json.loads(line[5:]))
-                    except (ValueError, TypeError):
-                        continue
+        return self._follow("/models/sse")
 
     async def _models(self) -> dict[str, dict[str, Any]]:
         try:

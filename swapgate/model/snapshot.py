@@ -28,6 +28,7 @@ class ModelView:
     backoff_until: float = 0.0  # its load failed here: no load of it here until then
     failure: str = ""  # why its last load here failed, as clients may read it
     down: str = ""  # why it cannot be reached here now (its own server does not answer)
+    limit: int | None = None  # its requests at once here, as the instance showed (a 429)
 
 
 @dataclass(frozen=True, slots=True)

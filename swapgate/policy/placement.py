@@ -132,8 +132,7 @@ def place(model: str, snap: Snapshot, policy: Policy, priority: int = 0) -> Deci
     ]
     warm = [i for i in candidates if _serves_warm(i, model)]
     if warm:
-        limit = policy.slots(model)
-        open_ = [i for i in warm if limit is None or i.models[model].inflight < limit]
+        open_ = [i for i in warm if _open_slots(i, model, policy) != 0]
         if open_:
             return Serve(min(open_, key=_load).name)
         return Full(min(warm, key=lambda i: i.models[model].inflight).name)
@@ -153,14 +152,22 @@ def place(model: str, snap: Snapshot, policy: Policy, priority: int = 0) -> Deci
 
 def free_slots(model: str, snap: Snapshot, policy: Policy) -> int | None:
     """How many more requests for ``model`` its warm copies take now (None: no cap)."""
-    limit = policy.slots(model)
-    if limit is None:
-        return None
-    return sum(
-        max(0, limit - i.models[model].inflight)
+    free = [
+        _open_slots(i, model, policy)
         for i in snap.instances
         if i.available(snap.now) and _serves_warm(i, model)
-    )
+    ]
+    if not free or None in free:
+        return None
+    return sum(f for f in free if f is not None)
+
+
+def _open_slots(instance: InstanceView, model: str, policy: Policy) -> int | None:
+    """How many more requests for ``model``, warm on ``instance``, it takes now (None: no
+    cap): below the model's ``max_concurrency`` and the limit the instance showed (a 429)."""
+    view = instance.models[model]
+    limits = [n for n in (policy.slots(model), view.limit) if n is not None]
+    return max(0, min(limits) - view.inflight) if limits else None
 
 
 def _swap_target(

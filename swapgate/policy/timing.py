@@ -51,3 +51,11 @@ def remaining(done_by: float, began: float, now: float) -> int:
     if left >= 1.0:
         return math.ceil(left)
     return max(1, math.ceil((now - began) / 2))
+
+
+def retry_after(value: str | None, default: float = 1.0, most: float = 10.0) -> float:
+    """Seconds an instance's ``Retry-After`` asks for (its seconds form), within reason."""
+    try:
+        return min(max(float(value or default), 0.1), most)
+    except ValueError:
+        return default

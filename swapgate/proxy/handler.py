@@ -36,6 +36,7 @@ from swapgate.errors import (
 from swapgate.metrics import UNKNOWN, Metrics
 from swapgate.model.lease import Lease, Progress
 from swapgate.policy import pools
+from swapgate.policy.timing import retry_after
 from swapgate.proxy.endpoints import ENDPOINTS, Endpoint
 from swapgate.proxy.keepalive import OPT_OUT_HEADER, KeepalivePlan, Pinger, plan_keepalive
 from swapgate.proxy.request import Request, read_request
@@ -255,6 +256,12 @@ class ProxyEndpoint:
                 log.warning("%s failed (%s); %s goes to %s", failed, exc, ex.request_id,
                             next_lease.route)  # fmt: skip
                 lease = next_lease
+                continue
+            if response.status == 429 and lease.kind == "instance" and request.replayable:
+                # The instance's own concurrency limit: backpressure, never the client's 429
+                pause = retry_after(response.header("retry-after"))
+                response.close()
+                lease = await attempts.after_limit(progress, pause)
                 continue
             if response.status in RETRYABLE_STATUS and request.replayable:
                 failed_name = lease.name

@@ -35,6 +35,11 @@ class UpstreamResponse:
     def ok(self) -> bool:
         return 200 <= self.status < 300
 
+    def header(self, name: str) -> str | None:
+        """One of its headers' value (the first), if it sent it."""
+        value = self._response.headers.get(name)
+        return str(value) if value is not None else None
+
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives; a broken or stalled upstream raises ``UpstreamError``."""
         try:

@@ -42,9 +42,11 @@ import hashlib
 import json
 import os
 import platform
+import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
@@ -664,26 +666,48 @@ class LlamaSwapEngine:
         path: Path,
         models: dict[str, int],
         extra: dict[str, object] | None = None,
-        **each: object,
+        options: dict[str, dict[str, object]] | None = None,
     ) -> Path:
         """A llama-swap config serving Gemma under each name of ``models`` (its context size)
-        with llama-server; ``each``: more keys for every model (``ttl``, ``concurrencyLimit``),
-        ``extra``: more top-level keys (``groups``, ``apiKeys``, ``sendLoadingState``)."""
+        with llama-server; ``options``: more keys for some models (``ttl``,
+        ``concurrencyLimit``), ``extra``: top-level ones (``groups``, ``apiKeys``,
+        ``sendLoadingState``)."""
         entries = {
             name: {
                 "cmd": " ".join(self.server.single(name, "${PORT}", ctx)),
                 "proxy": "http://127.0.0.1:${PORT}",
                 "checkEndpoint": "/health",
-                **each,
+                **(options or {}).get(name, {}),
             }
             for name, ctx in models.items()
         }
-        config = {"healthCheckTimeout": 120, "startPort": free_port(), "models": entries}
+        start = free_run(len(entries))
+        config = {"healthCheckTimeout": 120, "startPort": start, "models": entries}
         path.write_text(json.dumps({**config, **(extra or {})}, indent=2))  # JSON is YAML
         return path
 
     def command(self, config: Path, port: int) -> list[str]:
         return [str(self.binary), "-config", str(config), "-listen", f"127.0.0.1:{port}"]
+
+
+def free_run(count: int, low: int = 20000, high: int = 30000) -> int:
+    """The first of ``count`` consecutive loopback ports nothing listens on, below the kernel's
+    ephemeral range (32768 and up, where other servers' ``free_port`` picks): llama-swap gives
+    its models ports from ``startPort`` up, one each."""
+    for _ in range(200):
+        base = random.randrange(low, high - count)
+        if all(_bindable(port) for port in range(base, base + count)):
+            return base
+    raise RuntimeError(f"no {count} free ports in a row between {low} and {high}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def llama_swap_source() -> Path | None:

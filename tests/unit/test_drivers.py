@@ -67,6 +67,37 @@ async def test_llama_swap_load_retries_5xx_then_fails(api, client, monkeypatch) 
     assert route.call_count == llama_swap.LOAD_ATTEMPTS
 
 
+async def test_llama_swap_load_waits_out_its_concurrency_limit(api, client) -> None:
+    limited = httpx.Response(429, headers={"retry-after": "0"}, json={"error": {"code": "x"}})
+    route = api.get("/upstream/qwen/health").mock(side_effect=[limited, httpx.Response(200)])
+    await LlamaSwapDriver(URL, client).load("qwen")
+    assert route.call_count == 2
+
+
+async def test_llama_swap_load_refused_for_its_key_is_no_load(api, client) -> None:
+    route = api.get("/upstream/qwen/health").respond(401, json={"error": "unauthorized"})
+    with pytest.raises(DriverError, match="401"):
+        await LlamaSwapDriver(URL, client).load("qwen")
+    assert route.call_count == 1
+
+
+async def test_llama_swap_changes_follow_its_model_status_events_only(api, client) -> None:
+    def frame(kind: str, data: str) -> str:
+        return "event:message\ndata:" + json.dumps({"type": kind, "data": data}) + "\n\n"
+
+    body = frame("logData", '"loading"') + frame("modelStatus", "[]") + frame("inflight", "{}")
+    body += frame("modelStatus", '[{"id": "qwen", "state": "ready"}]')
+    api.get("/api/events").respond(text=body, headers={"content-type": "text/event-stream"})
+    changes = LlamaSwapDriver(URL, client).changes()
+    assert [await anext(changes), await anext(changes)] == [None, None]
+    await changes.aclose()
+
+
+async def test_an_instance_without_an_event_stream_is_polled_alone(api, client) -> None:
+    api.get("/api/events").respond(404, text="404 page not found")
+    assert [c async for c in LlamaSwapDriver(URL, client).changes()] == []
+
+
 async def test_llama_swap_unloads_one_model(api, client) -> None:
     route = api.post("/api/models/unload/qwen").respond(text="OK")
     await LlamaSwapDriver(URL, client).unload("qwen")

@@ -10,7 +10,17 @@ import pytest
 from swapgate.model.demand import Arrivals
 from swapgate.model.snapshot import InstanceView, ModelView, Snapshot
 from swapgate.model.state import WarmState
-from swapgate.policy.placement import Join, Policy, Queue, Serve, Swap, Unavailable, overflow, place
+from swapgate.policy.placement import (
+    Full,
+    Join,
+    Policy,
+    Queue,
+    Serve,
+    Swap,
+    Unavailable,
+    overflow,
+    place,
+)
 
 NOW = 1000.0
 POLICY = Policy(min_residency=30.0)
@@ -624,3 +634,13 @@ def test_a_model_backing_off_is_not_first_in_line_for_a_swap() -> None:
     x = I("x", {"c": cold(backoff_until=NOW + 5)}, capacity=1)
     decision = place("b", snap(x, queued={"c": NOW - 10, "b": NOW}), POLICY)
     assert decision == Swap("x")
+
+
+def test_a_limit_the_instance_showed_makes_its_warm_copy_full_at_it() -> None:
+    # llama-swap answered 429 with one request in flight: it takes one at a time
+    x = I("x", {"a": model(inflight=1, limit=1)})
+    assert place("a", snap(x), POLICY) == Full("x")
+    y = I("y", {"a": model(inflight=1)})
+    assert place("a", snap(x, y), POLICY) == Serve("y"), "another warm copy takes it"
+    x_free = I("x", {"a": model(inflight=0, limit=1)})
+    assert place("a", snap(x_free), POLICY) == Serve("x")

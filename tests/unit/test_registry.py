@@ -283,3 +283,20 @@ def test_a_queued_request_of_another_pool_does_not_hold_back_a_slot_it_cannot_us
     assert waitlist.ahead("m", 0, 3.0) == 2, "a request of any instance: everyone ahead"
     waitlist.leave("m", 1.0, 0, ("x",))
     assert waitlist.depths() == {"m": 1}
+
+
+def test_a_429_teaches_the_instances_limit_for_a_while_and_it_only_goes_down() -> None:
+    registry, clock = make()
+    registry.apply_report("x", report({"a": WarmState.WARM}), 0)
+    for _ in range(3):
+        registry.begin_request("x", "a")
+    assert registry.limited("x", "a", keep=60) == 2  # two others in flight with the refused
+    assert registry.snapshot().instance("x").models["a"].limit == 2
+    registry.end_request("x", "a")
+    registry.limited("x", "a", keep=60)  # refused again with one other in flight
+    assert registry.snapshot().instance("x").models["a"].limit == 1
+    registry.end_request("x", "a")
+    registry.limited("x", "a", keep=60)  # none in flight but it: still one at a time
+    assert registry.snapshot().instance("x").models["a"].limit == 1
+    clock.now += 61
+    assert registry.snapshot().instance("x").models["a"].limit is None, "tried higher again"
