@@ -477,7 +477,7 @@ def _condition(instance: InstanceView, model: str, now: float) -> str:
     if view is not None and now < view.backoff_until:
         why = f": {view.failure}" if view.failure else ""
         return (
-            f"backs off loading {model!r} for {view.backoff_until - now:.0f}s more after "
-            f"its load failed{why}"
+            f"backs off loading {model!r} for {view.backoff_until - now:.0f}s more after a "
+            f"failed swap{why}"
         )
     return "is busy"

@@ -125,7 +125,8 @@ def test_a_wake_that_fails_or_hangs_is_a_failed_swap_with_backoff_and_an_answer(
     assert answer.status_code == 503, answer.text
     assert answer.json()["error"]["code"] == "swap_failed", answer.text
     assert f'swapgate_swaps_total{{instance="gpu",model="m",result="{result}"}} 1.0' in swaps
-    assert state["instances"][0]["backoff_until"] is not None
+    assert state["instances"][0]["models"]["m"]["backoff_until"] is not None, "m backs off"
+    assert state["instances"][0]["backoff_until"] is None, "its instance does not"
 
 
 def _state(url: str) -> dict[str, Any]:
