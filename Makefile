@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed
 .PHONY: run test lint typecheck pytest system-packages engine bench bench-swaps bench-cluster clean
 PEERS ?=
 # `make run ENGINE=llama.cpp`: the demo with two real llama-cpp-python servers;
-# `make run ENGINE=llama-server`: with llama.cpp's own llama-server in router mode.
+# `make run ENGINE=llama-server`: with llama.cpp's own llama-server in router mode;
+# `make run ENGINE=llama-swap`: two real llama-swap instances running llama-server.
 ENGINE ?=
 
 run: $(STAMP)

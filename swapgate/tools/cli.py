@@ -77,13 +77,13 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--config",
         help="YAML file of the demo (default: config/demo.yaml, or config/demo-ENGINE.yaml "
-        "with --engine: demo-llama-cpp.yaml, demo-llama-server.yaml)",
+        "with --engine: demo-llama-cpp.yaml, demo-llama-server.yaml, demo-llama-swap.yaml)",
     )
     demo.add_argument(
         "--engine",
-        choices=("llama.cpp", "llama-server"),
+        choices=("llama.cpp", "llama-server", "llama-swap"),
         help="real engines instead of simulators (built once per machine): llama-cpp-python "
-        "servers, or llama.cpp's llama-server in router mode",
+        "servers, llama.cpp's llama-server in router mode, or llama-swap running llama-server",
     )
     demo.add_argument("--load-time", type=duration, default=4.0)
     demo.set_defaults(run=_demo)
@@ -323,6 +323,7 @@ def _replay(args: argparse.Namespace) -> int:
 DEMO_CONFIGS = {
     "llama.cpp": "config/demo-llama-cpp.yaml",
     "llama-server": "config/demo-llama-server.yaml",
+    "llama-swap": "config/demo-llama-swap.yaml",
 }
 
 

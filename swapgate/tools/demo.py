@@ -1,5 +1,6 @@
-"""``swapgate demo``: a simulator (or a real engine: llama-cpp-python, or llama.cpp's own
-llama-server in router mode) for every instance of a config, and the gateway in front."""
+"""``swapgate demo``: a simulator (or a real engine: llama-cpp-python, llama.cpp's own
+llama-server in router mode, or llama-swap running llama-server) for every instance of a
+config, and the gateway in front."""
 
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ def run_demo(
                 stack.enter_context(simulator(instance, load_time))
             elif engine == "llama-server":
                 stack.enter_context(llama_router(instance))
+            elif engine == "llama-swap":
+                stack.enter_context(llama_swap(instance, stack.enter_context(_scratch())))
             else:
                 stack.enter_context(llama_cpp_server(instance))
         print(_instructions(settings, load_time, engine, token), flush=True)
@@ -80,6 +83,32 @@ def llama_router(instance: InstanceConfig) -> Iterator[None]:
         log = subprocess.DEVNULL
         with serving(command, instance.url + "/models", log=log, timeout=ENGINE_STARTUP):
             yield
+
+
+@contextmanager
+def llama_swap(instance: InstanceConfig, root: Path) -> Iterator[None]:
+    """A real llama-swap where the instance's URL points, running llama-server with
+    Gemma-3-270M for each of the instance's model names, one loaded at a time."""
+    from swapgate.tools.engines import ensure_llama_swap
+
+    engine = ensure_llama_swap()
+    if engine is None:
+        raise SystemExit(
+            "ENGINE=llama-swap needs llama-swap: the project's shared/engines/llama-swap beside "
+            "this checkout, or SWAPGATE_LLAMA_SWAP=/path/to/llama-swap"
+        )
+    models = dict.fromkeys(instance.models or ("a",), DEFAULT_N_CTX)
+    port = urlsplit(instance.url).port or 80
+    config = engine.write_config(root / f"llama-swap-{port}.yaml", models)
+    log = subprocess.DEVNULL
+    with serving(engine.command(config, port), instance.url + "/health", log=log):
+        yield
+
+
+@contextmanager
+def _scratch() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="swapgate-demo-") as root:
+        yield Path(root)
 
 
 @contextmanager

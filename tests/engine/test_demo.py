@@ -1,5 +1,5 @@
-"""``swapgate demo --engine llama.cpp|llama-server`` (``make run ENGINE=…``): real servers, real
-text, and no server left once the demo stops."""
+"""``swapgate demo --engine llama.cpp|llama-server|llama-swap`` (``make run ENGINE=…``): real
+servers, real text, and no server left once the demo stops."""
 
 from __future__ import annotations
 
@@ -9,7 +9,12 @@ import httpx
 import pytest
 import yaml
 
-from swapgate.tools.engines import LlamaServerEngine, ensure_llama_server
+from swapgate.tools.engines import (
+    LlamaServerEngine,
+    LlamaSwapEngine,
+    ensure_llama_server,
+    ensure_llama_swap,
+)
 from tests.e2e.processes import free_port, spawn, stop, wait_for, wait_until_serving
 
 pytestmark = pytest.mark.engine
@@ -18,12 +23,21 @@ CONFIGS = Path(__file__).parents[2] / "config"
 ENGINES = {
     "llama.cpp": ("demo-llama-cpp.yaml", "engine", "/v1/models"),
     "llama-server": ("demo-llama-server.yaml", "server_engine", "/models"),
+    "llama-swap": ("demo-llama-swap.yaml", "swap_engine", "/health"),
 }
 
 
 @pytest.fixture(scope="module")
 def server_engine() -> LlamaServerEngine:
     return ensure_llama_server()
+
+
+@pytest.fixture(scope="module")
+def swap_engine() -> LlamaSwapEngine:
+    found = ensure_llama_swap()
+    if found is None:
+        pytest.skip("no llama-swap: no ../shared/engines/llama-swap and no SWAPGATE_LLAMA_SWAP")
+    return found
 
 
 @pytest.mark.parametrize("name", ENGINES)
