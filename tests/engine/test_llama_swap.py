@@ -200,7 +200,9 @@ def test_hand_loads_unloads_and_a_ttl_show_within_a_second(deployment: Deploymen
 def test_a_group_that_keeps_two_models_works_with_capacity_two(
     engine: LlamaSwapEngine, tmp_path: Path
 ) -> None:
-    group = {"groups": {"pair": {"swap": False, "members": ["gemma-a", "gemma-b"]}}}
+    group: dict[str, object] = {
+        "groups": {"pair": {"swap": False, "members": ["gemma-a", "gemma-b"]}}
+    }
     with llama_swap(engine, tmp_path, group) as pair:
         config = {
             "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
