@@ -42,7 +42,8 @@ _DECLARED = (
     ("wait", Histogram, "swapgate_wait_seconds",
      "Time a request waited for a swap or the queue", "model", LATENCY_BUCKETS),
     ("swap_duration", Histogram, "swapgate_swap_duration_seconds",
-     "Time from a swap's start to the model being ready", "instance model result",
+     "Time from a swap's start to the model being ready, by where its weights were read from"
+     " (cached: the page cache; cold: disk; unknown)", "instance model result weights",
      SWAP_BUCKETS),
     ("wake_duration", Histogram, "swapgate_wake_duration_seconds",
      "Wakes of a model asleep, from the swap's start to the model being ready",
@@ -80,6 +81,10 @@ _DECLARED = (
      "target result", ()),
     ("process_recycles", Counter, "swapgate_process_recycles",
      "Model processes restarted above their recycle_rss", "instance model", ()),
+    ("weights_resident", Gauge, "swapgate_weights_resident_bytes",
+     "Bytes of a model's weight files in the host's page cache", "model", ()),
+    ("host_cache_bytes", Gauge, "swapgate_host_cache_bytes",
+     "Bytes of weight files the host cache brought into the page cache and holds", "", ()),
 )  # fmt: skip
 
 
@@ -108,6 +113,8 @@ class Metrics:
     process_recycles: Counter
     probe_ttft: Histogram
     probes: Counter
+    weights_resident: Gauge
+    host_cache_bytes: Gauge
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 
 from swapgate.config.settings import Settings
 from swapgate.errors import ModelNotFound
-from swapgate.model.sizes import sizes
+from swapgate.model.sizes import WeightFiles, sizes
 
 
 class Catalog:
@@ -28,6 +29,7 @@ class Catalog:
         # Each sized model's estimated memory (docs/memory.md); a file that cannot be read was
         # reported when the config loaded.
         self.sizes = {model: size.total for model, size in sizes(settings.models)[0].items()}
+        self.weights = weight_paths(settings)
 
     @property
     def aliases(self) -> dict[str, str]:
@@ -56,3 +58,39 @@ class Catalog:
 
     def client_name(self, instance: str, upstream: str) -> str:
         return self._client.get((instance, upstream), upstream)
+
+
+def weight_paths(settings: Settings) -> dict[str, WeightFiles]:
+    """Where each model's weights lie, where the config says (docs/host-cache.md): its
+    ``weights`` files or folder, else its ``gguf``, else the file a ``process`` command loads
+    (``-m``/``--model``)."""
+    found: dict[str, WeightFiles] = {}
+    for model, conf in settings.models.items():
+        if isinstance(conf.weights, tuple):
+            found[model] = conf.weights
+        elif conf.gguf:
+            found[model] = (conf.gguf,)
+    for inst in settings.instances:
+        for model, command in inst.commands.items():
+            path = command_weights(command.cmd)
+            if path is not None:
+                found.setdefault(model, (path,))
+    return found
+
+
+def command_weights(cmd: str) -> str | None:
+    """The weights file a server command loads: what follows ``-m`` or ``--model`` (llama.cpp's
+    ``llama-server``, llama-cpp-python), when it is an absolute path."""
+    try:
+        words = shlex.split(cmd)
+    except ValueError:
+        return None
+    for index, word in enumerate(words):
+        value = None
+        if word in ("-m", "--model") and index + 1 < len(words):
+            value = words[index + 1]
+        elif word.startswith("--model="):
+            value = word.split("=", 1)[1]
+        if value and value.startswith("/"):
+            return value
+    return None

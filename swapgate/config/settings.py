@@ -116,6 +116,18 @@ def parse_rate(value: object) -> object:
 BytesPerHour = Annotated[float, BeforeValidator(parse_rate), Field(gt=0, allow_inf_nan=False)]
 
 
+def _per_second(value: object) -> object:
+    """Bytes per second: ``512MiB/s``, ``1GiB/m``, or a plain number of bytes."""
+    if isinstance(value, str) and "/" in value:
+        per_hour = parse_rate(value)
+        assert isinstance(per_hour, float | int)
+        return per_hour / 3600
+    return parse_size(value)
+
+
+BytesPerSecond = Annotated[float, BeforeValidator(_per_second), Field(gt=0, allow_inf_nan=False)]
+
+
 class ServerConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
@@ -402,6 +414,15 @@ class AuthConfig(_Section):
     viewer_token_env: str = "SWAPGATE_VIEWER_TOKEN"
 
 
+class HostCacheConfig(_Section):
+    """Weights of the models likeliest to load next, kept in the host's page cache ahead of
+    their swap (docs/host-cache.md). Off unless ``budget`` is set."""
+
+    budget: Bytes | None = None  # page cache swapgate may fill with weights of models not loaded
+    read_rate: BytesPerSecond = 512 * 2**20  # how fast it reads them in, never during a load
+    interval: PositiveDuration = 1.0  # how often it looks again (and at every state change)
+
+
 class MetricsConfig(_Section):
     enabled: bool = True
     path: Annotated[str, Field(pattern=r"^/")] = "/metrics"
@@ -425,6 +446,7 @@ class Settings(BaseSettings):
     cluster: ClusterConfig = ClusterConfig()
     auth: AuthConfig = AuthConfig()
     diagnosis: DiagnosisConfig = DiagnosisConfig()
+    host_cache: HostCacheConfig = HostCacheConfig()
 
     @classmethod
     def settings_customise_sources(

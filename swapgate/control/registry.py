@@ -228,6 +228,10 @@ class Registry:
         inst = self._instances.get(name)
         return inst is not None and inst.inflight > 0 and inst.pulse.last >= since
 
+    def swapping_anywhere(self) -> bool:
+        """Whether a swap runs on any instance (safe to ask from another thread)."""
+        return any(inst.swapping is not None for inst in list(self._instances.values()))
+
     def swapping(self, name: str) -> str | None:
         return self._instances[name].swapping
 

@@ -161,6 +161,15 @@ class PreloadScheduler:
     def describe(self) -> list[dict[str, Any]]:
         return [self._describe(name, record) for name, record in self._jobs.items()]
 
+    def upcoming(self) -> list[tuple[float, str]]:
+        """Each job's next run (a learned one's: when it will warm its model) as (wall-clock
+        time, model): what the host cache reads in ahead (docs/host-cache.md)."""
+        runs = []
+        for job in self.describe():
+            if job["next_run"]:
+                runs.append((datetime.fromisoformat(job["next_run"]).timestamp(), job["model"]))
+        return runs
+
     def _describe(self, name: str, record: JobRecord) -> dict[str, Any]:
         job = self._scheduler.get_job(name)
         next_run = job.next_run_time if job is not None else None

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import statistics
 from collections import deque
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Literal, Protocol
 
 from swapgate.config.catalog import Catalog
@@ -51,19 +51,32 @@ class Swaps(Protocol):
 
 class SwapTimes:
     """The swap ETA per tier: median of the last five measured loads (or wakes, of a model
-    asleep) of (instance, model). Before one was measured: ``expected`` (the operator's
-    ``expected_swap``) if set, else what was measured nearest to it (swapgate/policy/timing.py)."""
+    asleep) of (instance, model), by where its weights were read from (``cached``: the page
+    cache; ``cold``: disk; ``unknown``), else of its loads from anywhere. Before one was
+    measured: ``expected`` (the operator's ``expected_swap``) if set, else what was measured
+    nearest to it (swapgate/policy/timing.py)."""
 
     def __init__(self, expected: float | None) -> None:
         self.expected = expected
-        self._recent: dict[tuple[str, str, Kind], deque[float]] = {}
+        self._recent: dict[tuple[str, str, Kind, str], deque[float]] = {}
+        self._latest: dict[tuple[str, str, Kind], float] = {}
 
-    def record(self, instance: str, model: str, seconds: float, kind: Kind = "load") -> None:
-        key = (instance, model, kind)
+    def record(
+        self, instance: str, model: str, seconds: float, kind: Kind = "load", tier: str = "unknown"
+    ) -> None:
+        key = (instance, model, kind, tier)
         self._recent.setdefault(key, deque(maxlen=RECENT_SWAPS)).append(seconds)
+        self._latest[instance, model, kind] = seconds
 
-    def eta(self, instance: str, model: str, kind: Kind = "load") -> float:
-        recent = self._recent.get((instance, model, kind))
+    def eta(self, instance: str, model: str, kind: Kind = "load", tier: str | None = None) -> float:
+        recent = self._recent.get((instance, model, kind, tier or "unknown"))
+        if not recent:  # not measured from that tier: from any
+            tiers = [
+                t
+                for (i, m, k, _), t in self._recent.items()
+                if (i, m, k) == (instance, model, kind)
+            ]
+            recent = deque(x for times in tiers for x in times)
         if recent:
             return statistics.median(recent)
         if kind == "wake":  # never expected to take longer than loading it
@@ -72,14 +85,13 @@ class SwapTimes:
 
     def last(self, instance: str, model: str, kind: Kind = "load") -> float:
         """The last measured swap of (instance, model); 0 if none."""
-        recent = self._recent.get((instance, model, kind))
-        return recent[-1] if recent else 0.0
+        return self._latest.get((instance, model, kind), 0.0)
 
     def _nearest(self, instance: str, model: str) -> float:
         """The median of the latest loads of ``model`` elsewhere, else of other models on
         ``instance``, else of any; ``EXPECTED_SWAP`` before the first."""
         loads = {
-            (i, m): times[-1] for (i, m, kind), times in self._recent.items() if kind == "load"
+            (i, m): seconds for (i, m, kind), seconds in self._latest.items() if kind == "load"
         }
         for near in (
             [t for (_, m), t in loads.items() if m == model],
@@ -89,6 +101,10 @@ class SwapTimes:
             if near:
                 return statistics.median(near)
         return EXPECTED_SWAP
+
+
+def _unknown_tier(model: str) -> str:
+    return "unknown"
 
 
 class SwapCoordinator:
@@ -119,6 +135,9 @@ class SwapCoordinator:
         self._swap_timeout = swap_timeout
         self._running: dict[str, asyncio.Task[bool]] = {}
         self._kinds: dict[str, Kind] = {}  # what each running swap does: load or wake
+        self._tiers: dict[str, str] = {}  # where each running load reads its weights from
+        # Where a model's weights would be read from now: the host cache says (host_cache.py)
+        self.tiers: Callable[[str], str] = _unknown_tier
         self._evicted_at: dict[tuple[str, str], float] = {}  # (instance, model): when it left
         self._backoff = Backoff(self._clock, backoff_window)
         self._eviction = eviction
@@ -131,7 +150,8 @@ class SwapCoordinator:
         view = self._registry.snapshot().instance(instance)
         kind: Kind = "wake" if view.state_of(model) is WarmState.ASLEEP else "load"
         self._kinds[instance] = kind
-        eta = self.times.eta(instance, model, kind)
+        tier = self._tiers[instance] = self.tiers(model) if kind == "load" else "unknown"
+        eta = self.times.eta(instance, model, kind, tier)
         left = self._evicted_at.pop((instance, model), None)
         if left is not None and self._clock() - left < THRASH_WINDOW * eta:
             self._metrics.thrash.labels(instance, model).inc()
@@ -175,8 +195,9 @@ class SwapCoordinator:
         task.add_done_callback(lambda _: self._running.pop(instance, None))
 
     def eta(self, instance: str, model: str) -> float:
-        """Seconds a swap of ``model`` onto ``instance`` is expected to take."""
-        return self.times.eta(instance, model)
+        """Seconds a swap of ``model`` onto ``instance`` is expected to take, from where its
+        weights would be read now (``cached`` or ``cold``)."""
+        return self.times.eta(instance, model, "load", self.tiers(model))
 
     def quickest(self, model: str) -> float:
         """The quickest swap of ``model`` expected onto any instance."""
@@ -379,11 +400,12 @@ class SwapCoordinator:
         if result == "abandoned" and warm:
             self._registry.mark_abandoned(instance, model)
         kind = self._kinds.get(instance, "load")
-        self._metrics.swap_duration.labels(instance, model, result).observe(elapsed)
+        tier = self._tiers.pop(instance, "unknown")
+        self._metrics.swap_duration.labels(instance, model, result, tier).observe(elapsed)
         self._metrics.swaps.labels(instance, model, result).inc()
         if kind == "wake":
             self._metrics.wake_duration.labels(instance, model, result).observe(elapsed)
         if warm:
-            self.times.record(instance, model, elapsed, kind)
+            self.times.record(instance, model, elapsed, kind, tier)
             log.info("swap done (%s): %s on %s in %.2fs", kind, model, instance, elapsed)
         return warm

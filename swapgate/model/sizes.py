@@ -54,6 +54,32 @@ def parse_size(value: object) -> object:
 Bytes = Annotated[int, BeforeValidator(parse_size), Field(gt=0)]
 
 
+def _weights(value: object) -> object:
+    """``weights``: a size (``14GiB``), or the weight files (a path with a ``/``, a folder, or
+    a list of them), whose sizes add up to it."""
+    if isinstance(value, list | tuple):
+        return tuple(str(v) for v in value)
+    if isinstance(value, str) and ("/" in value or value.startswith("~")):
+        return (value,)
+    return parse_size(value)
+
+
+WeightFiles = tuple[str, ...]
+Weights = Annotated[Annotated[int, Field(gt=0)] | WeightFiles, BeforeValidator(_weights)]
+
+
+def weight_files(paths: WeightFiles) -> list[Path]:
+    """The files ``paths`` name: each file, and every file under each folder (sorted)."""
+    found: list[Path] = []
+    for name in paths:
+        path = Path(name).expanduser()
+        if path.is_dir():
+            found += sorted(p for p in path.rglob("*") if p.is_file())
+        elif path.is_file():
+            found.append(path)
+    return found
+
+
 class SizeConfig(BaseModel):
     """A model's memory keys: ``memory``; or ``weights`` with ``kv_per_token``, ``context``
     and ``max_seqs``; or ``gguf`` (whose file gives weights, KV per token and context)."""
@@ -61,7 +87,8 @@ class SizeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     memory: Bytes | None = None
-    weights: Bytes | None = None
+    # a size, or the weight files (host_cache keeps them in RAM: docs/host-cache.md)
+    weights: Weights | None = None
     kv_per_token: Bytes | None = None
     context: Annotated[int, Field(ge=1)] | None = None  # max-model-len, -c
     max_seqs: Annotated[int, Field(ge=1)] = 1  # max-num-seqs, -np
@@ -241,7 +268,13 @@ def size_of(conf: SizeConfig) -> Size | None:
         )  # fmt: skip
     if conf.weights:
         kv = conf.kv_per_token or 0
-        return Size(conf.weights, kv, conf.context or 0, conf.max_seqs, conf.memory_overhead)
+        weights = conf.weights
+        if not isinstance(weights, int):
+            files = weight_files(weights)
+            if not files:
+                raise ValueError(f"cannot read {', '.join(weights)}: no such file or folder")
+            weights = sum(f.stat().st_size for f in files)
+        return Size(weights, kv, conf.context or 0, conf.max_seqs, conf.memory_overhead)
     return None
 
 

@@ -38,6 +38,7 @@ from swapgate.config.paths import processes_directory
 from swapgate.config.settings import ConfigError, ProcessCommand, Settings, secret
 from swapgate.control.decay import DecayWatch
 from swapgate.control.forecast import DayDemand, state_file
+from swapgate.control.host_cache import HostCache
 from swapgate.control.limits import KeyLimits
 from swapgate.control.poller import Poller
 from swapgate.control.preload import Preloader
@@ -118,6 +119,12 @@ class Runtime:
             limits=self.limits, decay=self.decay,
         )  # fmt: skip
         self.scheduler: PreloadScheduler | None = None
+        # The cached tier: the next models' weights in RAM ahead of their swap (host_cache.py)
+        self.host_cache = HostCache(
+            settings.host_cache, catalog.weights, self.registry, self.metrics, self._upcoming
+        )
+        self.coordinator.tiers = self.host_cache.tier
+        self._host_cache_task: asyncio.Task[None] | None = None
         self.started = False
         self._poll_task: asyncio.Task[None] | None = None
         self._probe_task: asyncio.Task[None] | None = None
@@ -199,6 +206,7 @@ class Runtime:
             self.demand,
         )
         self.scheduler.start(self.configured.settings.preloads)
+        self._host_cache_task = asyncio.create_task(self.host_cache.run(), name="host cache")
         self._watch_sighup()
         settle_heap()
         self.started = True
@@ -247,6 +255,7 @@ class Runtime:
         self._start_probes()
         if self.scheduler is not None:
             self.scheduler.replace(new.preloads)
+        self.host_cache.reconfigure(new.host_cache, catalog.weights)
         settle_heap()  # what the old config made may go; the new one joins the long-lived
         log.info("configuration reloaded from %s", self.config_path)
         return new
@@ -259,6 +268,9 @@ class Runtime:
         client = self.configured.catalog.client_name
         return {client(instance, model): info for model, info in driver.describe().items()}
 
+    def _upcoming(self) -> list[tuple[float, str]]:
+        return self.scheduler.upcoming() if self.scheduler is not None else []
+
     def spawn(self, work: Coroutine[Any, Any, object]) -> None:
         """Keep a fire-and-forget task alive until it ends (``?wait=false`` preloads)."""
         self._background.spawn(work)
@@ -268,7 +280,7 @@ class Runtime:
         if self.scheduler is not None:
             self.scheduler.shutdown()
             self.scheduler.save()
-        await stop(self._poll_task, self._probe_task)
+        await stop(self._poll_task, self._probe_task, self._host_cache_task)
         await self._background.aclose()
         if self._shared_demand is not None:  # the last arrivals, before the cluster closes
             await self._shared_demand.sync()

@@ -17,6 +17,7 @@ import httpx
 
 from swapgate.config.paths import state_directory
 from swapgate.config.settings import PRIORITY_CLASSES
+from swapgate.model.sizes import human
 from swapgate.tools.arguments import duration_text
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -142,7 +143,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def render_status(state: dict[str, Any]) -> str:
-    rows = [("INSTANCE", "MODEL", "STATE", "PINNED UNTIL", "IN-FLIGHT", "QUEUE", "ETA", "ENGINE")]
+    rows = [("INSTANCE", "MODEL", "STATE", "PINNED UNTIL", "IN-FLIGHT", "QUEUE", "ETA",
+             "WEIGHTS IN RAM", "ENGINE")]  # fmt: skip
     for inst in state["instances"]:
         name = inst["name"] + _condition(inst)
         for model in sorted(set(inst["serves"]) | set(inst["models"])):
@@ -152,7 +154,8 @@ def render_status(state: dict[str, Any]) -> str:
             rows.append((
                 name, model, _model_state(view), view.get("pinned_until") or "-",
                 str(view.get("inflight", 0)), str(summary.get("queue", 0)),
-                f"{eta:.0f}s" if eta is not None else "-", _diagnosis(view.get("diagnosis")),
+                f"{eta:.0f}s" if eta is not None else "-", _weights(summary.get("weights")),
+                _diagnosis(view.get("diagnosis")),
             ))  # fmt: skip
     cluster = state.get("cluster")
     keys = render_keys(state.get("keys", {}), (cluster or {}).get("keys"))
@@ -224,6 +227,14 @@ def render_cluster(cluster: dict[str, Any]) -> str:
         rows.append((rid + mark, f"{ago:.1f}s ago", ", ".join(holds) or "-"))
     redis = "up" if cluster.get("redis_up") else "DOWN (each replica on its own view)"
     return f"redis: {redis}\n" + table(rows)
+
+
+def _weights(weights: dict[str, int] | None) -> str:
+    """How much of a model's weight files the page cache holds (docs/host-cache.md)."""
+    if not weights or not weights["bytes"]:
+        return "-"
+    share = weights["resident_bytes"] / weights["bytes"]
+    return f"{share:.0%} of {human(weights['bytes'])}"
 
 
 def _model_state(view: dict[str, Any]) -> str:

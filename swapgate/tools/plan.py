@@ -9,11 +9,12 @@ instances that serve it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from swapgate.config.catalog import weight_paths
 from swapgate.config.settings import InstanceConfig, Settings
-from swapgate.model.sizes import Size, human, sizes
+from swapgate.model.sizes import Size, human, sizes, weight_files
 
 CONTEXT_STEP = 1024  # suggested contexts are rounded down to this
 
@@ -23,6 +24,9 @@ class Plan:
     models: dict[str, Size]
     instances: list[dict[str, Any]]
     warnings: list[str]
+    # host_cache (docs/host-cache.md): its budget, and each model's weight files and bytes
+    budget: int | None = None
+    weights: dict[str, tuple[list[str], int]] = field(default_factory=dict)
 
 
 def make_plan(settings: Settings) -> Plan:
@@ -42,7 +46,21 @@ def make_plan(settings: Settings) -> Plan:
                 f"{', '.join(unsized)} on {inst.name}: no size given, so placement counts"
                 " nothing for them against its memory; give memory, weights or gguf"
             )
-    return Plan(found, instances, warnings)
+    weights: dict[str, tuple[list[str], int]] = {}
+    for model, paths in weight_paths(settings).items():
+        found_files = weight_files(paths)
+        total = sum(f.stat().st_size for f in found_files)
+        weights[model] = ([str(f) for f in found_files] or list(paths), total)
+    budget = settings.host_cache.budget
+    for model, (files, total) in weights.items():
+        if budget is not None and total > budget:
+            warnings.append(
+                f"{model}'s weights ({human(total)}) are larger than host_cache.budget "
+                f"({human(budget)}): they are never kept in RAM; raise the budget"
+            )
+        if not total:
+            warnings.append(f"{model}'s weights: no file at {', '.join(files)}")
+    return Plan(found, instances, warnings, budget, weights)
 
 
 def _served(inst: InstanceConfig, settings: Settings) -> list[str]:
@@ -124,6 +142,11 @@ def render(plan: Plan) -> str:
             ", ".join(inst["too_large"]) or "-",
         ))  # fmt: skip
     out.append(table(places))
+    if plan.weights:
+        budget = human(plan.budget) if plan.budget is not None else "off"
+        cache = [("MODEL", "WEIGHT FILES", "BYTES")]
+        cache += [(m, ", ".join(files), human(total)) for m, (files, total) in plan.weights.items()]
+        out += ["", f"host cache (budget {budget}): weights it can keep in RAM", table(cache)]
     out += ["", *(f"warning: {w}" for w in plan.warnings)] if plan.warnings else []
     return "\n".join(out)
 
@@ -145,5 +168,9 @@ def as_json(plan: Plan) -> dict[str, Any]:
             for model, size in plan.models.items()
         },
         "instances": plan.instances,
+        "host_cache": {
+            "budget": plan.budget,
+            "weights": {m: {"files": f, "bytes": b} for m, (f, b) in plan.weights.items()},
+        },
         "warnings": plan.warnings,
     }

@@ -55,8 +55,9 @@ def test_one_swap_shows_in_metrics(swapped) -> None:
     gw, _ = swapped
     text = gw.metrics()
     labels = 'instance="gpu-a",model="a",result="ok"'
-    assert _sample(text, "swapgate_swap_duration_seconds_count", labels) == 1
-    assert _sample(text, "swapgate_swap_duration_seconds_sum", labels) >= LOAD
+    tiered = labels + ',weights="unknown"'  # no weight files configured
+    assert _sample(text, "swapgate_swap_duration_seconds_count", tiered) == 1
+    assert _sample(text, "swapgate_swap_duration_seconds_sum", tiered) >= LOAD
     assert _sample(text, "swapgate_swaps_total", labels) == 1
     assert _sample(text, "swapgate_model_warm", 'instance="gpu-a",model="a"') == 1
     assert _sample(text, "swapgate_model_warm", 'instance="gpu-a",model="b"') == 0

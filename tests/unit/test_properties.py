@@ -23,6 +23,7 @@ from swapgate.config.settings import (
     ClusterConfig,
     ConfigError,
     DiagnosisConfig,
+    HostCacheConfig,
     InstanceConfig,
     KeepaliveConfig,
     KeepaliveOverride,
@@ -194,6 +195,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "cluster": ClusterConfig,
     "auth": AuthConfig,
     "diagnosis": DiagnosisConfig,
+    "host_cache": HostCacheConfig,
 }
 LISTS: dict[str, type[BaseModel]] = {"instances": InstanceConfig, "preloads": PreloadConfig}
 NAMED: dict[str, type[BaseModel]] = {"models": ModelConfig, "relays": RelayConfig}

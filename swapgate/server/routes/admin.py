@@ -121,8 +121,16 @@ def describe_state(runtime: Runtime) -> dict[str, Any]:
                     for i in snap.instances
                     if model in i.serves
                 },
+                # its weight files and how much of them the page cache holds (host_cache.py)
+                "weights": runtime.host_cache.describe(model),
+                "weights_tier": runtime.host_cache.tier(model),
             }
             for model in models
+        },
+        "host_cache": {
+            "budget": runtime.configured.settings.host_cache.budget,
+            "held_bytes": runtime.host_cache.held,
+            "kept": list(runtime.host_cache.kept),
         },
         "keys": _describe_keys(runtime),
     }

@@ -234,6 +234,12 @@ function cell(inst, model) {
     out.push(el("div", { class: "small" }, ago(view.since) + " of ~" + Math.round(eta || 0) + " s"));
   }
   if (view && view.inflight) out.push(el("div", { class: "small" }, view.inflight + " in flight"));
+  // Its weights in the host's page cache: a swap of it then reads RAM, not disk (docs/host-cache.md)
+  const weights = state.models[model] && state.models[model].weights;
+  if (st !== "warm" && weights && weights.bytes) {
+    const share = Math.round(100 * weights.resident_bytes / weights.bytes);
+    out.push(el("div", { class: "small", "data-weights": String(share) }, "weights " + share + "% in RAM"));
+  }
   if (view && view.diagnosis) out.push(diagnosis(view.diagnosis));
   if (view && view.pinned_until) {
     out.push(el("div", { class: "small" }, "pinned until " + new Date(view.pinned_until).toLocaleTimeString()));
