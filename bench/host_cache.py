@@ -2,9 +2,9 @@
 
 Two models of ~2 GB each (random-weight GGUFs, ``bench.random_gguf``, f16) on one
 ``capacity: 1`` ``kind: process`` instance running llama.cpp's ``llama-server``, requested in
-turn. Before each swap the model it loads has had its pages dropped, as a machine that has not
-read it lately would have them, and the gateway idles a few seconds: the time between one
-user's turn and the next's. Once without ``host_cache`` (the swap reads the disk), once with
+turn (each asked for once before, so that its demand is known). Before each swap the model it
+loads has had its pages dropped, as a machine that has not read it lately would have them, and
+the gateway idles a few seconds: the time between one user's turn and the next's. Once without ``host_cache`` (the swap reads the disk), once with
 it (the prefetcher, knowing the model is likely next, reads it into the page cache meanwhile).
 Side by side in one run; each swap's duration from ``swapgate_swap_duration_seconds``. Writes
 its section of docs/benchmarks.md.
@@ -69,7 +69,8 @@ def swaps(files: dict[str, Path], cached: bool, rounds: int) -> list[float]:
     durations = []
     with procs.swapgate_with(config(files, cached)) as gw, httpx.Client(timeout=600) as client:
         body = {"max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
-        client.post(f"{gw.url}/v1/chat/completions", json={**body, "model": MODELS[0]})
+        for model in (*MODELS, MODELS[0]):  # each asked for once: its demand is known
+            client.post(f"{gw.url}/v1/chat/completions", json={**body, "model": model})
         for turn in range(rounds):
             model = MODELS[(turn + 1) % 2]
             pages.let_go(files[model])  # not read lately: its pages are gone
