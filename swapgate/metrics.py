@@ -81,6 +81,10 @@ _DECLARED = (
      "target result", ()),
     ("process_recycles", Counter, "swapgate_process_recycles",
      "Model processes restarted above their recycle_rss", "instance model", ()),
+    ("affinity", Counter, "swapgate_affinity",
+     "Requests placed among two or more warm copies by prefix affinity: hit (the copy that"
+     " served its conversation last), miss (none known, or not open), overflow (too busy)",
+     "result", ()),
     ("weights_resident", Gauge, "swapgate_weights_resident_bytes",
      "Bytes of a model's weight files in the host's page cache", "model", ()),
     ("host_cache_bytes", Gauge, "swapgate_host_cache_bytes",
@@ -114,6 +118,7 @@ class Metrics:
     probe_ttft: Histogram
     probes: Counter
     weights_resident: Gauge
+    affinity: Counter
     host_cache_bytes: Gauge
 
     def __init__(self) -> None:

@@ -155,6 +155,9 @@ class RoutingConfig(_Section):
     # 60 s loads; a value set here is used as it is.
     min_residency: Duration | None = None
     swap_timeout: PositiveDuration = 300.0
+    # Among warm copies of a model, a conversation goes back to the one that served it last
+    # unless that one has more than this many requests in flight beyond the least busy; 0: off
+    affinity_slack: int = Field(2, ge=0)
     # Two or more of an instance's models failing to load within this window back off the
     # whole instance; one alone backs off only itself (swapgate/policy/backoff.py).
     backoff_window: PositiveDuration = 60.0

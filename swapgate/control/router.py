@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
@@ -23,7 +24,8 @@ from swapgate.errors import NoCapacity, PathNotFound, QueueFull
 from swapgate.metrics import Metrics
 from swapgate.model.lease import Lease, Progress, Upstream
 from swapgate.model.snapshot import Snapshot
-from swapgate.policy import pools, timing
+from swapgate.policy import affinity, pools, timing
+from swapgate.policy.affinity import conversation
 from swapgate.policy.fallback import Reason, allows
 from swapgate.policy.placement import (
     Decision,
@@ -36,10 +38,13 @@ from swapgate.policy.placement import (
     Unavailable,
     free_slots,
     frees_up_at,
+    open_copies,
     place,
     starvation_target,
 )
 
+# Conversations whose last copy is remembered for prefix affinity, the least recent forgotten
+CONVERSATIONS_KEPT = 10_000
 # A concurrency limit an instance showed (a 429) holds this long after its last 429; then more
 # at once are tried again (a limit is the instance's setting, which may change).
 LIMIT_KEPT = 60.0
@@ -84,6 +89,8 @@ class Router:
         self._metrics = metrics
         self._addresses = addresses or {}
         self._policy = policy_for(settings, coordinator)
+        # (model, conversation) -> the copy that served it last (prefix affinity)
+        self._conversations: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._upstreams = {
             inst.name: Upstream(
                 inst.url,
@@ -136,7 +143,9 @@ class Router:
             snap = self._registry.snapshot()
             pool = pools.choose(model, conf.pools, pools.prompt_tokens(payload), snap)
         max_wait = conf.max_wait or self._settings.routing.max_wait
-        return Want(pool, min(budget, max_wait) if budget is not None else None, priority)
+        wait = min(budget, max_wait) if budget is not None else None
+        key = conversation(model, payload) if self._settings.routing.affinity_slack else None
+        return Want(pool, wait, priority, key)
 
     def snapshot(self, want: Want | None = None) -> Snapshot:
         """The registry's snapshot, of the request's pool's instances only."""
@@ -159,10 +168,12 @@ class Router:
         if isinstance(decision, Serve):
             progress.instance, progress.state = decision.instance, "waiting"
             self._placed(model, "warm", 0.0)
-            return self.lease(decision.instance, model, None, want.priority)
-        lease = await self._wait(model, progress, want, decision, started)
-        placement = "relay" if lease.kind == "relay" else _PLACEMENT[type(decision)]
-        self._placed(model, placement, lease.waited)
+            lease = self.lease(decision.instance, model, None, want.priority)
+        else:
+            lease = await self._wait(model, progress, want, decision, started)
+            placement = "relay" if lease.kind == "relay" else _PLACEMENT[type(decision)]
+            self._placed(model, placement, lease.waited)
+        self._remember(model, want, lease)
         return lease
 
     def _placed(self, model: str, placement: str, waited: float) -> None:
@@ -249,12 +260,38 @@ class Router:
         queued requests first, by class, then arrival: it waits its turn (``Full``)."""
         snap = self.snapshot(want)
         decision = place(model, snap, self._policy, want.priority)
+        if isinstance(decision, Serve) and want.conversation is not None:
+            decision = self._affine(model, want.conversation, snap, decision)
         if isinstance(decision, Serve):
             free = free_slots(model, snap, self._policy)
             waitlist = self._registry.waitlist
             if free is not None and waitlist.ahead(model, want.priority, since, want.slots) >= free:
                 return Full(decision.instance)
         return decision
+
+    def _affine(self, model: str, key: str, snap: Snapshot, decision: Serve) -> Serve:
+        """Prefix affinity: the warm copy that served this conversation last, whose engine
+        holds its prompt's KV cache, unless it is busier than ``routing.affinity_slack``
+        allows (swapgate/policy/affinity.py)."""
+        copies = open_copies(model, snap, self._policy)
+        if len(copies) < 2:
+            return decision
+        slack = self._settings.routing.affinity_slack
+        target, result = affinity.choose(
+            self._conversations.get((model, key)), copies, decision.instance, slack
+        )
+        self._metrics.affinity.labels(result).inc()
+        return Serve(target)
+
+    def _remember(self, model: str, want: Want, lease: Lease) -> None:
+        """Where this conversation was served: the copy its next turn goes back to."""
+        if want.conversation is None or lease.kind != "instance":
+            return
+        key = (model, want.conversation)
+        self._conversations[key] = lease.name
+        self._conversations.move_to_end(key)
+        if len(self._conversations) > CONVERSATIONS_KEPT:
+            self._conversations.popitem(last=False)
 
     def reserve_room(self, model: str, until: float, outranks: int | None = None) -> str | None:
         """The starvation rule: stop new requests to the cheapest busy victims so they drain;

@@ -23,11 +23,13 @@ _STATES = {Serve: "waiting", Join: "loading", Swap: "loading", Queue: "queued", 
 @dataclass(frozen=True, slots=True)
 class Want:
     """A request's own routing: the pool it may use (None: every instance), how long it
-    may wait (None: the model's max_wait) and its priority class (docs/keys.md)."""
+    may wait (None: the model's max_wait), its priority class (docs/keys.md) and the
+    conversation it belongs to (prefix affinity: swapgate/policy/affinity.py)."""
 
     pool: pools.Pool | None = None
     budget: float | None = None
     priority: int = 0
+    conversation: str | None = None
 
     @property
     def slots(self) -> tuple[str, ...]:

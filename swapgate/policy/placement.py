@@ -150,6 +150,20 @@ def place(model: str, snap: Snapshot, policy: Policy, priority: int = 0) -> Deci
     return target
 
 
+def open_copies(model: str, snap: Snapshot, policy: Policy) -> dict[str, int]:
+    """The warm copies of ``model`` that take a request now, each with its requests in
+    flight: where a request placed warm may go (prefix affinity chooses among them)."""
+    return {
+        i.name: i.inflight
+        for i in snap.instances
+        if model in i.serves
+        and i.available(snap.now)
+        and i.reachable(model)
+        and _serves_warm(i, model)
+        and _open_slots(i, model, policy) != 0
+    }
+
+
 def free_slots(model: str, snap: Snapshot, policy: Policy) -> int | None:
     """How many more requests for ``model`` its warm copies take now (None: no cap)."""
     free = [
