@@ -4,8 +4,9 @@ Two models of ~2 GB each (random-weight GGUFs, ``bench.random_gguf``, f16) on on
 ``capacity: 1`` ``kind: process`` instance running llama.cpp's ``llama-server``, requested in
 turn (each asked for once before, so that its demand is known). Before each swap the model it
 loads has had its pages dropped, as a machine that has not read it lately would have them, and
-the gateway idles a few seconds: the time between one user's turn and the next's. Once without ``host_cache`` (the swap reads the disk), once with
-it (the prefetcher, knowing the model is likely next, reads it into the page cache meanwhile).
+the gateway idles a few seconds: the time between one user's turn and the next's. Once
+without ``host_cache`` (the swap reads the disk), once with it (the prefetcher, knowing the
+model is likely next, reads it into the page cache meanwhile).
 Side by side in one run; each swap's duration from ``swapgate_swap_duration_seconds``. Writes
 its section of docs/benchmarks.md.
 """

@@ -85,6 +85,13 @@ _DECLARED = (
      "Requests placed among two or more warm copies by prefix affinity: hit (the copy that"
      " served its conversation last), miss (none known, or not open), overflow (too busy)",
      "result", ()),
+    ("kv_saves", Counter, "swapgate_kv_saves",
+     "Slots saved before their model was unloaded (kv_keep)", "instance model result", ()),
+    ("kv_restores", Counter, "swapgate_kv_restores",
+     "Saved conversations restored into a slot when a turn came back (kv_keep)",
+     "instance model result", ()),
+    ("kv_saved_bytes", Gauge, "swapgate_kv_saved_bytes",
+     "Bytes of saved conversations kept on disk for an instance (kv_keep)", "instance", ()),
     ("weights_resident", Gauge, "swapgate_weights_resident_bytes",
      "Bytes of a model's weight files in the host's page cache", "model", ()),
     ("host_cache_bytes", Gauge, "swapgate_host_cache_bytes",
@@ -119,6 +126,9 @@ class Metrics:
     probes: Counter
     weights_resident: Gauge
     affinity: Counter
+    kv_saves: Counter
+    kv_restores: Counter
+    kv_saved_bytes: Gauge
     host_cache_bytes: Gauge
 
     def __init__(self) -> None:

@@ -209,6 +209,14 @@ def _command(value: object) -> object:
     return {"cmd": value} if isinstance(value, str) else value
 
 
+class KvKeepConfig(_Section):
+    """Conversations kept across swaps (docs/kv-keep.md): each slot's KV cache saved to
+    ``dir`` before its model is unloaded, restored when a turn of it comes back."""
+
+    dir: str = Field(min_length=1)
+    budget: Bytes = 20 * 2**30  # saved files beyond it go, least recently used first
+
+
 class InstanceConfig(_Section):
     name: Name
     kind: InstanceKind = "llama-swap"
@@ -226,6 +234,8 @@ class InstanceConfig(_Section):
     # kind: vllm-sleep only: a vLLM server per model, all but capacity of them asleep
     servers: dict[str, Url] = {}
     sleep_level: Literal[1, 2] = 1
+    # kind: process (llama-server) or llama-router: conversations saved across swaps
+    kv_keep: KvKeepConfig | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -281,6 +291,11 @@ class InstanceConfig(_Section):
             raise ValueError("commands are for kind: process only")
         if self.servers and self.kind != "vllm-sleep":
             raise ValueError("servers are for kind: vllm-sleep only")
+        if self.kv_keep is not None and self.kind not in ("process", "llama-router"):
+            raise ValueError(
+                "kv_keep is for kind: process (running llama-server) and llama-router only: "
+                "they save and restore a slot's KV cache"
+            )
         return self
 
 

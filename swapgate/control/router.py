@@ -89,6 +89,7 @@ class Router:
         self._metrics = metrics
         self._addresses = addresses or {}
         self._policy = policy_for(settings, coordinator)
+        self._kv_keep = any(inst.kv_keep is not None for inst in settings.instances)
         # (model, conversation) -> the copy that served it last (prefix affinity)
         self._conversations: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._upstreams = {
@@ -144,7 +145,8 @@ class Router:
             pool = pools.choose(model, conf.pools, pools.prompt_tokens(payload), snap)
         max_wait = conf.max_wait or self._settings.routing.max_wait
         wait = min(budget, max_wait) if budget is not None else None
-        key = conversation(model, payload) if self._settings.routing.affinity_slack else None
+        keeps = self._settings.routing.affinity_slack or self._kv_keep
+        key = conversation(model, payload) if keeps else None
         return Want(pool, wait, priority, key)
 
     def snapshot(self, want: Want | None = None) -> Snapshot:
@@ -260,7 +262,8 @@ class Router:
         queued requests first, by class, then arrival: it waits its turn (``Full``)."""
         snap = self.snapshot(want)
         decision = place(model, snap, self._policy, want.priority)
-        if isinstance(decision, Serve) and want.conversation is not None:
+        affine = want.conversation is not None and self._settings.routing.affinity_slack > 0
+        if isinstance(decision, Serve) and affine:
             decision = self._affine(model, want.conversation, snap, decision)
         if isinstance(decision, Serve):
             free = free_slots(model, snap, self._policy)
@@ -269,12 +272,12 @@ class Router:
                 return Full(decision.instance)
         return decision
 
-    def _affine(self, model: str, key: str, snap: Snapshot, decision: Serve) -> Serve:
+    def _affine(self, model: str, key: str | None, snap: Snapshot, decision: Serve) -> Serve:
         """Prefix affinity: the warm copy that served this conversation last, whose engine
         holds its prompt's KV cache, unless it is busier than ``routing.affinity_slack``
         allows (swapgate/policy/affinity.py)."""
         copies = open_copies(model, snap, self._policy)
-        if len(copies) < 2:
+        if key is None or len(copies) < 2:
             return decision
         slack = self._settings.routing.affinity_slack
         target, result = affinity.choose(

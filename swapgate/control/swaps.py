@@ -15,6 +15,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Literal, Protocol
 
 from swapgate.config.catalog import Catalog
+from swapgate.control.kv import KvKeeper
 from swapgate.control.registry import Registry
 from swapgate.control.swaplog import SwapLog, eviction_reason
 from swapgate.drivers import Driver
@@ -138,6 +139,8 @@ class SwapCoordinator:
         self._tiers: dict[str, str] = {}  # where each running load reads its weights from
         # Where a model's weights would be read from now: the host cache says (host_cache.py)
         self.tiers: Callable[[str], str] = _unknown_tier
+        # Conversations saved before an unload, on kv_keep instances (control/kv.py)
+        self.keeper: KvKeeper | None = None
         self._evicted_at: dict[tuple[str, str], float] = {}  # (instance, model): when it left
         self._backoff = Backoff(self._clock, backoff_window)
         self._eviction = eviction
@@ -222,7 +225,7 @@ class SwapCoordinator:
 
     async def unload(self, instance: str, model: str) -> None:
         """Evict ``model`` from ``instance`` for an operator; raises ``DriverError``."""
-        await self._drivers[instance].unload(self._catalog.upstream_name(instance, model))
+        await self._unload(instance, model, self._drivers[instance])
         self._evicted(instance, model)
         self._registry.unpin(instance, model)
 
@@ -271,6 +274,7 @@ class SwapCoordinator:
                     await driver.check_loadable(self._catalog.upstream_name(instance, model))
                 await self._evict(instance, victims, driver)
                 warm, wanted = await self._load(instance, model, driver)
+                self._started(instance, model)
         except (DriverError, TimeoutError) as exc:
             result = "timeout" if isinstance(exc, TimeoutError) else "failed"
             log.warning("swap %s: %s on %s: %s", result, model, instance, exc or "swap_timeout")
@@ -286,8 +290,23 @@ class SwapCoordinator:
 
     async def _evict(self, instance: str, models: tuple[str, ...], driver: Driver) -> None:
         for model in models:
-            await driver.unload(self._catalog.upstream_name(instance, model))
+            await self._unload(instance, model, driver)
             self._evicted(instance, model)
+
+    async def _unload(self, instance: str, model: str, driver: Driver) -> None:
+        """Unload ``model``, its conversations saved first where the instance keeps them."""
+        upstream = self._catalog.upstream_name(instance, model)
+        keeper = self.keeper
+        if keeper is not None and keeper.keeps(instance):
+            own = driver.model_url(upstream)
+            server = keeper.server(instance, own or driver.url, upstream, driver.headers)
+            await keeper.save(instance, model, server)
+        await driver.unload(upstream)
+
+    def _started(self, instance: str, model: str) -> None:
+        """``model`` was loaded anew on ``instance``: its engine's slots are empty."""
+        if self.keeper is not None:
+            self.keeper.loaded(instance, model)
 
     async def _trim(self, instance: str, models: tuple[str, ...]) -> bool:
         if not await self._may_trim():
@@ -360,8 +379,9 @@ class SwapCoordinator:
                 await self._registry.wait_for_change(1.0)
             log.info("recycle: restarting %s on %s", model, instance)
             async with asyncio.timeout(self._swap_timeout):
-                await driver.unload(upstream)
+                await self._unload(instance, model, driver)
                 await driver.load(upstream)
+                self._started(instance, model)
         except (DriverError, TimeoutError) as exc:
             log.warning("recycle failed: %s on %s: %s", model, instance, exc or "swap_timeout")
             return self._end(instance, model, ok=False, error=str(exc) or "swap_timeout")

@@ -73,6 +73,11 @@ class Driver(ABC):
         """Raise ``DriverError`` when ``model`` surely cannot load now (its own server does not
         answer): asked before anything is evicted for it, so nothing healthy goes for it."""
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """What its control calls send: the instance's key, if it has one."""
+        return dict(self._headers)
+
     def model_url(self, model: str) -> str | None:
         """Where requests for ``model`` go, when not to the instance's ``url`` (``process``
         instances run a server per model, each on a port of its own)."""

@@ -20,6 +20,7 @@ from swapgate.config.catalog import Catalog
 from swapgate.config.settings import Settings
 from swapgate.control.decay import DecayWatch
 from swapgate.control.failover import Attempts
+from swapgate.control.kv import KvKeeper
 from swapgate.control.limits import Admission, KeyLimits
 from swapgate.control.registry import Registry
 from swapgate.control.router import Router
@@ -51,6 +52,7 @@ from swapgate.proxy.wire import (
     route_headers,
     until_disconnect,
     upstream_headers,
+    with_fields,
 )
 from swapgate.tasks import stop
 
@@ -95,12 +97,14 @@ class ProxyEndpoint:
         metrics: Metrics,
         limits: KeyLimits,
         decay: DecayWatch,
+        kv: KvKeeper | None = None,
     ) -> None:
         self._registry = registry
         self._client = client
         self._metrics = metrics
         self._limits = limits
         self._decay = decay
+        self._kv = kv
 
     def configure(
         self, settings: Settings, router: Router, catalog: Catalog, auth: ClientAuth
@@ -240,6 +244,7 @@ class ProxyEndpoint:
         while True:
             ex.route, ex.waited = lease.route, ex.waited + lease.waited
             progress.route = lease.route  # early headers from now on name it
+            lease = attempts.lease = await self._slotted(lease, ex)
             try:
                 response = await self._send(scope, ex, request, lease)
             except UpstreamError as exc:
@@ -301,6 +306,18 @@ class ProxyEndpoint:
             return
         await self._relay_body(response, writer, ex, lease, pinging)
 
+    async def _slotted(self, lease: Lease, ex: Exchange) -> Lease:
+        """On a ``kv_keep`` instance, the slot this turn of its conversation goes to, its
+        saved KV restored there first (swapgate/control/kv.py)."""
+        key = ex.want.conversation if ex.want is not None else None
+        kv = self._kv
+        if kv is None or key is None or lease.kind != "instance" or not kv.keeps(lease.name):
+            return lease
+        key_header = lease.upstream.api_key
+        auth = {"authorization": f"Bearer {key_header}"} if key_header else {}
+        server = kv.server(lease.name, lease.upstream.url, lease.upstream_model, auth)
+        return replace(lease, slot=await kv.prepare(lease.name, lease.model, key, server))
+
     async def _send(
         self, scope: Scope, ex: Exchange, request: Request, lease: Lease
     ) -> UpstreamResponse:
@@ -311,6 +328,8 @@ class ProxyEndpoint:
             path, body = CHAT_PATH, ex.translation.request(lease.upstream_model)
         elif lease.upstream_model != ex.model:
             body = request.renamed(lease.upstream_model)
+        if lease.slot is not None and request.upload is None:
+            body = with_fields(body, id_slot=lease.slot)
         url = lease.upstream.url_for(path) + _query(scope, lease.upstream.query)
         key = lease.upstream.api_key
         upload = request.upload

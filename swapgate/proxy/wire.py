@@ -93,6 +93,11 @@ def with_model(payload: dict[str, Any], model: str) -> bytes:
     return json.dumps({**payload, "model": model}, separators=(",", ":")).encode()
 
 
+def with_fields(body: bytes, **fields: Any) -> bytes:
+    """A JSON body with ``fields`` set (an engine's slot: ``id_slot``)."""
+    return json.dumps({**json.loads(body), **fields}, separators=(",", ":")).encode()
+
+
 JSON_BODY = (("content-type", "application/json"),)
 
 

@@ -39,6 +39,7 @@ from swapgate.config.settings import ConfigError, ProcessCommand, Settings, secr
 from swapgate.control.decay import DecayWatch
 from swapgate.control.forecast import DayDemand, state_file
 from swapgate.control.host_cache import HostCache
+from swapgate.control.kv import KvKeeper
 from swapgate.control.limits import KeyLimits
 from swapgate.control.poller import Poller
 from swapgate.control.preload import Preloader
@@ -114,9 +115,13 @@ class Runtime:
         # Each engine's TTFT against its baseline, its memory slope, the probes (docs/operations.md)
         self.decay = DecayWatch(settings.diagnosis, clock)
         self.metrics.watch_decay(self.engine_rows, STATES)
+        # Conversations saved across swaps on kv_keep instances (control/kv.py)
+        self.kv = KvKeeper(self._control, self.metrics)
+        self.kv.configure(settings.instances)
+        self.coordinator.keeper = self.kv
         self.endpoint = ProxyEndpoint(
             registry=self.registry, client=self.upstream, metrics=self.metrics,
-            limits=self.limits, decay=self.decay,
+            limits=self.limits, decay=self.decay, kv=self.kv,
         )  # fmt: skip
         self.scheduler: PreloadScheduler | None = None
         # The cached tier: the next models' weights in RAM ahead of their swap (host_cache.py)
@@ -256,6 +261,7 @@ class Runtime:
         if self.scheduler is not None:
             self.scheduler.replace(new.preloads)
         self.host_cache.reconfigure(new.host_cache, catalog.weights)
+        self.kv.configure(new.instances)
         settle_heap()  # what the old config made may go; the new one joins the long-lived
         log.info("configuration reloaded from %s", self.config_path)
         return new

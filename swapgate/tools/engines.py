@@ -460,14 +460,17 @@ class LlamaServerEngine:
             load, "--host", "127.0.0.1", "--port", str(port), "--no-webui",
         ]  # fmt: skip
 
-    def write_preset(self, path: Path, models: dict[str, int]) -> Path:
+    def write_preset(
+        self, path: Path, models: dict[str, int], every: dict[str, str] | None = None
+    ) -> Path:
         """A ``--models-preset`` INI serving the GGUF under each name of ``models`` at its
-        context size.
+        context size; ``every``: more options for all of them (``slot-save-path``).
 
         Gemma's GGUF carries no chat template: without one the model answers template junk.
         ``--chat-template gemma`` names llama.cpp's built-in template only without Jinja (on
         by default, where it would be taken as the literal template text "gemma")."""
         sections = ["version = 1", "", "[*]", "t = 1", "np = 1", "stop-timeout = 5"]
+        sections += [f"{key} = {value}" for key, value in (every or {}).items()]
         for name, ctx in models.items():
             sections += ["", f"[{name}]", f"model = {self.gguf}", f"c = {ctx}"]
             sections += ["jinja = false", f"chat-template = {CHAT_FORMAT}"]

@@ -176,6 +176,8 @@ def _describe_instance(inst: InstanceView, runtime: Runtime, wall: _WallClock) -
         "serves": sorted(inst.serves),
         "swapping": inst.swapping,
         "backoff_until": wall.iso(inst.backoff_until) if inst.backoff_until > wall.now else None,
+        # kv_keep: the conversations saved for it, {count, bytes} (control/kv.py)
+        "kv_saved": runtime.kv.describe(inst.name),
         "models": {
             name: _describe_model(view, wall, runtime, inst.name, name)
             for name, view in sorted(inst.models.items())

@@ -1,0 +1,125 @@
+"""Conversations that survive swaps, against the real llama-server (docs/kv-keep.md): a long
+conversation on model a, a swap to b and back, then its next turn. With ``kv_keep`` the engine
+reads only the turn's new tokens (its own ``timings.prompt_n``), in about the warm turn's time;
+without, it reads the whole prompt again. Both ways teams run llama-server: one server per model
+(``kind: process``) and router mode (``kind: llama-router``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from swapgate.tools.engines import LlamaServerEngine, ensure_llama_server
+from tests.e2e.processes import free_port, gateway, start, stop, wait_until_serving
+
+pytestmark = pytest.mark.engine
+# ~1,500 tokens of Gemma's: the bench (bench/conversations.py) runs ~3,000
+SYSTEM = "You answer questions about birds of the northern lakes in one short sentence. " * 100
+SLOT = ["-np", "1", "--swa-full"]
+TOKEN = "kv-admin"  # Gemma 3's sliding window: a restored cache needs it
+
+
+@pytest.fixture(scope="module")
+def engine() -> LlamaServerEngine:
+    return ensure_llama_server()
+
+
+def ask(url: str, model: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    body = {"model": model, "messages": messages, "max_tokens": 4}
+    answer = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=180)
+    answer.raise_for_status()
+    reply: dict[str, Any] = answer.json()
+    return reply
+
+
+def after_a_swap(url: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The engine's timings of a conversation's first turn, its second (warm) and its third
+    (after a swap to b and back)."""
+    history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+    timings = []
+    for turn in range(3):
+        if turn == 2:
+            ask(url, "b", [{"role": "user", "content": "Hi."}])  # a swap away, and back
+        history.append({"role": "user", "content": f"Question {turn + 1}: tell me of loons."})
+        reply = ask(url, "a", history)
+        history.append(reply["choices"][0]["message"])
+        timings.append(reply["timings"])
+    return timings[0], timings[1], timings[2]
+
+
+def process_node(engine: LlamaServerEngine, kv: Path | None) -> dict[str, Any]:
+    commands = {name: {"cmd": " ".join([*engine.single(name, "${PORT}", ctx=4096), *SLOT]),
+                       "ready": "/health"} for name in ("a", "b")}  # fmt: skip
+    node: dict[str, Any] = {"name": "node", "kind": "process", "capacity": 1,
+                            "start_port": free_port(), "commands": commands}  # fmt: skip
+    if kv is not None:
+        node["kv_keep"] = {"dir": str(kv), "budget": "1GiB"}
+    return {
+        "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
+        "routing": {"min_residency": 0},
+        "instances": [node],
+    }
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["kv_keep", "without"])
+def test_process_a_conversations_next_turn_after_a_swap(
+    engine: LlamaServerEngine, tmp_path: Path, kept: bool
+) -> None:
+    env = {"TEST_ADMIN_TOKEN": TOKEN}
+    with gateway(process_node(engine, tmp_path / "kv" if kept else None), env) as gw:
+        first, warm, after = after_a_swap(gw.url)
+        saves = gw.metric("swapgate_kv_saves_total", result="ok")
+        restores = gw.metric("swapgate_kv_restores_total", result="ok")
+        with gw.admin(TOKEN) as admin:
+            saved = admin.get("/admin/state").json()["instances"][0]["kv_saved"]
+    print(f"\nprocess, kv_keep {kept}: turn after the swap read {after['prompt_n']} tokens in "
+          f"{after['prompt_ms']:.0f} ms (warm: {warm['prompt_n']} in {warm['prompt_ms']:.0f} ms, "
+          f"first: {first['prompt_n']} in {first['prompt_ms']:.0f} ms)")  # fmt: skip
+    assert first["prompt_n"] > 1000, first
+    assert warm["prompt_n"] < 40, warm
+    if kept:
+        assert after["prompt_n"] < 40, f"only the new tokens were read: {after}"
+        assert after["prompt_ms"] < 3 * warm["prompt_ms"] + 50, (after, warm)
+        assert (saves, restores) >= (1, 1)
+        assert list((tmp_path / "kv" / "node").glob("a--*.bin")), "a's conversation on disk"
+        assert saved["count"] >= 1, saved
+        assert saved["bytes"] > 1_000_000, saved
+    else:
+        assert after["prompt_n"] > 1000, f"the whole prompt again: {after}"
+        assert (saves, restores) == (0, 0)
+        assert saved is None, "no kv_keep: nothing saved"
+
+
+def test_router_a_conversations_next_turn_after_a_swap(
+    engine: LlamaServerEngine, tmp_path: Path
+) -> None:
+    kv = tmp_path / "kv"
+    (kv / "router").mkdir(parents=True)
+    every = {"slot-save-path": str(kv / "router"), "swa-full": "true", "np": "1"}
+    preset = engine.write_preset(tmp_path / "models.ini", {"a": 4096, "b": 4096}, every)
+    port = free_port()
+    router = start(engine.router(preset, port, max_models=1), log=tmp_path / "router.log")
+    try:
+        wait_until_serving(f"http://127.0.0.1:{port}/models", router, timeout=60)
+        config = {
+            "routing": {"min_residency": 0},
+            "instances": [{"name": "router", "kind": "llama-router",
+                           "url": f"http://127.0.0.1:{port}", "models": ["a", "b"],
+                           "kv_keep": {"dir": str(kv), "budget": "1GiB"}}],
+        }  # fmt: skip
+        with gateway(config) as gw:
+            first, warm, after = after_a_swap(gw.url)
+            restores = gw.metric("swapgate_kv_restores_total", result="ok")
+    finally:
+        stop(router)
+    print(
+        f"\nrouter: turn after the swap read {after['prompt_n']} tokens in "
+        f"{after['prompt_ms']:.0f} ms (warm: {warm['prompt_n']} in {warm['prompt_ms']:.0f} ms)"
+    )
+    assert first["prompt_n"] > 1000, first
+    assert after["prompt_n"] < 40, f"only the new tokens were read: {after}"
+    assert after["prompt_ms"] < 3 * warm["prompt_ms"] + 50, (after, warm)
+    assert restores == 1
