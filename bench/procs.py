@@ -121,7 +121,9 @@ def swapgate(upstream: str, env: dict[str, str] | None = None) -> Iterator[Proc]
 @contextmanager
 def swapgate_with(config: dict[str, Any], env: dict[str, str] | None = None) -> Iterator[Proc]:
     port = free_port()
-    config = {**config, "server": {"port": port, "access_log": False, "log_level": "warning"}}
+    server = {**config.get("server", {}), "port": port, "access_log": False,
+              "log_level": "warning"}  # fmt: skip
+    config = {**config, "server": server}
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
         yaml.safe_dump(config, handle)
     command = [sys.executable, "-m", "swapgate", "serve", "--config", handle.name]
