@@ -146,8 +146,7 @@ a request for b (a swap away), then a's next turn (a swap back, `capacity: 1`, `
 
 | | first turn | next turn, warm | next turn after a swap away and back | tokens it read |
 |---|---|---|---|---|
-| `kv_keep` | {kept["first"]:.2f} s | {kept["warm"]:.2f} s | **{kept["after a swap"]:.2f} s** | {kept["after a swap read"]:.0f} |
-| without | {lost["first"]:.2f} s | {lost["warm"]:.2f} s | **{lost["after a swap"]:.2f} s** | {lost["after a swap read"]:.0f} |
+{rows}
 
 With `kv_keep` the turn after the swap waits for the swap back and reads only its new tokens;
 without, it reads its whole prompt again.
