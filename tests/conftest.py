@@ -22,6 +22,8 @@ SLOWEST = (
     "tests/e2e/test_keys.py",  # 46
     "tests/engine/test_process_engine.py",  # 41
     "tests/engine/test_llama_swap.py",  # 40
+    "tests/engine/test_kv_keep.py",  # 43
+    "tests/engine/test_affinity.py",  # 24
     "tests/engine/test_decay_soak.py",  # 39
     "tests/e2e/test_vllm_sleep.py",  # 38
     "tests/e2e/test_keepalive.py",  # 37
