@@ -15,7 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from swapgate.tools.engines import LlamaCppEngine, ensure_llama_cpp
+from swapgate.tools.engines import (
+    LlamaCppEngine,
+    LlamaSwapEngine,
+    ensure_llama_cpp,
+    ensure_llama_swap,
+)
 from tests.e2e.processes import free_port, start, stop, wait_until_serving
 
 ENGINE_STARTUP = 60.0  # the first model loads before the server listens
@@ -38,6 +43,16 @@ class LlamaServer:
 @pytest.fixture(scope="session")
 def engine() -> LlamaCppEngine:
     return ensure_llama_cpp()
+
+
+@pytest.fixture(scope="session")
+def swap_engine() -> LlamaSwapEngine:
+    """llama-swap, built from the project's shared folder (or SWAPGATE_LLAMA_SWAP); its tests
+    are skipped, saying so, on a machine with neither."""
+    found = ensure_llama_swap()
+    if found is None:
+        pytest.skip("no llama-swap: no ../shared/engines/llama-swap and no SWAPGATE_LLAMA_SWAP")
+    return found
 
 
 @contextmanager

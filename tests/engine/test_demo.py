@@ -9,12 +9,7 @@ import httpx
 import pytest
 import yaml
 
-from swapgate.tools.engines import (
-    LlamaServerEngine,
-    LlamaSwapEngine,
-    ensure_llama_server,
-    ensure_llama_swap,
-)
+from swapgate.tools.engines import LlamaServerEngine, ensure_llama_server
 from tests.e2e.processes import free_port, spawn, stop, wait_for, wait_until_serving
 
 pytestmark = pytest.mark.engine
@@ -30,14 +25,6 @@ ENGINES = {
 @pytest.fixture(scope="module")
 def server_engine() -> LlamaServerEngine:
     return ensure_llama_server()
-
-
-@pytest.fixture(scope="module")
-def swap_engine() -> LlamaSwapEngine:
-    found = ensure_llama_swap()
-    if found is None:
-        pytest.skip("no llama-swap: no ../shared/engines/llama-swap and no SWAPGATE_LLAMA_SWAP")
-    return found
 
 
 @pytest.mark.parametrize("name", ENGINES)

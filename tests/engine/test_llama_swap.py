@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from swapgate.tools.engines import LlamaSwapEngine, ensure_llama_swap
+from swapgate.tools.engines import LlamaSwapEngine
 from tests.e2e.nginx import nginx
 from tests.e2e.processes import Gateway, free_port, gateway, start, stop, wait_until_serving
 from tests.e2e.wire import post
@@ -52,11 +52,8 @@ class LlamaSwap:
 
 
 @pytest.fixture(scope="module")
-def engine() -> LlamaSwapEngine:
-    found = ensure_llama_swap()
-    if found is None:
-        pytest.skip("no llama-swap: no ../shared/engines/llama-swap and no SWAPGATE_LLAMA_SWAP")
-    return found
+def engine(swap_engine: LlamaSwapEngine) -> LlamaSwapEngine:
+    return swap_engine
 
 
 @contextmanager
