@@ -438,7 +438,7 @@ class HostCacheConfig(_Section):
 
     budget: Bytes | None = None  # page cache swapgate may fill with weights of models not loaded
     read_rate: BytesPerSecond = 512 * 2**20  # how fast it reads them in, never during a load
-    interval: PositiveDuration = 1.0  # how often it looks again (and at every state change)
+    interval: PositiveDuration = 1.0  # how often it looks again
 
 
 class MetricsConfig(_Section):

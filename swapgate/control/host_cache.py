@@ -1,7 +1,7 @@
 """The ``cached`` tier (docs/host-cache.md): the weights of the models likeliest to load next,
 kept in the host's page cache ahead of their swap, so that the swap reads RAM, not disk.
 
-Every ``host_cache.interval`` (and at each change of the live state) it measures what of each
+Every ``host_cache.interval`` it measures what of each
 model's weight files is resident (``mincore``), chooses what to keep (swapgate/policy/keep.py:
 queued models first, then the next preloads, then by demand, within ``budget``), lets go of
 files it brought in that are no longer chosen (never a loaded model's, never a file it did not
@@ -98,7 +98,7 @@ class HostCache:
                 await self.step()
             except OSError as exc:  # a file gone or unreadable: said, and looked at again
                 log.warning("host cache: %s", exc)
-            await self._registry.wait_for_change(self._config.interval)
+            await asyncio.sleep(self._config.interval)
 
     async def step(self) -> None:
         """Measure, choose, let go, read in: once."""

@@ -58,7 +58,9 @@ def _weights(value: object) -> object:
     """``weights``: a size (``14GiB``), or the weight files (a path with a ``/``, a folder, or
     a list of them), whose sizes add up to it."""
     if isinstance(value, list | tuple):
-        return tuple(str(v) for v in value)
+        if not value or not all(isinstance(v, str) and v for v in value):
+            raise ValueError("weights: a size (14GiB), or weight files: a path or a list of paths")
+        return tuple(value)
     if isinstance(value, str) and ("/" in value or value.startswith("~")):
         return (value,)
     return parse_size(value)
@@ -286,7 +288,8 @@ def sizes(models: Mapping[str, SizeConfig]) -> tuple[dict[str, Size], list[str]]
         try:
             size = size_of(conf)
         except ValueError as exc:
-            problems.append(f"models.{name}.gguf: {exc}")
+            key = "gguf" if conf.gguf else "weights"
+            problems.append(f"models.{name}.{key}: {exc}")
             continue
         if size is not None:
             found[name] = size

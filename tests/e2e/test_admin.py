@@ -182,11 +182,12 @@ def test_the_cli_shows_and_steers_a_live_gateway(pair) -> None:
     assert status.returncode == 0, status.stderr
     lines = status.stdout.splitlines()
     assert lines[0].split() == ["INSTANCE", "MODEL", "STATE", "PINNED", "UNTIL", "IN-FLIGHT",
-                                "QUEUE", "ETA", "ENGINE"]  # fmt: skip
+                                "QUEUE", "ETA", "WEIGHTS", "IN", "RAM", "ENGINE"]  # fmt: skip
     row = next(line.split() for line in lines if line.startswith("gpu-b") and " y " in line)
     assert row[2] == "warm"
     assert row[3].endswith("Z")
-    assert " ".join(row[7:]) == "healthy (TTFT baseline not ready)", "its diagnosis"
+    assert row[7] == "-", "no weight files known"
+    assert " ".join(row[8:]) == "healthy (TTFT baseline not ready)", "its diagnosis"
 
     jobs = _cli(gw, "jobs")
     assert "new-year" in jobs.stdout
