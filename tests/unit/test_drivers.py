@@ -261,3 +261,11 @@ async def _wakes(router: respx.MockRouter, client: httpx.AsyncClient) -> None:
         await driver.load("b")
     with pytest.raises(DriverError, match="no vLLM server for 'c'"):
         await driver.load("c")
+
+
+async def test_a_connection_the_server_closed_is_tried_once_more(api, client) -> None:
+    route = api.post("/api/models/unload/qwen").mock(
+        side_effect=[httpx.RemoteProtocolError("Server disconnected"), httpx.Response(200)]
+    )
+    await LlamaSwapDriver(URL, client).unload("qwen")
+    assert route.call_count == 2
