@@ -16,8 +16,8 @@ from swapgate.tools.engines import LlamaServerEngine, ensure_llama_server
 from tests.e2e.processes import free_port, gateway, start, stop, wait_until_serving
 
 pytestmark = pytest.mark.engine
-# ~1,500 tokens of Gemma's: the bench (bench/conversations.py) runs ~3,000
-SYSTEM = "You answer questions about birds of the northern lakes in one short sentence. " * 100
+# ~1,100 tokens of Gemma's: the bench (bench/conversations.py) runs ~2,800
+SYSTEM = "You answer questions about birds of the northern lakes in one short sentence. " * 75
 SLOT = ["-np", "1", "--swa-full"]
 TOKEN = "kv-admin"  # Gemma 3's sliding window: a restored cache needs it
 
@@ -78,7 +78,7 @@ def test_process_a_conversations_next_turn_after_a_swap(
     print(f"\nprocess, kv_keep {kept}: turn after the swap read {after['prompt_n']} tokens in "
           f"{after['prompt_ms']:.0f} ms (warm: {warm['prompt_n']} in {warm['prompt_ms']:.0f} ms, "
           f"first: {first['prompt_n']} in {first['prompt_ms']:.0f} ms)")  # fmt: skip
-    assert first["prompt_n"] > 1000, first
+    assert first["prompt_n"] > 800, first
     assert warm["prompt_n"] < 40, warm
     if kept:
         assert after["prompt_n"] < 40, f"only the new tokens were read: {after}"
@@ -88,7 +88,7 @@ def test_process_a_conversations_next_turn_after_a_swap(
         assert saved["count"] >= 1, saved
         assert saved["bytes"] > 1_000_000, saved
     else:
-        assert after["prompt_n"] > 1000, f"the whole prompt again: {after}"
+        assert after["prompt_n"] > 800, f"the whole prompt again: {after}"
         assert (saves, restores) == (0, 0)
         assert saved is None, "no kv_keep: nothing saved"
 
@@ -119,7 +119,7 @@ def test_router_a_conversations_next_turn_after_a_swap(
         f"\nrouter: turn after the swap read {after['prompt_n']} tokens in "
         f"{after['prompt_ms']:.0f} ms (warm: {warm['prompt_n']} in {warm['prompt_ms']:.0f} ms)"
     )
-    assert first["prompt_n"] > 1000, first
+    assert first["prompt_n"] > 800, first
     assert after["prompt_n"] < 40, f"only the new tokens were read: {after}"
     assert after["prompt_ms"] < 3 * warm["prompt_ms"] + 50, (after, warm)
     assert restores == 1
