@@ -17,7 +17,7 @@ from tests.e2e.processes import free_port, gateway
 
 pytestmark = pytest.mark.engine
 TOKEN = "affinity-admin"
-SYSTEM = "You answer questions about birds in one short sentence. " * 40  # ~500 tokens
+SYSTEM = "You answer questions about birds in one short sentence. " * 25  # ~320 tokens
 TOPICS = ("ducks", "geese", "swans")
 ROUNDS = 2
 
@@ -82,7 +82,7 @@ def test_every_later_turn_finds_its_prompt_cached_with_affinity_and_not_without(
         for later in turns[1:]:
             assert later["prompt_n"] < 100, f"{topic}: only its new tokens were read: {turns}"
     later_reads = [t["prompt_n"] for turns in without.values() for t in turns[1:]]
-    assert max(later_reads) > 400, f"without affinity some turns read it all again: {without}"
+    assert max(later_reads) > 250, f"without affinity some turns read it all again: {without}"
     assert len(later_reads) == len(TOPICS) * (ROUNDS - 1)
     print(f"\nlater turns' prompt tokens read, with affinity: "
           f"{[t['prompt_n'] for ts in with_affinity.values() for t in ts[1:]]}; without: "
