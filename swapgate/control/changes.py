@@ -16,7 +16,10 @@ class Changes:
         event = self._event
         self._waiters += 1
         try:
-            await asyncio.wait_for(event.wait(), timeout)
+            # Not wait_for: in Python 3.11 it swallows a cancellation that arrives as the event
+            # is set, and a loop around it then never ends (a gateway that never exits).
+            async with asyncio.timeout(timeout):
+                await event.wait()
         except TimeoutError:
             pass
         finally:

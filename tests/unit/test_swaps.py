@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import parse_config
@@ -139,13 +140,23 @@ async def test_waiters_on_a_swap_protect_its_model_until_they_are_served() -> No
     registry.apply_report("x", InstanceReport({}, None), 0)
     coordinator = SwapCoordinator(registry, {"x": driver}, catalog, SwapTimes(1.0), Metrics(), 5.0)
     router = Router(settings, registry, coordinator, catalog, Metrics())
+    policy = Policy(min_residency=0)
+    seen: list[tuple[bool, object]] = []
+    end_swap = registry.end_swap
+
+    def ended(*args: Any, **kwargs: Any) -> None:
+        # The moment the swap ends, before its waiter runs again: a is warm and idle, yet
+        # its waiter has not been leased: b may not evict it.
+        end_swap(*args, **kwargs)
+        seen.append((waiter.done(), place("b", registry.snapshot(), policy)))
+
+    registry.end_swap = ended  # type: ignore[method-assign]
     waiter = asyncio.create_task(router.acquire("a"))
     assert await eventually(lambda: registry.waiting_on("x", "a") == 1)
     await coordinator.wait("x")
-    # a is warm and idle, yet its waiter has not been leased: b may not evict it.
-    policy = Policy(min_residency=0)
-    assert not waiter.done()
-    assert place("b", registry.snapshot(), policy) != Swap("x", ("a",))
+    assert len(seen) == 1
+    assert seen[0][0] is False
+    assert seen[0][1] != Swap("x", ("a",))
     lease = await waiter
     assert lease.name == "x"
     assert registry.snapshot().instance("x").models["a"].waiting == 0
