@@ -41,7 +41,7 @@ pytest: $(STAMP) system-packages engine
 # once per machine into ~/.cache/swapgate (or $$SWAPGATE_ENGINE_CACHE), outside .venv;
 # ~5.5 + ~7 + ~2 min the first time on 2 cores, about a second once cached.
 engine: $(STAMP)
-	$(BIN)/python -m swapgate.tools.engines
+	$(BIN)/python -m testbed.engines
 
 system-packages:
 	bash .ci/ensure-packages

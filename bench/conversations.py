@@ -25,8 +25,8 @@ import httpx
 
 from bench import procs
 from bench.sections import replace_section
-from swapgate.drivers.processes import free_port
-from swapgate.tools.engines import ensure_llama_server
+from swapgate.tools.processes import free_port
+from testbed.engines import ensure_llama_server
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 LONG = "You answer questions about birds of the northern lakes in one short sentence. " * 200

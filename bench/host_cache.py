@@ -24,8 +24,8 @@ import httpx
 from bench import procs, random_gguf
 from bench.sections import replace_section
 from swapgate.control import pages
-from swapgate.drivers.processes import free_port
-from swapgate.tools.engines import cache_root, ensure_llama_server
+from swapgate.tools.processes import free_port
+from testbed.engines import cache_root, ensure_llama_server
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 # ~1.1 G parameters (TinyLlama's shape): ~2.2 GB in f16

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from bench import procs
-from swapgate.drivers.processes import free_port
+from swapgate.tools.processes import free_port
 
 VENV = Path(__file__).resolve().parent / ".litellm-venv"
 

@@ -42,8 +42,8 @@ import httpx
 
 from bench import random_gguf
 from bench.procs import swapgate_with
-from swapgate.drivers.processes import free_port, serving
-from swapgate.tools.engines import (
+from swapgate.tools.processes import free_port, serving
+from testbed.engines import (
     build_llama_server,
     ensure_llama_server,
     llama_cpp_source,

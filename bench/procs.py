@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import yaml
 
-from swapgate.drivers.processes import free_port, serving
+from swapgate.tools.processes import free_port, serving
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 STARTUP_TIMEOUT = 30.0

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 import redis
 
-from swapgate.drivers.processes import free_port, start, stop
+from swapgate.tools.processes import free_port, start, stop
 
 REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
 

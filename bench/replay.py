@@ -19,7 +19,7 @@ import httpx
 
 from bench import procs
 from bench.trace import MODELS, Request
-from swapgate.drivers.processes import free_port
+from swapgate.tools.processes import free_port
 
 SPEEDUP = 30.0  # trace seconds per replay second
 LOAD_SECONDS = 20.0  # a swap, in trace time

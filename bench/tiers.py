@@ -22,7 +22,7 @@ import httpx
 from bench import procs, trace
 from bench.replay import LOAD_SECONDS, SPEEDUP, ReplayResult, replay, simulators, swapgate_config
 from bench.sections import replace_section
-from swapgate.drivers.processes import free_port
+from swapgate.tools.processes import free_port
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 WAKE_SECONDS = 2.0  # a level-1 wake, in trace time

@@ -3,9 +3,9 @@
 Redis holds what must be one for all replicas: a lock per instance and per loading model while
 a swap runs (single flight across replicas), the scheduler's lease (each preload run happens
 on one replica), each replica's heartbeat, the pins and drains an operator set, and the demand
-by time of day that auto preloads learn (swapgate/cluster/shared_demand.py). Everything
+by time of day that auto preloads learn (swapgate/cluster/demand.py). Everything
 else travels as events on one pub/sub channel and is applied to each replica's own registry
-(swapgate/cluster/shared.py), so that the warm path reads no Redis at all.
+(swapgate/cluster/swaps.py), so that the warm path reads no Redis at all.
 
 A lock or lease is a key with an expiry that its live holder renews: a holder that dies frees
 it within ``LEASE_TTL``. Redis down or restarting is not an error for anyone: every call here
@@ -32,8 +32,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeout
 
-from swapgate.cluster.events import Beat, Event, Heard, decode, encode
-from swapgate.control.elsewhere import REPLICA_TTL
+from swapgate.cluster.messages import Beat, Event, Heard, decode, encode
+from swapgate.control.peer_load import REPLICA_TTL
 from swapgate.metrics import Metrics
 from swapgate.tasks import stop
 
@@ -97,7 +97,7 @@ class Holder:
 
 
 class Listener(Protocol):
-    """What a replica does with what the others tell it (swapgate/cluster/shared.py's
+    """What a replica does with what the others tell it (swapgate/cluster/swaps.py's
     ``SharedSwaps``)."""
 
     def apply(self, heard: Heard) -> None:
@@ -299,7 +299,7 @@ class Cluster:
     @property
     def redis(self) -> redis.Redis:
         """The connection, for the parts of the shared state kept beside their kin
-        (swapgate/cluster/shared_demand.py); their calls go through ``call``."""
+        (swapgate/cluster/demand.py); their calls go through ``call``."""
         return self._redis
 
     async def call(self, work: Awaitable[T]) -> T | None:

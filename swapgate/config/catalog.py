@@ -6,8 +6,8 @@ import shlex
 from collections.abc import Callable
 
 from swapgate.config.settings import Settings
+from swapgate.config.sizes import WeightFiles, sizes
 from swapgate.errors import ModelNotFound
-from swapgate.model.sizes import WeightFiles, sizes
 
 
 class Catalog:

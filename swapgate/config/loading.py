@@ -22,7 +22,7 @@ from swapgate.config.settings import (
     PreloadConfig,
     Settings,
 )
-from swapgate.model.sizes import sizes
+from swapgate.config.sizes import sizes
 
 _UNKNOWN_KEY = "unknown key; check its spelling against the documented schema"
 

@@ -22,7 +22,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from swapgate.model.sizes import Bytes, SizeConfig, parse_size
+from swapgate.config.sizes import Bytes, SizeConfig, parse_size
 
 __all__ = ["ConfigError", "Settings", "parse_duration", "parse_size"]
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from swapgate.config.settings import DiagnosisConfig
-from swapgate.model.counts import PerSecond
+from swapgate.data.counts import PerSecond
 from swapgate.policy.diagnosis import Figures, State, diagnose
 
 # Prompt-size bands (estimated tokens): long prompts take longer to their first token, so a

@@ -13,8 +13,8 @@ import time
 
 from swapgate.control.router import Router
 from swapgate.control.waiter import Want
+from swapgate.data.lease import Lease, Progress
 from swapgate.errors import NoCapacity
-from swapgate.model.lease import Lease, Progress
 
 
 class Attempts:

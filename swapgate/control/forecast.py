@@ -51,7 +51,7 @@ class DayDemand:
         self._clock = clock
         self._day = int(clock() // 86400)
         self._models: dict[str, _Model] = {}
-        # Among replicas (swapgate/cluster/shared_demand.py): the usual days are Redis's, folded
+        # Among replicas (swapgate/cluster/demand.py): the usual days are Redis's, folded
         # there from every replica's counts; here, arrivals wait to be added to those counts.
         self.shared = False
         self._untaken: dict[str, int] = {}  # "day:model:slot": arrivals

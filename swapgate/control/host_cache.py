@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Literal
 
 from swapgate.config.settings import HostCacheConfig
+from swapgate.config.sizes import WeightFiles, weight_files
 from swapgate.control import pages
 from swapgate.control.registry import Registry
+from swapgate.data.snapshot import AWAKE, Snapshot
 from swapgate.metrics import Metrics
-from swapgate.model.sizes import WeightFiles, weight_files
-from swapgate.model.snapshot import AWAKE, Snapshot
 from swapgate.policy.keep import keep, wanted
 
 log = logging.getLogger("swapgate.host_cache")

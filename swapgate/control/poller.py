@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Protocol
 
 from swapgate.control.registry import Registry
+from swapgate.data.warm import InstanceReport
 from swapgate.errors import DriverError, DriverTimeout
 from swapgate.metrics import Metrics
-from swapgate.model.state import InstanceReport
 
 log = logging.getLogger("swapgate.poller")
 # One failed poll is forgiven (a busy server may miss one); this many in a row take it down.

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from swapgate.control.registry import Registry
 from swapgate.control.swaps import Swaps
 from swapgate.control.waiting import until
-from swapgate.model.snapshot import Snapshot
-from swapgate.model.state import WarmState
+from swapgate.data.snapshot import Snapshot
+from swapgate.data.warm import WarmState
 from swapgate.policy.placement import Policy, Swap, Unavailable, place
 
 

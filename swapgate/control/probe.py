@@ -20,8 +20,8 @@ from swapgate.config.settings import RelayConfig, Settings
 from swapgate.control.decay import DecayWatch
 from swapgate.control.router import Router
 from swapgate.control.waiter import Want
+from swapgate.data.lease import Upstream
 from swapgate.metrics import Metrics
-from swapgate.model.lease import Upstream
 from swapgate.policy.placement import Serve
 
 log = logging.getLogger("swapgate.probe")

@@ -19,17 +19,17 @@ from typing import Protocol
 from swapgate.config.catalog import Catalog
 from swapgate.config.settings import InstanceConfig
 from swapgate.control.changes import Changes
-from swapgate.control.elsewhere import Elsewhere
+from swapgate.control.peer_load import Elsewhere
+from swapgate.control.queues import Waitlist
 from swapgate.control.slots import LEAVING, InstanceSlot
-from swapgate.control.waitlist import Waitlist
-from swapgate.model.lease import Pulse
-from swapgate.model.snapshot import Snapshot
-from swapgate.model.state import InstanceReport, WarmState
+from swapgate.data.lease import Pulse
+from swapgate.data.snapshot import Snapshot
+from swapgate.data.warm import InstanceReport, WarmState
 
 
 class Shares(Protocol):
     """Told of what an operator set on this replica, for the others: a pin until ``until``
-    (monotonic; 0: unpinned), a drain on or off. Implemented in swapgate/cluster/shared.py,
+    (monotonic; 0: unpinned), a drain on or off. Implemented in swapgate/cluster/swaps.py,
     which control/ does not import (the arrows point from cluster/ to control/)."""
 
     def pinned(self, instance: str, model: str, until: float) -> None: ...

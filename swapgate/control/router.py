@@ -20,10 +20,10 @@ from swapgate.control.registry import Registry
 from swapgate.control.swaps import Swaps
 from swapgate.control.waiter import Waiter, Waiting, Want
 from swapgate.control.waiting import until
+from swapgate.data.lease import Lease, Progress, Upstream
+from swapgate.data.snapshot import Snapshot
 from swapgate.errors import NoCapacity, PathNotFound, QueueFull
 from swapgate.metrics import Metrics
-from swapgate.model.lease import Lease, Progress, Upstream
-from swapgate.model.snapshot import Snapshot
 from swapgate.policy import affinity, pools, timing
 from swapgate.policy.affinity import conversation
 from swapgate.policy.fallback import Reason, allows

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from swapgate.config.settings import InstanceConfig
-from swapgate.model.lease import Pulse
-from swapgate.model.snapshot import InstanceView, ModelView
-from swapgate.model.state import WarmState
+from swapgate.data.lease import Pulse
+from swapgate.data.snapshot import InstanceView, ModelView
+from swapgate.data.warm import WarmState
 
 NO_COUNT_LIMIT = 1 << 30  # an instance whose memory alone limits what is resident
 # ``closing_until`` of a model being evicted: no new request goes to it until it is gone.

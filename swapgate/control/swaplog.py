@@ -12,7 +12,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from swapgate.model.snapshot import InstanceView
+from swapgate.data.snapshot import InstanceView
 
 KEPT = 50  # records kept, newest last
 

@@ -18,10 +18,10 @@ from swapgate.config.catalog import Catalog
 from swapgate.control.kv import KvKeeper
 from swapgate.control.registry import Registry
 from swapgate.control.swaplog import SwapLog, eviction_reason
+from swapgate.data.warm import WarmState
 from swapgate.drivers import Driver
 from swapgate.errors import DriverError, shown_to_clients
 from swapgate.metrics import Metrics
-from swapgate.model.state import WarmState
 from swapgate.policy.backoff import WINDOW, Backoff
 from swapgate.policy.placement import Policy, overflow
 from swapgate.policy.timing import EXPECTED_SWAP
@@ -250,7 +250,7 @@ class SwapCoordinator:
     async def _swap(self, instance: str, model: str, victims: tuple[str, ...]) -> bool:
         try:
             if not await self._claim(instance, model):
-                return False  # another replica swaps there (swapgate/cluster/shared.py)
+                return False  # another replica swaps there (swapgate/cluster/swaps.py)
             try:
                 return await self._run(instance, model, victims)
             finally:

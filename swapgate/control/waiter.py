@@ -10,9 +10,9 @@ from typing import Protocol
 from swapgate.config.settings import FallbackPolicy
 from swapgate.control.registry import Registry
 from swapgate.control.swaps import Swaps
+from swapgate.data.lease import Lease, Progress
 from swapgate.errors import NoCapacity, SwapFailed
 from swapgate.metrics import Metrics
-from swapgate.model.lease import Lease, Progress
 from swapgate.policy import pools
 from swapgate.policy.fallback import Reason, relay_reason
 from swapgate.policy.placement import Decision, Full, Join, Queue, Serve, Swap, Unavailable

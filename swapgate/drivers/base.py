@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 
+from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.errors import DriverError, DriverTimeout
-from swapgate.model.state import InstanceReport, WarmState
 
 # A poll that takes longer than this says the instance is not healthy.
 POLL_TIMEOUT = httpx.Timeout(5.0)

@@ -22,10 +22,10 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.drivers.base import LOAD_TIMEOUT, Driver
-from swapgate.drivers.processes import exit_name
+from swapgate.drivers.children import exit_name
 from swapgate.errors import DriverError
-from swapgate.model.state import InstanceReport, WarmState
 
 log = logging.getLogger("swapgate.drivers.llama_router")
 

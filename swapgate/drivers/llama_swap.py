@@ -16,9 +16,9 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.drivers.base import LOAD_TIMEOUT, Driver
 from swapgate.errors import DriverError
-from swapgate.model.state import InstanceReport, WarmState
 from swapgate.policy.timing import retry_after
 
 # llama-swap's process states; "stopping" frees its memory, so it is cold for placement.

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.drivers.base import LOAD_TIMEOUT, Driver
 from swapgate.errors import DriverError
-from swapgate.model.state import InstanceReport, WarmState
 
 # Ollama resets a model's keep-alive on every request; -1 only keeps it until the first one.
 LOAD_KEEP_ALIVE = -1

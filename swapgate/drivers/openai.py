@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.drivers.base import Driver
 from swapgate.errors import DriverError
-from swapgate.model.state import InstanceReport, WarmState
 
 
 class OpenAIDriver(Driver):

@@ -33,11 +33,11 @@ import httpx
 import psutil
 
 from swapgate.config.settings import InstanceConfig, ProcessCommand
+from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.drivers.base import Driver
+from swapgate.drivers.children import die_with_parent, exit_name, port_free
 from swapgate.drivers.ledger import Ledger
-from swapgate.drivers.processes import die_with_parent, exit_name, port_free
 from swapgate.errors import DriverError
-from swapgate.model.state import InstanceReport, WarmState
 
 log = logging.getLogger("swapgate.process")
 OUTPUT_LINES = 50  # kept per process, for errors and /admin/state

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from swapgate.data.warm import InstanceReport
 from swapgate.drivers.base import LOAD_TIMEOUT, Driver
 from swapgate.errors import DriverError
-from swapgate.model.state import InstanceReport
 
 
 class SwapOnRequestDriver(Driver):

@@ -22,9 +22,9 @@ from collections.abc import Mapping
 
 import httpx
 
+from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.drivers.base import LOAD_TIMEOUT, POLL_TIMEOUT, Driver
 from swapgate.errors import DriverError
-from swapgate.model.state import InstanceReport, WarmState
 
 # A wake answers once the engine is awake; this long after it, the server must say so.
 AWAKE_CHECKS, AWAKE_PAUSE = 50, 0.1

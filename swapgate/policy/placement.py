@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Literal
 
-from swapgate.model.sizes import human
-from swapgate.model.snapshot import AWAKE, InstanceView, Snapshot
-from swapgate.model.state import WarmState
+from swapgate.config.sizes import human
+from swapgate.data.snapshot import AWAKE, InstanceView, Snapshot
+from swapgate.data.warm import WarmState
 from swapgate.policy.timing import residency
 
 Eviction = Literal["lru", "demand"]

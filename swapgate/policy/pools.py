@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from swapgate.config.settings import PoolConfig, parse_duration
+from swapgate.data.snapshot import Snapshot
 from swapgate.errors import BadRequest
-from swapgate.model.snapshot import Snapshot
 
 CHARS_PER_TOKEN = 4
 BUDGET_HEADER = b"x-swapgate-max-wait"

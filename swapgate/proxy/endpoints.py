@@ -4,7 +4,8 @@ speaks to its clients.
 Every endpoint is placed by its body's ``model`` and goes through the same request path; what
 differs is how an error or a keep-alive looks to the client (its ``Dialect``), whether leading
 whitespace is safe before its answer, how its body is read, and which protocol an upstream
-must speak to take the request as it is (else it is translated: swapgate/proxy/translated.py).
+must speak to take the request as it is (else it is translated:
+swapgate/proxy/translate/translated.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from swapgate.errors import SwapgateError
-from swapgate.proxy import anthropic
+from swapgate.proxy.translate import anthropic
 
 Api = Literal["openai", "anthropic", "responses"]  # the APIs a client may speak
 

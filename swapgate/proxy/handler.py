@@ -20,11 +20,12 @@ from swapgate.config.catalog import Catalog
 from swapgate.config.settings import Settings
 from swapgate.control.decay import DecayWatch
 from swapgate.control.failover import Attempts
+from swapgate.control.key_limits import Admission, KeyLimits
 from swapgate.control.kv import KvKeeper
-from swapgate.control.limits import Admission, KeyLimits
 from swapgate.control.registry import Registry
 from swapgate.control.router import Router
 from swapgate.control.waiter import Want
+from swapgate.data.lease import Lease, Progress
 from swapgate.errors import (
     InternalError,
     ShuttingDown,
@@ -35,14 +36,13 @@ from swapgate.errors import (
     UpstreamUnreachable,
 )
 from swapgate.metrics import UNKNOWN, Metrics
-from swapgate.model.lease import Lease, Progress
 from swapgate.policy import pools
 from swapgate.policy.timing import retry_after
 from swapgate.proxy.endpoints import ENDPOINTS, Endpoint
 from swapgate.proxy.keepalive import OPT_OUT_HEADER, KeepalivePlan, Pinger, plan_keepalive
 from swapgate.proxy.request import Request, read_request
 from swapgate.proxy.request_id import request_id
-from swapgate.proxy.translated import CHAT_PATH, Translated
+from swapgate.proxy.translate.translated import CHAT_PATH, Translated
 from swapgate.proxy.upload import PLAIN_FORMATS
 from swapgate.proxy.upstream import UpstreamClient, UpstreamResponse
 from swapgate.proxy.wire import (

@@ -19,8 +19,8 @@ from typing import Literal
 
 from swapgate.config.settings import KeepaliveConfig
 from swapgate.control.registry import Registry
+from swapgate.data.lease import Progress
 from swapgate.metrics import Metrics
-from swapgate.model.lease import Progress
 from swapgate.policy import timing
 from swapgate.proxy.endpoints import Endpoint
 from swapgate.proxy.wire import BodyMode, ResponseWriter, route_headers

@@ -8,7 +8,7 @@ from typing import Any
 from starlette.types import Message, Receive
 
 from swapgate.proxy.endpoints import Endpoint
-from swapgate.proxy.translated import Translated
+from swapgate.proxy.translate.translated import Translated
 from swapgate.proxy.upload import Upload
 from swapgate.proxy.wire import parse_request, read_body, with_model
 

@@ -27,7 +27,7 @@ from swapgate.errors import (
     SwapgateError,
 )
 from swapgate.proxy.endpoints import ENDPOINTS
-from swapgate.server.events import EventStream
+from swapgate.server.event_stream import EventStream
 from swapgate.server.routes.admin import admin_routes
 from swapgate.server.routes.public import public_routes
 from swapgate.server.routes.ui import dashboard_routes

@@ -4,7 +4,7 @@ were chosen, each model's demand by quarter-hour, the placements and thrash, the
 and, among replicas, which one this is and what the cluster says.
 
 One dict, made at most a few times a second and only while someone watches
-(swapgate/server/events.py), from state the gateway keeps anyway: the data plane pays nothing.
+(swapgate/server/event_stream.py), from state the gateway keeps anyway: the data plane pays nothing.
 """
 
 from __future__ import annotations

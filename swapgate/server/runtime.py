@@ -28,10 +28,10 @@ from typing import Any
 import httpx
 
 from swapgate.auth import AdminAuth, ClientAuth
-from swapgate.cluster.shared import OperatorShares, SharedSwaps
-from swapgate.cluster.shared_demand import SharedDemand
-from swapgate.cluster.shared_limits import SharedCounts
+from swapgate.cluster.demand import SharedDemand
+from swapgate.cluster.key_counts import SharedCounts
 from swapgate.cluster.store import Cluster
+from swapgate.cluster.swaps import OperatorShares, SharedSwaps
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import load_config
 from swapgate.config.paths import processes_directory
@@ -39,8 +39,8 @@ from swapgate.config.settings import ConfigError, ProcessCommand, Settings, secr
 from swapgate.control.decay import DecayWatch
 from swapgate.control.forecast import DayDemand, state_file
 from swapgate.control.host_cache import HostCache
+from swapgate.control.key_limits import KeyLimits
 from swapgate.control.kv import KvKeeper
-from swapgate.control.limits import KeyLimits
 from swapgate.control.poller import Poller
 from swapgate.control.preload import Preloader
 from swapgate.control.probe import Prober
@@ -48,10 +48,10 @@ from swapgate.control.registry import Registry
 from swapgate.control.router import Router, policy_for
 from swapgate.control.scheduler import PreloadScheduler
 from swapgate.control.swaps import SwapCoordinator, SwapTimes
+from swapgate.data.warm import WarmState
 from swapgate.drivers import Driver, ProcessDriver, make_driver
 from swapgate.drivers.ledger import Ledger
 from swapgate.metrics import EngineRow, Metrics
-from swapgate.model.state import WarmState
 from swapgate.policy.diagnosis import STATES
 from swapgate.proxy.handler import ProxyEndpoint
 from swapgate.proxy.upstream import UpstreamClient

@@ -17,7 +17,7 @@ import httpx
 
 from swapgate.config.paths import state_directory
 from swapgate.config.settings import PRIORITY_CLASSES
-from swapgate.model.sizes import human
+from swapgate.config.sizes import human
 from swapgate.tools.arguments import duration_text
 
 DEFAULT_URL = "http://127.0.0.1:8080"

@@ -16,9 +16,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from swapgate.config.settings import InstanceConfig, Settings
-from swapgate.drivers.processes import serving
 from swapgate.server.serve import serve
 from swapgate.tools.admin_cli import demo_token_path
+from swapgate.tools.processes import serving
 
 FLAVOURS = {"llama-swap": "llama-swap", "ollama": "ollama", "openai": "openai"}
 ENGINE_STARTUP = 60.0  # the server loads its first model before it listens
@@ -33,7 +33,7 @@ def run_demo(
 ) -> int:
     """Serve the gateway in front of a simulator per instance, or, with ``engine``, a real
     server per instance: llama-cpp-python (``llama.cpp``) or a llama-server router
-    (``llama-server``), each built once per machine (swapgate/tools/engines.py)."""
+    (``llama-server``), each built once per machine (testbed/engines.py)."""
     with ExitStack() as stack:
         token = stack.enter_context(demo_admin_token(settings))
         for instance in settings.instances:
@@ -55,7 +55,7 @@ def llama_cpp_server(instance: InstanceConfig) -> Iterator[None]:
     """A real llama-cpp-python server where the instance's URL points, serving Gemma-3-270M
     under each of the instance's model names (the second and later with twice the context,
     so that each is a model of its own to the server)."""
-    from swapgate.tools.engines import ensure_llama_cpp
+    from testbed.engines import ensure_llama_cpp
 
     engine = ensure_llama_cpp()
     models = {m: DEFAULT_N_CTX * (2 if i else 1) for i, m in enumerate(instance.models or ("a",))}
@@ -72,7 +72,7 @@ def llama_cpp_server(instance: InstanceConfig) -> Iterator[None]:
 def llama_router(instance: InstanceConfig) -> Iterator[None]:
     """A llama-server router where the instance's URL points, serving Gemma-3-270M under each
     of the instance's model names, one loaded at a time."""
-    from swapgate.tools.engines import ensure_llama_server
+    from testbed.engines import ensure_llama_server
 
     engine = ensure_llama_server()
     models = {m: DEFAULT_N_CTX * (2 if i else 1) for i, m in enumerate(instance.models or ("a",))}
@@ -89,7 +89,7 @@ def llama_router(instance: InstanceConfig) -> Iterator[None]:
 def llama_swap(instance: InstanceConfig, root: Path) -> Iterator[None]:
     """A real llama-swap where the instance's URL points, running llama-server with
     Gemma-3-270M for each of the instance's model names, one loaded at a time."""
-    from swapgate.tools.engines import ensure_llama_swap
+    from testbed.engines import ensure_llama_swap
 
     engine = ensure_llama_swap()
     if engine is None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from swapgate.config.catalog import weight_paths
 from swapgate.config.settings import InstanceConfig, Settings
-from swapgate.model.sizes import Size, human, sizes, weight_files
+from swapgate.config.sizes import Size, human, sizes, weight_files
 
 CONTEXT_STEP = 1024  # suggested contexts are rounded down to this
 

@@ -37,7 +37,7 @@ import yaml
 from swapgate.config.loading import parse_config
 from swapgate.config.paths import STATE_DIR_ENV
 from swapgate.config.settings import ConfigError, parse_duration
-from swapgate.drivers.processes import free_port, serving, start, stop, wait_until_serving
+from swapgate.tools.processes import free_port, serving, start, stop, wait_until_serving
 
 _ACCESS = re.compile(
     r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \S+ swapgate\.access: \"\S+ \S+\" (\d{3}) "

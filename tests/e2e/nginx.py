@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bench.procs import NGINX_MAIN
-from swapgate.drivers.processes import die_with_parent
+from swapgate.drivers.children import die_with_parent
 from tests.e2e.processes import free_port, wait_until_serving
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"

@@ -1,6 +1,6 @@
 """Real processes on loopback for end-to-end tests: simulators and the gateway.
 
-Started with swapgate/drivers/processes.py, so each one stops by itself if the test run dies.
+Started with swapgate/tools/processes.py, so each one stops by itself if the test run dies.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import psutil
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from swapgate.drivers.processes import free_port, start, stop, wait_until_serving
+from swapgate.tools.processes import free_port, start, stop, wait_until_serving
 
 # Where gateways started here record the processes they start (swapgate/drivers/ledger.py):
 # one directory per test run, not the user's own.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from swapgate.drivers.processes import die_with_parent
+from swapgate.drivers.children import die_with_parent
 from tests.e2e import wire
 from tests.e2e.nginx import MAIN, NGINX
 from tests.e2e.processes import (

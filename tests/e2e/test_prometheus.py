@@ -14,7 +14,7 @@ import httpx
 import pytest
 import yaml
 
-from swapgate.drivers.processes import die_with_parent
+from swapgate.drivers.children import die_with_parent
 from tests.e2e.processes import (
     Gateway,
     Sim,

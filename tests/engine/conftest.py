@@ -1,6 +1,6 @@
 """The real engine: llama-cpp-python's OpenAI server with Gemma-3-270M (docs/compatibility.md).
 
-The engine is built once per machine into a cache (swapgate/tools/engines.py); every server here is
+The engine is built once per machine into a cache (testbed/engines.py); every server here is
 a real process on loopback that the test starts and stops.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from swapgate.tools.engines import (
+from testbed.engines import (
     LlamaCppEngine,
     LlamaSwapEngine,
     ensure_llama_cpp,

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from swapgate.tools.engines import LlamaServerEngine, ensure_llama_server
+from testbed.engines import LlamaServerEngine, ensure_llama_server
 from tests.e2e.processes import free_port, gateway
 
 pytestmark = pytest.mark.engine

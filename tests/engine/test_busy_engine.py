@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from swapgate.tools.engines import LlamaCppEngine
+from testbed.engines import LlamaCppEngine
 from tests.e2e.processes import gateway
 from tests.e2e.test_process import ENV, TOKEN
 from tests.engine.conftest import llama_server, swap_on_request

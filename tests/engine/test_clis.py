@@ -1,5 +1,5 @@
 """The real coding clients through swapgate: Claude Code (``claude -p``) and Codex
-(``codex exec``), installed from npm once per machine (swapgate/tools/engines.py).
+(``codex exec``), installed from npm once per machine (testbed/engines.py).
 
 Offline they need only a base URL and a key: ``ANTHROPIC_BASE_URL`` + ``ANTHROPIC_API_KEY``,
 and a Codex provider with ``base_url``, ``env_key`` and ``wire_api = "responses"``. Against the
@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from swapgate.tools.engines import CodingClients, ensure_clis, ensure_llama_server
+from testbed.engines import CodingClients, ensure_clis, ensure_llama_server
 from tests.e2e.nginx import nginx
 from tests.e2e.processes import (
     Gateway,

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from swapgate.tools.engines import LlamaCppEngine
+from testbed.engines import LlamaCppEngine
 from tests.e2e.processes import gateway, metric_in, wait_for
 from tests.e2e.test_process import ENV, TOKEN
 from tests.engine.conftest import process_node

@@ -9,7 +9,7 @@ import httpx
 import pytest
 import yaml
 
-from swapgate.tools.engines import LlamaServerEngine, ensure_llama_server
+from testbed.engines import LlamaServerEngine, ensure_llama_server
 from tests.e2e.processes import free_port, spawn, stop, wait_for, wait_until_serving
 
 pytestmark = pytest.mark.engine

@@ -8,8 +8,8 @@ import subprocess
 import pytest
 
 from swapgate.config.loading import parse_config
-from swapgate.model.sizes import read_gguf, size_of
-from swapgate.tools.engines import LlamaCppEngine
+from swapgate.config.sizes import read_gguf, size_of
+from testbed.engines import LlamaCppEngine
 
 pytestmark = pytest.mark.engine
 

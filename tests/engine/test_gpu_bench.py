@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench import llama_server_gpu, random_gguf
-from swapgate.tools.engines import ensure_llama_server
+from testbed.engines import ensure_llama_server
 
 pytestmark = pytest.mark.engine
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from swapgate.control import pages
-from swapgate.tools.engines import LlamaServerEngine, ensure_llama_server
+from testbed.engines import LlamaServerEngine, ensure_llama_server
 from tests.e2e.processes import free_port, gateway
 
 pytestmark = pytest.mark.engine

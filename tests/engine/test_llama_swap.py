@@ -1,5 +1,5 @@
 """The deployment swapgate was made for, for real: two llama-swap instances (v250, built from the
-project's shared folder, swapgate/tools/engines.py), each running llama.cpp's llama-server with
+project's shared folder, testbed/engines.py), each running llama.cpp's llama-server with
 Gemma-3-270M for its models, swapgate in front, nginx (2 s ``proxy_read_timeout``) in front of
 that. Each llama-swap runs with what its users turn on: ``sendLoadingState``, ``apiKeys`` (the
 second), ``concurrencyLimit: 1`` on one model, a ``ttl`` on another, and ``groups``.
@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from swapgate.tools.engines import LlamaSwapEngine
+from testbed.engines import LlamaSwapEngine
 from tests.e2e.nginx import nginx
 from tests.e2e.processes import Gateway, free_port, gateway, start, stop, wait_until_serving
 from tests.e2e.wire import post

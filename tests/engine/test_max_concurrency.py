@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from swapgate.tools.engines import LlamaCppEngine
+from testbed.engines import LlamaCppEngine
 from tests.e2e.processes import gateway, metric_in
 from tests.engine.conftest import llama_server, swap_on_request
 

@@ -1,4 +1,4 @@
-"""The engines the suite builds run on any x86-64 machine with AVX2 (swapgate/tools/engines.py):
+"""The engines the suite builds run on any x86-64 machine with AVX2 (testbed/engines.py):
 no AVX-512 or AMX instruction is compiled in, whatever CPU built them."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from swapgate.tools.engines import ensure_llama_cpp, ensure_llama_server
+from testbed.engines import ensure_llama_cpp, ensure_llama_server
 
 pytestmark = pytest.mark.engine
 # AVX-512's registers, and AMX's tile instructions (tdpbf16ps, tdpbssd, tileloadd, ...)

@@ -23,7 +23,7 @@ import openai
 import psutil
 import pytest
 
-from swapgate.tools.engines import LlamaCppEngine
+from testbed.engines import LlamaCppEngine
 from tests.e2e.processes import Gateway, gateway, wait_for
 from tests.e2e.test_process import ENV, TOKEN, processes, stream_and_kill
 from tests.engine.conftest import process_node

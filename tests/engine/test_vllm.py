@@ -1,5 +1,5 @@
 """The real vLLM (its CPU build, serving a tiny Llama made on the machine;
-swapgate/tools/engines.py) behind ``kind: vllm-sleep`` and ``kind: process``.
+testbed/engines.py) behind ``kind: vllm-sleep`` and ``kind: process``.
 
 What the real server does that matters here (docs/compatibility.md): it starts awake; asleep, it
 holds a chat request silently until a wake rather than refusing it, while ``/health`` and
@@ -25,7 +25,7 @@ import httpx
 import psutil
 import pytest
 
-from swapgate.tools.engines import VllmEngine, ensure_vllm
+from testbed.engines import VllmEngine, ensure_vllm
 from tests.e2e.processes import (
     Gateway,
     free_port,

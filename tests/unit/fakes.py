@@ -20,10 +20,10 @@ from swapgate.control.preload import Preloader
 from swapgate.control.registry import Registry
 from swapgate.control.router import Router, policy_for
 from swapgate.control.swaps import SwapCoordinator, SwapTimes
+from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.drivers.base import Driver
 from swapgate.errors import DriverError
 from swapgate.metrics import Metrics
-from swapgate.model.state import InstanceReport, WarmState
 
 
 class FakeClock:

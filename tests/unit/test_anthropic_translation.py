@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from swapgate.errors import BadRequest
-from swapgate.proxy.anthropic import (
+from swapgate.proxy.translate.anthropic import (
     DROPPED,
     RAW_ARGUMENTS,
     count_answer,
@@ -25,7 +25,7 @@ from swapgate.proxy.anthropic import (
     from_chat,
     to_chat,
 )
-from swapgate.proxy.anthropic_stream import StreamTranslator
+from swapgate.proxy.translate.anthropic_stream import StreamTranslator
 
 MODEL = "local-model"
 HELLO: list[MessageParam] = [{"role": "user", "content": "hi"}]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from swapgate.cluster.events import (
+from swapgate.cluster.messages import (
     Beat,
     Drained,
     Event,

@@ -11,6 +11,7 @@ import httpx
 import pytest
 import respx
 
+from swapgate.data.warm import WarmState
 from swapgate.drivers import llama_swap
 from swapgate.drivers.llama_swap import LlamaSwapDriver
 from swapgate.drivers.ollama import OllamaDriver
@@ -18,7 +19,6 @@ from swapgate.drivers.openai import OpenAIDriver
 from swapgate.drivers.swap_on_request import SwapOnRequestDriver
 from swapgate.drivers.vllm_sleep import VllmSleepDriver
 from swapgate.errors import DriverError
-from swapgate.model.state import WarmState
 
 URL = "http://node:8080"
 MODELS = {"object": "list", "data": [{"id": "qwen"}, {"id": "llama"}]}

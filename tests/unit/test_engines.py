@@ -1,4 +1,4 @@
-"""The test engines' builds (swapgate/tools/engines.py): portable flags, never the native
+"""The test engines' builds (testbed/engines.py): portable flags, never the native
 target; flags in the cache key, so an engine built with others is rebuilt; and the smoke check
 that stops at an engine that cannot answer, naming how it ended."""
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from swapgate.drivers.processes import exit_name
-from swapgate.tools import engines
-from swapgate.tools.engines import EngineBroken, flags_key, portable_flags, smoke_server
+from swapgate.drivers.children import exit_name
+from testbed import engines
+from testbed.engines import EngineBroken, flags_key, portable_flags, smoke_server
 
 
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])

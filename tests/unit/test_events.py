@@ -1,4 +1,4 @@
-"""The dashboard's event stream in-process (swapgate/server/events.py): a snapshot first, then
+"""The dashboard's event stream in-process (swapgate/server/event_stream.py): a snapshot first, then
 only what changed; a viewer that falls behind is dropped while the others go on."""
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ import pytest
 import yaml
 
 from swapgate.config.loading import load_config
-from swapgate.server import events
-from swapgate.server.events import EventStream, Viewer
+from swapgate.server import event_stream
+from swapgate.server.event_stream import EventStream, Viewer
 from swapgate.server.runtime import Runtime
 
 
 @pytest.fixture
 async def runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Runtime]:
     monkeypatch.setenv("SWAPGATE_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setattr(events, "COALESCE", 0.01)
+    monkeypatch.setattr(event_stream, "COALESCE", 0.01)
     config = tmp_path / "swapgate.yaml"
     instances = [{"name": n, "url": "http://127.0.0.1:9", "models": ["a"]} for n in ("x", "y")]
     config.write_text(yaml.safe_dump({"instances": instances}))
@@ -54,7 +54,7 @@ async def test_a_snapshot_first_then_only_the_instance_that_changed(runtime: Run
 async def test_a_viewer_that_falls_behind_is_dropped_and_the_others_go_on(
     runtime: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(events, "QUEUE", 4)
+    monkeypatch.setattr(event_stream, "QUEUE", 4)
     stream = EventStream(runtime)
     slow, quick = stream.watch(), stream.watch()
     got: list[str] = []
@@ -91,8 +91,8 @@ def test_the_one_fact_events_say_what_moved_and_only_that() -> None:
             "jobs": [{"name": "morning", "last_run": last_run, "last_result": {"ok": True}}],
         }  # fmt: skip
 
-    assert events._fine(state(1, "warm", 0, None), state(1, "warm", 0, None)) == []
-    moved = events._fine(state(1, "cold", 0, None), state(3, "loading", 2, "09:00"))
+    assert event_stream._fine(state(1, "warm", 0, None), state(1, "warm", 0, None)) == []
+    moved = event_stream._fine(state(1, "cold", 0, None), state(3, "loading", 2, "09:00"))
     assert moved == [
         ("inflight", {"instance": "x", "count": 3}),
         ("model", {"instance": "x", "model": "a", "state": "loading",

@@ -11,7 +11,7 @@ import pytest
 
 from swapgate.control.forecast import SLOT, SLOTS, WEEKDAYS, WEEKENDS, DayDemand, fold
 from swapgate.control.scheduler import PreloadScheduler
-from swapgate.model.state import WarmState
+from swapgate.data.warm import WarmState
 from tests.unit.fakes import world
 
 DAY = 86400.0

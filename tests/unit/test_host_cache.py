@@ -14,8 +14,8 @@ from swapgate.config.loading import parse_config
 from swapgate.control import pages
 from swapgate.control.host_cache import HostCache
 from swapgate.control.registry import Registry
+from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.metrics import Metrics
-from swapgate.model.state import InstanceReport, WarmState
 from swapgate.policy.keep import keep, wanted
 from tests.unit.fakes import FakeClock
 

@@ -10,9 +10,9 @@ from swapgate.config.catalog import Catalog
 from swapgate.config.loading import parse_config
 from swapgate.config.settings import KeepaliveConfig
 from swapgate.control.registry import Registry
+from swapgate.data.lease import Progress
 from swapgate.errors import SwapFailed
 from swapgate.metrics import Metrics
-from swapgate.model.lease import Progress
 from swapgate.proxy.endpoints import ANTHROPIC, ENDPOINTS, RESPONSES, Dialect, Endpoint
 from swapgate.proxy.keepalive import KeepalivePlan, Pinger, plan_keepalive
 from swapgate.proxy.wire import BodyMode, ResponseWriter

@@ -12,7 +12,7 @@ import pytest
 from swapgate.auth import ClientAuth
 from swapgate.config.loading import load_config, parse_config
 from swapgate.config.settings import ConfigError, KeyConfig
-from swapgate.control.limits import KeyLimits
+from swapgate.control.key_limits import KeyLimits
 from swapgate.errors import BadRequest, ModelNotAllowed, RateLimited, Unauthorized
 from tests.unit.fakes import FakeClock
 

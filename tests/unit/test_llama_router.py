@@ -12,10 +12,10 @@ import httpx
 import pytest
 import respx
 
+from swapgate.data.warm import WarmState
 from swapgate.drivers import llama_router
 from swapgate.drivers.llama_router import LlamaRouterDriver
 from swapgate.errors import DriverError
-from swapgate.model.state import WarmState
 
 URL = "http://router:8080"
 NOT_RUNNING = {"error": {"code": 400, "message": "model is not running"}}

@@ -8,8 +8,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import parse_config
 from swapgate.control.registry import Registry
+from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.metrics import SWAP_BUCKETS, Metrics
-from swapgate.model.state import InstanceReport, WarmState
 
 SPEC = {
     "swapgate_requests": ("counter", {"model", "route", "status"}),

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from swapgate.model.demand import Arrivals
-from swapgate.model.snapshot import InstanceView, ModelView, Snapshot
-from swapgate.model.state import WarmState
+from swapgate.data.demand import Arrivals
+from swapgate.data.snapshot import InstanceView, ModelView, Snapshot
+from swapgate.data.warm import WarmState
 from swapgate.policy.placement import (
     Full,
     Join,

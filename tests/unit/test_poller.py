@@ -6,9 +6,9 @@ from swapgate.config.catalog import Catalog
 from swapgate.config.loading import parse_config
 from swapgate.control.poller import Poller
 from swapgate.control.registry import Registry
+from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.errors import DriverError, DriverTimeout
 from swapgate.metrics import Metrics
-from swapgate.model.state import InstanceReport, WarmState
 
 
 class Flaky:

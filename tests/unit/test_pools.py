@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from swapgate.config.settings import PoolConfig
+from swapgate.data.snapshot import InstanceView, Snapshot
 from swapgate.errors import BadRequest
-from swapgate.model.snapshot import InstanceView, Snapshot
 from swapgate.policy.pools import budget, choose, prompt_tokens
 
 

@@ -8,8 +8,8 @@ import pytest
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import parse_config
 from swapgate.control.registry import Registry
-from swapgate.model.demand import HISTORY, Arrivals
-from swapgate.model.state import InstanceReport, WarmState
+from swapgate.data.demand import HISTORY, Arrivals
+from swapgate.data.warm import InstanceReport, WarmState
 
 
 class Clock:
@@ -255,7 +255,7 @@ def test_a_size_the_backend_reports_replaces_the_estimate_where_memory_counts() 
 
 
 def test_the_waitlist_serves_by_class_then_arrival() -> None:
-    from swapgate.control.waitlist import Waitlist
+    from swapgate.control.queues import Waitlist
 
     waitlist = Waitlist(lambda: 0.0)
     waitlist.enter("m", 1.0, 0)
@@ -273,7 +273,7 @@ def test_the_waitlist_serves_by_class_then_arrival() -> None:
 
 
 def test_a_queued_request_of_another_pool_does_not_hold_back_a_slot_it_cannot_use() -> None:
-    from swapgate.control.waitlist import Waitlist
+    from swapgate.control.queues import Waitlist
 
     waitlist = Waitlist(lambda: 0.0)
     waitlist.enter("m", 1.0, 0, ("x",))  # may use instance x only

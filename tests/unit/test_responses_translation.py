@@ -1,4 +1,5 @@
-"""OpenAI Responses <-> chat completions (swapgate/proxy/responses.py, responses_stream.py):
+"""OpenAI Responses <-> chat completions (swapgate/proxy/translate/responses.py and
+responses_stream.py):
 what Codex and ``responses.create`` send, as a chat-only engine must get it, and back."""
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from swapgate.errors import BadRequest
-from swapgate.proxy.responses import custom_tools, from_chat, to_chat
-from swapgate.proxy.responses_stream import ResponsesStream
+from swapgate.proxy.translate.responses import custom_tools, from_chat, to_chat
+from swapgate.proxy.translate.responses_stream import ResponsesStream
 from tests.unit.test_anthropic_translation import BOUNDED, JSON
 
 FIELDS = ["model", "input", "instructions", "tools", "tool_choice", "text", "max_output_tokens",

@@ -16,12 +16,12 @@ from swapgate.control.failover import Attempts
 from swapgate.control.registry import Registry
 from swapgate.control.router import Router
 from swapgate.control.swaps import SwapCoordinator, SwapTimes
+from swapgate.data.lease import Progress
+from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.drivers import make_driver
 from swapgate.errors import NoCapacity, QueueFull
 from swapgate.errors import PathNotFound as NotFound
 from swapgate.metrics import Metrics
-from swapgate.model.lease import Progress
-from swapgate.model.state import InstanceReport, WarmState
 from swapgate.proxy.handler import _query
 from tests.unit.fakes import FakeClock, eventually, recheck_at_once, world
 

@@ -12,18 +12,18 @@ from typing import Any
 
 import pytest
 
-from swapgate.cluster import shared
-from swapgate.cluster.events import Event, Heard, decode, encode
-from swapgate.cluster.shared import OperatorShares, SharedSwaps
+from swapgate.cluster import swaps as cluster_swaps
+from swapgate.cluster.messages import Event, Heard, decode, encode
 from swapgate.cluster.store import Holder, Listener
+from swapgate.cluster.swaps import OperatorShares, SharedSwaps
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import parse_config
-from swapgate.control.elsewhere import REPLICA_TTL
+from swapgate.control.peer_load import REPLICA_TTL
 from swapgate.control.registry import Registry
 from swapgate.control.scheduler import PreloadScheduler
 from swapgate.control.swaps import SwapTimes
+from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.metrics import Metrics
-from swapgate.model.state import InstanceReport, WarmState
 from swapgate.policy.placement import Policy
 from swapgate.tools.admin_cli import render_cluster
 from tests.unit.fakes import FakeDriver, eventually
@@ -140,7 +140,7 @@ async def test_a_model_loading_elsewhere_moves_the_waiters_to_that_instance() ->
 async def test_a_swap_whose_holder_died_is_given_up_so_waiters_place_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(shared, "RECHECK", 0.02)
+    monkeypatch.setattr(cluster_swaps, "RECHECK", 0.02)
     swaps, registry, fake, _ = replica()
     await swaps.connect()
     swaps.apply(heard({"t": "swap", "i": "gpu-1", "m": "x", "eta": 20.0, "r": "r2"}))

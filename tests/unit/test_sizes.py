@@ -11,7 +11,7 @@ import pytest
 
 from swapgate.config.loading import parse_config
 from swapgate.config.settings import ConfigError
-from swapgate.model.sizes import Size, SizeConfig, human, size_of
+from swapgate.config.sizes import Size, SizeConfig, human, size_of
 from swapgate.tools.cli import main
 from swapgate.tools.plan import as_json, make_plan, render
 

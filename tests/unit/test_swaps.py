@@ -7,9 +7,9 @@ from swapgate.config.catalog import Catalog
 from swapgate.config.loading import parse_config
 from swapgate.control.registry import Registry
 from swapgate.control.swaps import SwapCoordinator, SwapTimes
+from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.errors import DriverError
 from swapgate.metrics import Metrics
-from swapgate.model.state import InstanceReport, WarmState
 from swapgate.policy.placement import Policy, Queue, Serve, place
 from tests.unit.fakes import FakeDriver, eventually
 

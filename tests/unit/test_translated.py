@@ -8,7 +8,7 @@ import pytest
 
 from swapgate.errors import BadRequest, UpstreamError
 from swapgate.proxy.endpoints import ENDPOINTS
-from swapgate.proxy.translated import HEADER, Translated
+from swapgate.proxy.translate.translated import HEADER, Translated
 
 MESSAGES, COUNT = ENDPOINTS["/v1/messages"], ENDPOINTS["/v1/messages/count_tokens"]
 ASK = {"model": "claude", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}

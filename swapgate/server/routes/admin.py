@@ -15,9 +15,9 @@ from swapgate.control.preload import PreloadResult
 from swapgate.control.scheduler import describe_result
 from swapgate.control.slots import NO_COUNT_LIMIT
 from swapgate.control.swaps import SwapCoordinator
+from swapgate.data.snapshot import InstanceView, ModelView, Snapshot
+from swapgate.data.warm import WarmState
 from swapgate.errors import BadRequest, Conflict, DriverError, PathNotFound, SwapgateError
-from swapgate.model.snapshot import InstanceView, ModelView, Snapshot
-from swapgate.model.state import WarmState
 from swapgate.server.runtime import Runtime
 
 

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from swapgate import __version__
-from swapgate.model.state import WarmState
+from swapgate.data.warm import WarmState
 from swapgate.server.runtime import Runtime
 
 

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 
 from swapgate.errors import PathNotFound
-from swapgate.server.events import EventStream
+from swapgate.server.event_stream import EventStream
 from swapgate.server.runtime import Runtime
 
 UI = Path(__file__).resolve().parent.parent / "ui"

@@ -1,12 +1,13 @@
-"""Chat completion chunks, streamed, as Anthropic Messages events (swapgate/proxy/anthropic.py
-translates the rest of a Messages request and its answer)."""
+"""Chat completion chunks, streamed, as Anthropic Messages events
+(swapgate/proxy/translate/anthropic.py translates the rest of a Messages request and its
+answer)."""
 
 from __future__ import annotations
 
 import uuid
 from typing import Any
 
-from swapgate.proxy.anthropic import (
+from swapgate.proxy.translate.anthropic import (
     _compact,
     _dict,
     _list,
@@ -16,7 +17,7 @@ from swapgate.proxy.anthropic import (
     _usage,
     error_body,
 )
-from swapgate.proxy.chat_stream import ChatStreamReader
+from swapgate.proxy.translate.chat_stream import ChatStreamReader
 
 
 class StreamTranslator(ChatStreamReader):

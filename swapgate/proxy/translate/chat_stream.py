@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from swapgate.proxy.anthropic import _error_message
+from swapgate.proxy.translate.anthropic import _error_message
 
 
 class ChatStreamReader:

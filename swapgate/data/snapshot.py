@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from swapgate.model.demand import Arrivals
-from swapgate.model.state import WarmState
+from swapgate.data.demand import Arrivals
+from swapgate.data.warm import WarmState
 
 AWAKE = frozenset({WarmState.WARM, WarmState.LOADING})
 

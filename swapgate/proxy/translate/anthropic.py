@@ -2,8 +2,8 @@
 
 A client's ``POST /v1/messages`` goes to such a backend as ``/v1/chat/completions`` (``to_chat``);
 the answer comes back as a Message (``from_chat``) or, streamed, as Anthropic's events
-(``StreamTranslator``, in swapgate/proxy/anthropic_stream.py). Pure: dicts and bytes in, dicts
-and bytes out.
+(``StreamTranslator``, in swapgate/proxy/translate/anthropic_stream.py). Pure: dicts and bytes
+in, dicts and bytes out.
 
 What has no counterpart in chat is dropped, never imitated: the top-level fields in ``DROPPED``
 (and any field neither carried nor named there), ``document`` blocks, ``thinking`` blocks of

@@ -1,2 +1,2 @@
 """Plain data the rest shares: warm states, the frozen snapshots placement reads, demand
-(arrivals), leases and sizes. No I/O, no loops."""
+(arrivals), leases and counts. No I/O, no loops."""
