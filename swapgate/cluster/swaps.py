@@ -111,7 +111,9 @@ class SharedSwaps(SwapCoordinator):
             return True
         log.info("%s on %s: replica %s swaps %s on %s; its waiters here join that swap",
                  model, instance, holder.replica, holder.model, holder.instance)  # fmt: skip
-        self._registry.end_swap(instance, model, ok=False)  # this mark goes, without backoff
+        self._registry.swap_marks.end_swap(
+            instance, model, ok=False
+        )  # this mark goes, without backoff
         self._mark(holder.instance, holder.model, own=instance)
         return False
 
@@ -139,7 +141,7 @@ class SharedSwaps(SwapCoordinator):
         """Another replica's event, applied to this replica's registry."""
         event = heard.event
         if isinstance(event, Beat):
-            self._registry.elsewhere.heard(heard.replica, event.inflight, self._registry.clock())
+            self._registry.peer_load.heard(heard.replica, event.inflight, self._registry.clock())
             return
         if not self._registry.has(event.instance):
             return  # an instance this replica's config does not have
@@ -149,18 +151,18 @@ class SharedSwaps(SwapCoordinator):
             case SwapDone():
                 self._done(event)
             case Evicted(instance, model):
-                self._registry.evicted(instance, model)
+                self._registry.swap_marks.evicted(instance, model)
             case Pinned(instance, model, until):
                 self._pin(instance, model, until)
             case Drained(instance, on):
-                self._registry.set_drained(instance, on, share=False)
+                self._registry.operator.set_drained(instance, on, share=False)
 
     def _mark(self, instance: str, model: str, eta: float | None = None, own: str = "") -> None:
         """Another replica swaps ``model`` on ``instance``: waiters here join it. ``own``:
         the instance whose swap here is handing over (its task is ending)."""
         if (self.busy(instance) and instance != own) or self._registry.swapping(instance):
             return  # its own swap there, or this one is known already
-        self._registry.begin_swap(
+        self._registry.swap_marks.begin_swap(
             instance, model, eta if eta is not None else self.eta(instance, model)
         )
         self._marks[instance] = model
@@ -172,17 +174,17 @@ class SharedSwaps(SwapCoordinator):
             if done.seconds > 0:
                 self.times.record(instance, model, done.seconds)
             if marked == model:
-                self._registry.end_swap(instance, model, ok=True)
+                self._registry.swap_marks.end_swap(instance, model, ok=True)
             else:
-                self._registry.warmed(instance, model)
+                self._registry.swap_marks.warmed(instance, model)
         elif marked is not None:
-            self._registry.end_swap(instance, marked, False, done.backoff,
+            self._registry.swap_marks.end_swap(instance, marked, False, done.backoff,
                                     failure="another replica's load failed")  # fmt: skip
 
     def _unmark(self, instance: str) -> None:
         model = self._marks.pop(instance, None)
         if model is not None and self._registry.swapping(instance) == model:
-            self._registry.end_swap(instance, model, ok=False)  # waiters place again
+            self._registry.swap_marks.end_swap(instance, model, ok=False)  # waiters place again
 
     async def _check_marks(self) -> None:
         """Marks whose holder is gone (died mid-swap, or Redis lost) go; waiters place again."""
@@ -198,11 +200,11 @@ class SharedSwaps(SwapCoordinator):
 
     def _pin(self, instance: str, model: str, until: float) -> None:
         if until > time.time():
-            self._registry.pin(
+            self._registry.operator.pin(
                 instance, model, _monotonic(until, self._registry.clock), share=False
             )
         else:
-            self._registry.unpin(instance, model, share=False)
+            self._registry.operator.unpin(instance, model, share=False)
 
     async def resync(self) -> None:
         """Redis answers (again): tell what it missed, then read back the pins and drains
@@ -214,7 +216,7 @@ class SharedSwaps(SwapCoordinator):
                 self._pin(instance, model, float(until))
         drains = await self.cluster.shared("drains")
         for name in self._registry.names():
-            self._registry.set_drained(name, name in drains, share=False)
+            self._registry.operator.set_drained(name, name in drains, share=False)
 
     def in_flight(self) -> dict[str, dict[str, int]]:
         return self._registry.in_flight()

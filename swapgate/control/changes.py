@@ -1,13 +1,25 @@
-"""The one signal that live state changed in a way that may unblock a waiter: requests waiting
-for their model and preloads wait on it, the registry's verbs raise it."""
+"""The one signal that live state changed in a way that may unblock a waiter, and the one loop
+that waits on it (``until``), for requests and preloads: the registry's parts raise it.
+
+Every change that can unblock a waiter (a swap begins or ends, a request ends, a poll answers)
+wakes it; the recheck interval bounds how late it notices what no event marks, such as
+``min_residency`` running out.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import TypeVar
+
+RECHECK_INTERVAL = 0.5
+T = TypeVar("T")
 
 
 class Changes:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float]) -> None:
+        """``clock``: the live state's, by which ``until``'s deadlines are read."""
+        self._clock = clock
         self._event = asyncio.Event()
         self._waiters = 0
 
@@ -30,3 +42,15 @@ class Changes:
         if self._waiters:
             self._event.set()
             self._event = asyncio.Event()
+
+    async def until(self, decide: Callable[[], T | None], deadline: float) -> T | None:
+        """Call ``decide`` now and after every change until it returns something; None once
+        ``deadline`` (by the clock) has passed. ``decide`` may raise to end the wait."""
+        while True:
+            outcome = decide()
+            if outcome is not None:
+                return outcome
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                return None
+            await self.wait(min(remaining, RECHECK_INTERVAL))

@@ -120,7 +120,7 @@ class HostCache:
             model: arrivals.chance_within(snap.now, DEMAND_HORIZON)
             for model, arrivals in snap.arrivals.items()
         }
-        order = wanted(self._registry.waitlist.oldest(), upcoming, chances, loaded)
+        order = wanted(self._registry.queues.oldest(), upcoming, chances, loaded)
         sizes = {m: sum(self._size.get(f, 0) for f in self._files.get(m, ())) for m in order}
         self.kept = keep([m for m in order if sizes.get(m)], sizes, budget)
         return self.kept

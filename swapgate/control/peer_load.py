@@ -6,7 +6,7 @@ from __future__ import annotations
 REPLICA_TTL = 3.0  # a replica unheard this long has nothing in flight any more
 
 
-class Elsewhere:
+class PeerLoad:
     def __init__(self) -> None:
         # replica -> (heard at, instance -> model -> count)
         self._heard: dict[str, tuple[float, dict[str, dict[str, int]]]] = {}

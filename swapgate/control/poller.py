@@ -69,7 +69,7 @@ class Poller:
             self._failed(name, was_up, exc)
             return
         self._failures.pop(name, None)
-        self._registry.apply_report(name, report, generation)
+        self._registry.polls.apply_report(name, report, generation)
         if not was_up:
             log.info("instance %s is up", name)
         self._reconcile(name)
@@ -78,7 +78,7 @@ class Poller:
         self._metrics.upstream_errors.labels(name, "poll").inc()
         failures = self._failures[name] = self._failures.get(name, 0) + 1
         if was_up and failures >= DOWN_AFTER:
-            self._registry.mark_down(name)
+            self._registry.polls.mark_down(name)
             log.warning("instance %s is down: %s", name, exc)
         elif not was_up:
             log.debug("instance %s still down: %s", name, exc)

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 from swapgate.control.registry import Registry
 from swapgate.control.swaps import Swaps
-from swapgate.control.waiting import until
 from swapgate.data.snapshot import Snapshot
 from swapgate.data.warm import WarmState
 from swapgate.policy.placement import Policy, Swap, Unavailable, place
@@ -54,7 +53,7 @@ class Preloader:
         warm = self._warm_on(model, self._registry.snapshot(), instance)[:wanted]
         if pin_for > 0:
             for name in warm:
-                self._registry.pin(name, model, self._clock() + pin_for)
+                self._registry.operator.pin(name, model, self._clock() + pin_for)
         if error is None and len(warm) < wanted:
             error = f"{model!r} is warm on {len(warm)} of {wanted} instances"
         return PreloadResult(model, tuple(warm), wanted, self._clock() - started, error)
@@ -76,7 +75,7 @@ class Preloader:
                 self._coordinator.start(decision.instance, model, decision.victims)
             return None
 
-        outcome = await until(self._registry, step, deadline)
+        outcome = await self._registry.changes.until(step, deadline)
         if outcome is None:
             return f"{model!r} was not warm on {wanted} instances within swap_timeout"
         return outcome.error

@@ -12,7 +12,7 @@ from swapgate.data.demand import Arrivals
 Pool = tuple[str, ...]  # the instances a request may use, sorted; () for any
 
 
-class Waitlist:
+class Queues:
     def __init__(
         self, clock: Callable[[], float], on_arrival: Callable[[str], None] | None = None
     ) -> None:

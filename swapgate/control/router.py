@@ -19,7 +19,6 @@ from swapgate.config.settings import Settings, secret
 from swapgate.control.registry import Registry
 from swapgate.control.swaps import Swaps
 from swapgate.control.waiter import Waiter, Waiting, Want
-from swapgate.control.waiting import until
 from swapgate.data.lease import Lease, Progress, Upstream
 from swapgate.data.snapshot import Snapshot
 from swapgate.errors import NoCapacity, PathNotFound, QueueFull
@@ -165,7 +164,7 @@ class Router:
         started = self._clock()
         progress = progress or Progress()
         want = want or Want()
-        self._registry.waitlist.arrived(model)
+        self._registry.queues.arrived(model)
         decision = self.place(model, want, started)
         if isinstance(decision, Serve):
             progress.instance, progress.state = decision.instance, "waiting"
@@ -190,7 +189,7 @@ class Router:
             expected = self.expected_wait(model, decision)
             if expected > want.budget:
                 return self._over_budget(model, decision, expected, want.budget, started)
-        with self._registry.waitlist.queued(model, started, want.priority, want.slots) as depth:
+        with self._registry.queues.queued(model, started, want.priority, want.slots) as depth:
             if depth > self._settings.routing.queue_limit:
                 relayed = self.relay(model, "queue_full", started)
                 if relayed:
@@ -208,7 +207,7 @@ class Router:
                 progress, decision,
             )  # fmt: skip
             try:
-                lease = await until(self._registry, waiter.step, waiter.deadline)
+                lease = await self._registry.changes.until(waiter.step, waiter.deadline)
             finally:
                 waiter.release()
         return lease or self.relay(model, "error", started) or self._timed_out(model, waiter)
@@ -238,7 +237,7 @@ class Router:
 
     def release(self, lease: Lease) -> None:
         if lease.kind == "instance":
-            self._registry.end_request(lease.name, lease.model, lease.priority)
+            self._registry.traffic.end_request(lease.name, lease.model, lease.priority)
 
     def limited(self, lease: Lease) -> bool:
         """The instance of ``lease`` refused it for its own concurrency limit (llama-swap's
@@ -248,7 +247,7 @@ class Router:
         copy. Returns whether any of them is in flight there (else none will end to free one:
         the caller waits the instance's ``Retry-After``)."""
         self._metrics.upstream_errors.labels(lease.name, "concurrency_limit").inc()
-        others = self._registry.limited(lease.name, lease.model, LIMIT_KEPT)
+        others = self._registry.traffic.limited(lease.name, lease.model, LIMIT_KEPT)
         self.release(lease)
         return others > 0
 
@@ -267,7 +266,7 @@ class Router:
             decision = self._affine(model, want.conversation, snap, decision)
         if isinstance(decision, Serve):
             free = free_slots(model, snap, self._policy)
-            waitlist = self._registry.waitlist
+            waitlist = self._registry.queues
             if free is not None and waitlist.ahead(model, want.priority, since, want.slots) >= free:
                 return Full(decision.instance)
         return decision
@@ -306,7 +305,7 @@ class Router:
             return None
         why = "waits too long" if outranks is None else f"outranks them (class {outranks})"
         log.info("%s %s: closing %s on %s", model, why, target.victims, target.instance)
-        self._registry.reserve(target.instance, target.victims, until, model)
+        self._registry.swap_marks.reserve(target.instance, target.victims, until, model)
         return target.instance
 
     def expected_wait(self, model: str, decision: Decision) -> float:
@@ -349,7 +348,7 @@ class Router:
 
     def lease(self, instance: str, model: str, started: float | None, priority: int = 0) -> Lease:
         """Lease ``instance``; ``started`` is when the request began waiting, None if it did not."""
-        self._registry.begin_request(instance, model, priority)
+        self._registry.traffic.begin_request(instance, model, priority)
         upstream_model = self._catalog.upstream_name(instance, model)
         waited = self._clock() - started if started is not None else 0.0
         upstream = self._upstreams[instance]

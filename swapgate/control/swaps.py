@@ -160,7 +160,7 @@ class SwapCoordinator:
             self._metrics.thrash.labels(instance, model).inc()
         reason = eviction_reason(view, victims, self._eviction)
         self.log.begin(instance, model, kind, victims, reason, eta)
-        self._registry.begin_swap(instance, model, eta)
+        self._registry.swap_marks.begin_swap(instance, model, eta)
         self._occupy(instance, self._swap(instance, model, victims), "swap")
         return True
 
@@ -171,7 +171,7 @@ class SwapCoordinator:
         as a swap. False if a swap runs there already (the next poll asks again)."""
         if instance in self._running:
             return False
-        self._registry.begin_swap(instance, model, self.times.eta(instance, model))
+        self._registry.swap_marks.begin_swap(instance, model, self.times.eta(instance, model))
         self._occupy(instance, self._recycle(instance, model), "recycle")
         return True
 
@@ -227,7 +227,7 @@ class SwapCoordinator:
         """Evict ``model`` from ``instance`` for an operator; raises ``DriverError``."""
         await self._unload(instance, model, self._drivers[instance])
         self._evicted(instance, model)
-        self._registry.unpin(instance, model)
+        self._registry.operator.unpin(instance, model)
 
     def reconfigure(
         self,
@@ -267,7 +267,7 @@ class SwapCoordinator:
         warm, error = False, ""
         # No request goes to a victim any more: one sent to a vLLM server going to sleep
         # would wait, unanswered, for its next wake.
-        self._registry.leaving(instance, victims)
+        self._registry.swap_marks.leaving(instance, victims)
         try:
             async with asyncio.timeout(self._swap_timeout):
                 if victims:  # nothing healthy goes for a model that surely cannot load
@@ -280,12 +280,14 @@ class SwapCoordinator:
             log.warning("swap %s: %s on %s: %s", result, model, instance, exc or "swap_timeout")
             error = str(exc) or "swap_timeout"
         except asyncio.CancelledError:
-            self._registry.end_swap(instance, model, ok=False)  # shutting down: no backoff
+            self._registry.swap_marks.end_swap(
+                instance, model, ok=False
+            )  # shutting down: no backoff
             raise
         else:
             result = "ok" if wanted else "abandoned"
         finally:
-            self._registry.stayed(instance)
+            self._registry.swap_marks.stayed(instance)
         return self._finish(instance, model, result, self._clock() - started, warm, error)
 
     async def _evict(self, instance: str, models: tuple[str, ...], driver: Driver) -> None:
@@ -313,7 +315,7 @@ class SwapCoordinator:
             return False
         log.info("%s has %s awake beyond its capacity: putting %s to sleep", instance,
                  ", ".join(models), "them" if len(models) > 1 else "it")  # fmt: skip
-        self._registry.leaving(instance, models)
+        self._registry.swap_marks.leaving(instance, models)
         try:
             async with asyncio.timeout(self._swap_timeout):
                 await self._evict(instance, models, self._drivers[instance])
@@ -322,7 +324,7 @@ class SwapCoordinator:
                         exc or "swap_timeout")  # fmt: skip
             return False
         finally:
-            self._registry.stayed(instance)
+            self._registry.swap_marks.stayed(instance)
         return True
 
     async def _load(self, instance: str, model: str, driver: Driver) -> tuple[bool, bool]:
@@ -331,14 +333,14 @@ class SwapCoordinator:
         the load, the others finish it and the model is then the first victim."""
         load = asyncio.ensure_future(driver.load(self._catalog.upstream_name(instance, model)))
         # Requests that wait count themselves before they start a swap; preloads never do.
-        waited, wanted = self._registry.waiting_on(instance, model) > 0, True
+        waited, wanted = self._registry.traffic.waiting_on(instance, model) > 0, True
         try:
             while not (await asyncio.wait({load}, timeout=ABANDON_CHECK))[0]:
-                waiting = self._registry.waiting_on(instance, model)
+                waiting = self._registry.traffic.waiting_on(instance, model)
                 waited = waited or waiting > 0
                 if not wanted or not waited or waiting or not self.abandons:
                     continue
-                if not self._registry.queued_behind(instance, model):
+                if not self._registry.traffic.queued_behind(instance, model):
                     continue
                 wanted = False
                 log.info("swap abandoned: nobody waits for %s on %s any more", model, instance)
@@ -370,13 +372,15 @@ class SwapCoordinator:
     def _evicted(self, instance: str, model: str) -> None:
         self._evicted_at[instance, model] = self._clock()
         driver = self._drivers.get(instance)
-        self._registry.evicted(instance, model, driver.evicts_to if driver else WarmState.COLD)
+        self._registry.swap_marks.evicted(
+            instance, model, driver.evicts_to if driver else WarmState.COLD
+        )
 
     async def _recycle(self, instance: str, model: str) -> bool:
         driver, upstream = self._drivers[instance], self._catalog.upstream_name(instance, model)
         try:
             while self._registry.snapshot().instance(instance).models[model].inflight:
-                await self._registry.wait_for_change(1.0)
+                await self._registry.changes.wait(1.0)
             log.info("recycle: restarting %s on %s", model, instance)
             async with asyncio.timeout(self._swap_timeout):
                 await self._unload(instance, model, driver)
@@ -386,7 +390,7 @@ class SwapCoordinator:
             log.warning("recycle failed: %s on %s: %s", model, instance, exc or "swap_timeout")
             return self._end(instance, model, ok=False, error=str(exc) or "swap_timeout")
         except asyncio.CancelledError:
-            self._registry.end_swap(instance, model, ok=False)
+            self._registry.swap_marks.end_swap(instance, model, ok=False)
             raise
         self._metrics.process_recycles.labels(instance, model).inc()
         return self._end(instance, model, ok=True)
@@ -396,15 +400,16 @@ class SwapCoordinator:
         off the model there, and the whole instance when another of its models failed lately."""
         if ok:
             self._backoff.succeeded(instance, model)
-            self._registry.end_swap(instance, model, ok=True)
+            self._registry.swap_marks.end_swap(instance, model, ok=True)
             return ok
         verdict = self._backoff.failed(instance, model)
         if verdict.instance:
             log.warning("%s backs off for %.0fs: two or more of its models failed to "
                         "load within %.0fs", instance, verdict.instance,
                         self._backoff.window)  # fmt: skip
-        self._registry.end_swap(instance, model, False, verdict.model, whole=verdict.instance,
-                                failure=shown_to_clients(error))  # fmt: skip
+        marks = self._registry.swap_marks
+        marks.end_swap(instance, model, False, verdict.model, whole=verdict.instance,
+                       failure=shown_to_clients(error))  # fmt: skip
         return ok
 
     def _finish(
@@ -414,11 +419,11 @@ class SwapCoordinator:
         if record is not None:
             self.log.end(record, result, elapsed, error)
         if result == "abandoned" and not warm:  # stopped, not failed: no backoff
-            self._registry.end_swap(instance, model, ok=False)
+            self._registry.swap_marks.end_swap(instance, model, ok=False)
         else:
             self._end(instance, model, warm, error)
         if result == "abandoned" and warm:
-            self._registry.mark_abandoned(instance, model)
+            self._registry.swap_marks.mark_abandoned(instance, model)
         kind = self._kinds.get(instance, "load")
         tier = self._tiers.pop(instance, "unknown")
         self._metrics.swap_duration.labels(instance, model, result, tier).observe(elapsed)

@@ -1,5 +1,5 @@
 """One request waiting for its model, placed again at every registry change until it is served,
-relayed, refused or out of time; the router's ``acquire`` runs it through ``waiting.until``
+relayed, refused or out of time; the router's ``acquire`` runs it through ``Changes.until``
 (docs/architecture.md, the request path)."""
 
 from __future__ import annotations
@@ -133,12 +133,12 @@ class Waiter:
             return
         model = self._wait.model
         if self._swap_on is not None:
-            self._registry.wait_on(self._swap_on, model, -1, for_slot=self._for_slot)
+            self._registry.traffic.wait_on(self._swap_on, model, -1, for_slot=self._for_slot)
         if instance is not None:
-            self._registry.wait_on(instance, model, +1, for_slot=for_slot)
+            self._registry.traffic.wait_on(instance, model, +1, for_slot=for_slot)
         self._swap_on, self._for_slot = instance, for_slot
 
     def release(self) -> None:
         self._await_swap_on(None)
         if self._room_on is not None:  # served, relayed, timed out or gone: room not needed
-            self._registry.unreserve(self._room_on, self._wait.model)
+            self._registry.swap_marks.unreserve(self._room_on, self._wait.model)

@@ -252,7 +252,7 @@ class ProxyEndpoint:
                     raise ConnectionAbortedError("the client went away during its upload") from exc
                 self._metrics.upstream_errors.labels(lease.name, _error_kind(exc)).inc()
                 if isinstance(exc, UpstreamUnreachable) and lease.kind == "instance":
-                    self._registry.mark_down(lease.name)  # the next poll brings it back
+                    self._registry.polls.mark_down(lease.name)  # the next poll brings it back
                 if request.upload is not None and request.upload.started:
                     raise  # its bytes went to this upstream: there is no second copy
                 failed, next_lease = lease.route, attempts.next()

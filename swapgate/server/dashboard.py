@@ -33,7 +33,10 @@ def dashboard_state(runtime: Runtime) -> dict[str, Any]:
         info["demand"] = runtime.demand.describe(model, now)
     state["swaps"] = {
         "running": [
-            {**record.describe(), "waiters": registry.waiting_on(record.instance, record.model)}
+            {
+                **record.describe(),
+                "waiters": registry.traffic.waiting_on(record.instance, record.model),
+            }
             for record in swaps.running()
         ],
         "recent": [record.describe() for record in swaps.records if record.result is not None],

@@ -117,7 +117,7 @@ class EventStream:
         loop = asyncio.get_running_loop()
         cluster_at = 0.0
         while self._viewers:
-            await self._runtime.registry.wait_for_change(TICK)
+            await self._runtime.registry.changes.wait(TICK)
             await asyncio.sleep(COALESCE)
             if self._runtime.cluster is not None and loop.time() >= cluster_at:
                 cluster_at = loop.time() + CLUSTER_EVERY

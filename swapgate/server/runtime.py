@@ -97,7 +97,7 @@ class Runtime:
         self.registry = Registry(
             settings.instances, catalog, clock, on_arrival=self.demand.arrived, shares=shares
         )
-        self.metrics.watch(self.registry.snapshot, self.registry.waitlist.depths)
+        self.metrics.watch(self.registry.snapshot, self.registry.queues.depths)
         times = SwapTimes(settings.routing.expected_swap)
         parts = (self.registry, self.drivers, catalog, times, self.metrics)
         timeout = settings.routing.swap_timeout
@@ -375,7 +375,7 @@ class _ProcessWatch:
         runtime, instance = self._runtime, self._instance
         runtime.metrics.process_exits.labels(instance, self._client(model)).inc()
         if runtime.registry.has(instance):
-            runtime.registry.evicted(
+            runtime.registry.swap_marks.evicted(
                 instance, self._client(model)
             )  # cold: the next request starts it
 

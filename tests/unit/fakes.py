@@ -15,7 +15,7 @@ import pytest
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import parse_config
 from swapgate.config.settings import Settings
-from swapgate.control import waiting
+from swapgate.control import changes
 from swapgate.control.preload import Preloader
 from swapgate.control.registry import Registry
 from swapgate.control.router import Router, policy_for
@@ -43,7 +43,7 @@ class FakeClock:
 def recheck_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Waiters look at the clock again every few milliseconds of real time instead of every
     half second, so a moved fake clock is noticed at once."""
-    monkeypatch.setattr(waiting, "RECHECK_INTERVAL", 0.002)
+    monkeypatch.setattr(changes, "RECHECK_INTERVAL", 0.002)
 
 
 async def eventually(condition: Callable[[], bool], within: float = 2.0) -> bool:
@@ -101,7 +101,7 @@ class World:
     def warm(self, instance: str, *models: str) -> None:
         """A poll says ``instance`` is up with ``models`` warm."""
         report = InstanceReport(dict.fromkeys(models, WarmState.WARM), None)
-        self.registry.apply_report(instance, report, self.registry.generation(instance))
+        self.registry.polls.apply_report(instance, report, self.registry.generation(instance))
 
     def state(self, instance: str, model: str) -> WarmState:
         return self.registry.snapshot().instance(instance).state_of(model)

@@ -4,12 +4,13 @@ loop stops when cancelled, even when the cancellation comes as a change wakes it
 from __future__ import annotations
 
 import asyncio
+import time
 
 from swapgate.control.changes import Changes
 
 
 async def test_a_loop_that_waits_for_changes_stops_when_cancelled_at_a_change() -> None:
-    changes = Changes()
+    changes = Changes(time.monotonic)
     woken = 0
 
     async def follow() -> None:
@@ -28,7 +29,7 @@ async def test_a_loop_that_waits_for_changes_stops_when_cancelled_at_a_change() 
 
 
 async def test_it_returns_at_a_change_or_at_its_timeout() -> None:
-    changes = Changes()
+    changes = Changes(time.monotonic)
     waiting = asyncio.create_task(changes.wait(5))
     await asyncio.sleep(0.01)
     changes.notify()

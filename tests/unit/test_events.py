@@ -41,7 +41,7 @@ async def test_a_snapshot_first_then_only_the_instance_that_changed(runtime: Run
     assert kind == "snapshot"
     assert isinstance(snapshot, dict)
     assert [i["name"] for i in snapshot["instances"]] == ["x", "y"]
-    runtime.registry.set_drained("y", True)
+    runtime.registry.operator.set_drained("y", True)
     kind, changed = await next_event(viewer)
     assert kind == "instance"
     assert isinstance(changed, dict)
@@ -66,7 +66,7 @@ async def test_a_viewer_that_falls_behind_is_dropped_and_the_others_go_on(
 
     reader = asyncio.create_task(read())
     for step in range(8):
-        runtime.registry.set_drained("x", step % 2 == 0)
+        runtime.registry.operator.set_drained("x", step % 2 == 0)
         await asyncio.sleep(0.05)
     assert slow.dropped
     assert not quick.dropped

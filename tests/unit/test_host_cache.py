@@ -56,16 +56,16 @@ def cache(root: Path, budget: int | None) -> tuple[HostCache, Registry, FakeCloc
     clock = FakeClock(100.0)
     catalog = Catalog(settings)
     registry = Registry(settings.instances, catalog, clock)
-    registry.apply_report("x", InstanceReport({}, None), 0)
+    registry.polls.apply_report("x", InstanceReport({}, None), 0)
     return HostCache(settings.host_cache, catalog.weights, registry, Metrics()), registry, clock
 
 
 @pytest.mark.skipif(pages.resident(Path(__file__)) is None, reason="mincore: Linux only")
 async def test_it_reads_in_what_waits_first_within_its_budget(tmp_path: Path) -> None:
     host, registry, clock = cache(tmp_path, budget=9 * MIB)  # two of the three fit
-    with registry.waitlist.queued("c", clock()):  # a request waits for c
+    with registry.queues.queued("c", clock()):  # a request waits for c
         for _ in range(5):  # b is asked for often, a never
-            registry.waitlist.arrived("b")
+            registry.queues.arrived("b")
             clock.advance(10)
         await host.step()
         assert host.kept == ["c", "b"]
@@ -82,17 +82,17 @@ async def test_it_lets_go_only_of_what_it_brought_in_and_never_of_a_loaded_model
 ) -> None:
     host, registry, clock = cache(tmp_path, budget=5 * MIB)  # one at a time
     pages.bring_in(tmp_path / "a.gguf", 2**30)  # someone else read a's file: not swapgate's
-    with registry.waitlist.queued("b", clock()):
+    with registry.queues.queued("b", clock()):
         await host.step()
     assert host.kept == ["b"]
-    with registry.waitlist.queued("c", clock()):  # now c waits, b no longer
+    with registry.queues.queued("c", clock()):  # now c waits, b no longer
         await host.step()
     assert host.kept == ["c"]
     assert host.describe("b") == {"bytes": 4 * MIB, "resident_bytes": 0}, "its own: let go"
     assert host.describe("a") == {"bytes": 4 * MIB, "resident_bytes": 4 * MIB}, "not its own"
     report = InstanceReport({"c": WarmState.WARM}, None)
-    registry.apply_report("x", report, registry.generation("x"))  # c is loaded now
-    with registry.waitlist.queued("b", clock()):
+    registry.polls.apply_report("x", report, registry.generation("x"))  # c is loaded now
+    with registry.queues.queued("b", clock()):
         await host.step()
     assert host.kept == ["b"]
     assert host.describe("c") == {"bytes": 4 * MIB, "resident_bytes": 4 * MIB}, "loaded: kept"
@@ -101,7 +101,7 @@ async def test_it_lets_go_only_of_what_it_brought_in_and_never_of_a_loaded_model
 
 async def test_without_a_budget_it_only_measures(tmp_path: Path) -> None:
     host, registry, clock = cache(tmp_path, budget=None)
-    with registry.waitlist.queued("a", clock()):
+    with registry.queues.queued("a", clock()):
         await host.step()
     assert host.kept == []
     assert host.describe("a") == {"bytes": 4 * MIB, "resident_bytes": 0}

@@ -66,7 +66,7 @@ def test_per_model_overrides_merge_with_the_global_section() -> None:
 def _pinger(kind: str, state: str = "loading", dialect: Dialect | None = None) -> Pinger:
     settings = parse_config({"instances": [{"name": "gpu-a", "url": "http://x"}]})
     registry = Registry(settings.instances, Catalog(settings))
-    registry.begin_swap("gpu-a", "m", eta=27.4)
+    registry.swap_marks.begin_swap("gpu-a", "m", eta=27.4)
 
     async def send(_: object) -> None:
         raise AssertionError("not sent in these tests")

@@ -43,10 +43,10 @@ EXTENDED = {
 def exposed() -> str:
     settings = parse_config({"instances": [{"name": "gpu-a", "url": "http://x", "models": ["a"]}]})
     registry = Registry(settings.instances, Catalog(settings))
-    registry.apply_report("gpu-a", InstanceReport({"a": WarmState.WARM}, None), 0)
-    registry.waitlist.enter("a", 0.0)
+    registry.polls.apply_report("gpu-a", InstanceReport({"a": WarmState.WARM}, None), 0)
+    registry.queues.enter("a", 0.0)
     metrics = Metrics()
-    metrics.watch(registry.snapshot, registry.waitlist.depths)
+    metrics.watch(registry.snapshot, registry.queues.depths)
     labels = {
         "requests": ("a", "instance/gpu-a", "200"),
         "request_duration": ("a", "instance/gpu-a"),

@@ -63,7 +63,7 @@ def busy_instance() -> tuple[Registry, Flaky, Poller]:
 async def test_polls_that_time_out_while_answers_stream_are_busy_not_down() -> None:
     registry, driver, poller = busy_instance()
     await poller.poll("x")
-    registry.begin_request("x", "a")
+    registry.traffic.begin_request("x", "a")
     driver.failing = DriverTimeout
     driver.during = registry.pulse("x").beat  # a byte arrives while each poll waits
     for _ in range(3):
@@ -75,7 +75,7 @@ async def test_polls_that_time_out_while_answers_stream_are_busy_not_down() -> N
 async def test_polls_that_time_out_while_nothing_moves_take_the_instance_down() -> None:
     registry, driver, poller = busy_instance()
     await poller.poll("x")
-    registry.begin_request("x", "a")  # in flight, but its answer stalls
+    registry.traffic.begin_request("x", "a")  # in flight, but its answer stalls
     registry.pulse("x").beat()
     driver.failing = DriverTimeout
     await poller.poll("x")
@@ -86,7 +86,7 @@ async def test_polls_that_time_out_while_nothing_moves_take_the_instance_down() 
 async def test_a_refused_poll_is_a_failure_even_while_answers_stream() -> None:
     registry, driver, poller = busy_instance()
     await poller.poll("x")
-    registry.begin_request("x", "a")
+    registry.traffic.begin_request("x", "a")
     driver.failing = DriverError  # not a timeout: the server is gone
     driver.during = registry.pulse("x").beat
     for _ in range(2):
@@ -98,10 +98,10 @@ async def test_an_engine_that_a_poll_would_interrupt_is_not_polled_while_it_serv
     registry, driver, poller = busy_instance()
     driver.polls_while_busy = False
     await poller.poll("x")
-    registry.begin_request("x", "a")  # no byte of its answer yet: still reading its prompt
+    registry.traffic.begin_request("x", "a")  # no byte of its answer yet: still reading its prompt
     await poller.poll("x")
     assert driver.asked == 1, "skipped while a request is in flight"
     assert registry.is_up("x")
-    registry.end_request("x", "a")
+    registry.traffic.end_request("x", "a")
     await poller.poll("x")
     assert driver.asked == 2, "polled again once nothing is in flight"

@@ -52,19 +52,19 @@ async def test_past_queue_limit_a_request_is_429_or_relayed_when_the_policy_allo
     w = world(one_instance({"queue_limit": 2}), delay=0.3)
     w.warm("x")
     waiting = [asyncio.create_task(w.router.acquire("a")) for _ in range(2)]
-    assert await eventually(lambda: w.registry.waitlist.depths() == {"a": 2})
+    assert await eventually(lambda: w.registry.queues.depths() == {"a": 2})
     with pytest.raises(QueueFull) as refused:
         await w.router.acquire("a")
     assert refused.value.status == 429
     assert refused.value.retry_after is not None
     await asyncio.gather(*waiting)
-    assert w.registry.waitlist.depths() == {}
+    assert w.registry.queues.depths() == {}
 
     relayed_a = {"a": {"relay": "hosted", "fallback": "error"}}
     r = world(one_instance({"queue_limit": 1}, relays=RELAY, models=relayed_a), delay=0.3)
     r.warm("x")
     first = asyncio.create_task(r.router.acquire("a"))
-    assert await eventually(lambda: r.registry.waitlist.depths() == {"a": 1})
+    assert await eventually(lambda: r.registry.queues.depths() == {"a": 1})
     relayed = await r.router.acquire("a")
     assert relayed.route == "relay/hosted"
     assert r.sample("swapgate_fallbacks_total", model="a", relay="hosted", reason="queue_full")
@@ -79,14 +79,14 @@ async def test_max_wait_ends_the_wait_with_503_and_leaves_nothing_counted(
     w = world(one_instance({"max_wait": "200ms"}), delay=5, clock=clock)
     w.warm("x")
     waiting = asyncio.create_task(w.router.acquire("a", Progress()))
-    assert await eventually(lambda: w.registry.waitlist.depths() == {"a": 1})
+    assert await eventually(lambda: w.registry.queues.depths() == {"a": 1})
     clock.advance(0.19)
     assert not await eventually(waiting.done, within=0.05), "inside max_wait it waits"
     clock.advance(0.02)
     with pytest.raises(NoCapacity) as timed_out:
         await asyncio.wait_for(waiting, 2)
     assert "max_wait" in timed_out.value.message
-    assert w.registry.waitlist.depths() == {}
+    assert w.registry.queues.depths() == {}
     assert w.registry.snapshot().instance("x").models["a"].waiting == 0
     await w.coordinator.aclose()
 
@@ -106,7 +106,7 @@ async def test_a_request_starving_behind_a_busy_model_gets_its_room(
         view = w.registry.snapshot().instance("x")
         return view.models["b"].closing and view.reserved_for == "a"
 
-    assert await eventually(lambda: w.registry.waitlist.depths() == {"a": 1})
+    assert await eventually(lambda: w.registry.queues.depths() == {"a": 1})
     clock.advance(0.19)  # not yet 0.1 × max_wait: b serves on
     assert not await eventually(closed, within=0.05)
     clock.advance(0.02)  # past it: the rule closes b for a
@@ -268,7 +268,7 @@ async def test_a_llama_router_lease_carries_autoload_false_after_the_clients_que
         times = SwapTimes(settings.routing.expected_swap)
         swaps = SwapCoordinator(registry, {"r": driver}, catalog, times, Metrics(), 60.0)
         router = Router(settings, registry, swaps, catalog, Metrics(), {"r": driver})
-        registry.apply_report("r", InstanceReport({"a": WarmState.WARM}, frozenset("a")), 0)
+        registry.polls.apply_report("r", InstanceReport({"a": WarmState.WARM}, frozenset("a")), 0)
         lease = await router.acquire("a")
     assert lease.upstream.query == "autoload=false"
     assert _query({"query_string": b"x=1"}, lease.upstream.query) == "?x=1&autoload=false"
@@ -343,10 +343,10 @@ async def test_past_max_concurrency_requests_queue_and_go_by_class_then_arrival(
         w.router.release(lease)
 
     batch = asyncio.create_task(wait("batch", -10))
-    assert await eventually(lambda: w.registry.waitlist.depths() == {"a": 1})
+    assert await eventually(lambda: w.registry.queues.depths() == {"a": 1})
     default = asyncio.create_task(wait("default", 0))
     interactive = asyncio.create_task(wait("interactive", 10))
-    assert await eventually(lambda: w.registry.waitlist.depths() == {"a": 3})
+    assert await eventually(lambda: w.registry.queues.depths() == {"a": 3})
     assert w.registry.snapshot().instance("x").models["a"].inflight == 1, "none reached it"
     w.router.release(first)
     await asyncio.gather(batch, default, interactive)

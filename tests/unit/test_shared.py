@@ -155,7 +155,7 @@ async def test_a_swap_whose_holder_died_is_given_up_so_waiters_place_again(
 
 async def test_evictions_and_drains_from_others_apply_and_are_not_echoed() -> None:
     swaps, registry, fake, _ = replica()
-    registry.warmed("gpu-1", "x")
+    registry.swap_marks.warmed("gpu-1", "x")
     swaps.apply(heard({"t": "evict", "i": "gpu-1", "m": "x", "r": "r2"}))
     swaps.apply(heard({"t": "drain", "i": "gpu-2", "on": True, "r": "r2"}))
     swaps.apply(heard({"t": "swap", "i": "gpu-9", "m": "x", "r": "r2"}))  # not in this config
@@ -167,8 +167,8 @@ async def test_evictions_and_drains_from_others_apply_and_are_not_echoed() -> No
 
 async def test_pins_set_here_are_shared_and_read_back_after_redis_returns() -> None:
     _swaps, registry, fake, _ = replica()
-    registry.pin("gpu-1", "x", time.monotonic() + 60)
-    registry.set_drained("gpu-2", True)
+    registry.operator.pin("gpu-1", "x", time.monotonic() + 60)
+    registry.operator.set_drained("gpu-2", True)
     await asyncio.sleep(0)
     assert [e["t"] for e in fake.published] == ["pin", "drain"]
     until = float(fake.stored["pins"]["gpu-1\tx"])
@@ -184,15 +184,15 @@ async def test_pins_set_here_are_shared_and_read_back_after_redis_returns() -> N
 
 def test_in_flight_requests_elsewhere_count_until_their_replica_goes_quiet() -> None:
     _swaps, registry, _, _ = replica()
-    registry.warmed("gpu-1", "x")
+    registry.swap_marks.warmed("gpu-1", "x")
     now = time.monotonic()
-    registry.elsewhere.heard("r2", {"gpu-1": {"x": 3}}, now)
-    registry.elsewhere.heard("r3", {"gpu-1": {"x": 1}}, now)
+    registry.peer_load.heard("r2", {"gpu-1": {"x": 3}}, now)
+    registry.peer_load.heard("r3", {"gpu-1": {"x": 1}}, now)
     view = registry.snapshot().instance("gpu-1")
     assert (view.inflight, view.models["x"].inflight) == (4, 4)
-    registry.elsewhere.heard("r3", {}, now + REPLICA_TTL + 1)  # r2 has been quiet since
+    registry.peer_load.heard("r3", {}, now + REPLICA_TTL + 1)  # r2 has been quiet since
     assert registry.snapshot().instance("gpu-1").inflight == 0
-    registry.begin_request("gpu-1", "x")
+    registry.traffic.begin_request("gpu-1", "x")
     assert registry.in_flight() == {"gpu-1": {"x": 1}}
 
 
@@ -234,7 +234,7 @@ def test_status_names_each_replica_and_what_it_holds() -> None:
 async def test_a_drain_set_while_redis_is_down_is_told_once_it_answers() -> None:
     swaps, registry, fake, _ = replica()
     fake.down = True
-    registry.set_drained("gpu-1", True)
+    registry.operator.set_drained("gpu-1", True)
     await asyncio.sleep(0)
     assert fake.published == []
     assert fake.stored["drains"] == {}
@@ -250,7 +250,7 @@ async def test_only_the_leading_replica_puts_what_is_over_capacity_to_sleep(lead
     swaps, registry, fake, driver = replica()
     driver.trims_to_capacity = True
     fake.leading = leading
-    registry.apply_report("gpu-1", InstanceReport({"x": WarmState.WARM, "y": WarmState.WARM},
+    registry.polls.apply_report("gpu-1", InstanceReport({"x": WarmState.WARM, "y": WarmState.WARM},
                                                   None), 0)  # fmt: skip
     assert swaps.reconcile("gpu-1", Policy(min_residency=0.0))
     await swaps.wait("gpu-1")

@@ -27,7 +27,7 @@ def setup(
     )
     catalog = Catalog(settings)
     registry = Registry(settings.instances, catalog)
-    registry.apply_report("x", InstanceReport({"b": WarmState.WARM}, None), 0)
+    registry.polls.apply_report("x", InstanceReport({"b": WarmState.WARM}, None), 0)
     metrics = Metrics()
     coordinator = SwapCoordinator(
         registry, {"x": driver}, catalog, SwapTimes(30.0), metrics, swap_timeout
@@ -137,12 +137,12 @@ async def test_waiters_on_a_swap_protect_its_model_until_they_are_served() -> No
                       "routing": {"min_residency": 0}})  # fmt: skip
     catalog = Catalog(settings)
     registry = Registry(settings.instances, catalog)
-    registry.apply_report("x", InstanceReport({}, None), 0)
+    registry.polls.apply_report("x", InstanceReport({}, None), 0)
     coordinator = SwapCoordinator(registry, {"x": driver}, catalog, SwapTimes(1.0), Metrics(), 5.0)
     router = Router(settings, registry, coordinator, catalog, Metrics())
     policy = Policy(min_residency=0)
     seen: list[tuple[bool, object]] = []
-    end_swap = registry.end_swap
+    end_swap = registry.swap_marks.end_swap
 
     def ended(*args: Any, **kwargs: Any) -> None:
         # The moment the swap ends, before its waiter runs again: a is warm and idle, yet
@@ -150,9 +150,9 @@ async def test_waiters_on_a_swap_protect_its_model_until_they_are_served() -> No
         end_swap(*args, **kwargs)
         seen.append((waiter.done(), place("b", registry.snapshot(), policy)))
 
-    registry.end_swap = ended  # type: ignore[method-assign]
+    registry.swap_marks.end_swap = ended  # type: ignore[method-assign]
     waiter = asyncio.create_task(router.acquire("a"))
-    assert await eventually(lambda: registry.waiting_on("x", "a") == 1)
+    assert await eventually(lambda: registry.traffic.waiting_on("x", "a") == 1)
     await coordinator.wait("x")
     assert len(seen) == 1
     assert seen[0][0] is False
@@ -182,9 +182,9 @@ class SleepingDriver(FakeDriver):
 def awake_both(driver: FakeDriver) -> tuple[SwapCoordinator, Registry, Metrics]:
     coordinator, registry, metrics = setup(driver)
     both = {"a:7b": WarmState.WARM, "b": WarmState.WARM}
-    registry.apply_report("x", InstanceReport(both, frozenset(both)), 0)
-    registry.begin_request("x", "b")  # b served a request since: a is the less wanted
-    registry.end_request("x", "b")
+    registry.polls.apply_report("x", InstanceReport(both, frozenset(both)), 0)
+    registry.traffic.begin_request("x", "b")  # b served a request since: a is the less wanted
+    registry.traffic.end_request("x", "b")
     return coordinator, registry, metrics
 
 

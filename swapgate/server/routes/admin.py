@@ -106,7 +106,7 @@ def _job_routes(router: APIRouter, runtime: Runtime) -> None:
 def describe_state(runtime: Runtime) -> dict[str, Any]:
     snap = runtime.registry.snapshot()
     wall = _WallClock(snap.now)
-    queues = runtime.registry.waitlist.depths()
+    queues = runtime.registry.queues.depths()
     models = sorted(runtime.registry.known_models())
     return {
         "instances": [_describe_instance(inst, runtime, wall) for inst in snap.instances],
@@ -258,7 +258,7 @@ async def _unload(runtime: Runtime, model: str, only: str | None) -> list[str]:
 
 def _set_drained(runtime: Runtime, name: str, drained: bool) -> dict[str, Any]:
     _known_instance(runtime, name)
-    runtime.registry.set_drained(name, drained)
+    runtime.registry.operator.set_drained(name, drained)
     return {"instance": name, "drained": drained}
 
 
