@@ -1,5 +1,5 @@
 """Per-request routing (docs/operations.md): the pool a request may use, by its prompt, and how long
-it may wait (``x-swapgate-max-wait``).
+it may wait (``x-swapgate-max-wait``, read by swapgate/proxy/headers.py).
 
 A model's ``pools`` are tried in order; the first whose ``max_prompt_tokens`` the prompt fits
 wins, unless all its instances are down or drained: then the next pool it fits. A prompt that
@@ -14,12 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from swapgate.config.settings import PoolConfig, parse_duration
+from swapgate.config.settings import PoolConfig
 from swapgate.data.snapshot import Snapshot
 from swapgate.errors import BadRequest
 
 CHARS_PER_TOKEN = 4
-BUDGET_HEADER = b"x-swapgate-max-wait"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,20 +67,3 @@ def choose(model: str, pools: Sequence[PoolConfig], tokens: int, snap: Snapshot)
     serving = {i.name for i in snap.instances if i.up and not i.drained}
     chosen = next((p for p in fitting if serving & set(p.instances)), fitting[0])
     return Pool(chosen.name, frozenset(chosen.instances))
-
-
-def budget(headers: list[tuple[bytes, bytes]]) -> float | None:
-    """``x-swapgate-max-wait``: how long this request may wait (docs/operations.md), if it says."""
-    for name, value in headers:
-        if name == BUDGET_HEADER:
-            text = value.decode("latin-1").strip()
-            try:
-                seconds = parse_duration(text)
-                if isinstance(seconds, int | float) and not isinstance(seconds, bool):
-                    return float(seconds)
-                raise ValueError(text)
-            except ValueError:
-                raise BadRequest(
-                    f"x-swapgate-max-wait: {text!r} is not a duration; send e.g. 5s or 500ms"
-                ) from None
-    return None

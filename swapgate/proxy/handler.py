@@ -39,21 +39,14 @@ from swapgate.metrics import UNKNOWN, Metrics
 from swapgate.policy import pools
 from swapgate.policy.timing import retry_after
 from swapgate.proxy.endpoints import ENDPOINTS, Endpoint
+from swapgate.proxy.headers import DROP_RESPONSE, route_headers, upstream_headers, wait_budget
 from swapgate.proxy.keepalive import OPT_OUT_HEADER, KeepalivePlan, Pinger, plan_keepalive
-from swapgate.proxy.request import Request, read_request
+from swapgate.proxy.request import Request, read_request, with_fields
 from swapgate.proxy.request_id import request_id
 from swapgate.proxy.translate.translated import CHAT_PATH, Translated
 from swapgate.proxy.upload import PLAIN_FORMATS
 from swapgate.proxy.upstream import UpstreamClient, UpstreamResponse
-from swapgate.proxy.wire import (
-    DROP_RESPONSE,
-    BodyMode,
-    ResponseWriter,
-    route_headers,
-    until_disconnect,
-    upstream_headers,
-    with_fields,
-)
+from swapgate.proxy.writer import BodyMode, ResponseWriter, until_disconnect
 from swapgate.tasks import stop
 
 # Set in a request's scope by the server when its read timeout cut the request's body
@@ -136,7 +129,7 @@ class ProxyEndpoint:
             if caller.key is not None:
                 ex.admission = await self._limits.admit(caller.key)
             priority = self._auth.priority(caller, headers)
-            ex.want = self._router.want(ex.model, request.payload, pools.budget(headers), priority)
+            ex.want = self._router.want(ex.model, request.payload, wait_budget(headers), priority)
             if stream:
                 ex.prompt_tokens = pools.prompt_tokens(request.payload)
             if ex.want.pool is not None:

@@ -23,7 +23,8 @@ from swapgate.data.lease import Progress
 from swapgate.metrics import Metrics
 from swapgate.policy import timing
 from swapgate.proxy.endpoints import Endpoint
-from swapgate.proxy.wire import BodyMode, ResponseWriter, route_headers
+from swapgate.proxy.headers import route_headers
+from swapgate.proxy.writer import BodyMode, ResponseWriter
 
 Kind = Literal["comment", "ping", "reasoning", "whitespace"]
 OPT_OUT_HEADER = b"x-swapgate-keepalive"

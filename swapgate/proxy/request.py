@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.types import Message, Receive
 
+from swapgate.errors import BadRequest, RequestTooLarge
 from swapgate.proxy.endpoints import Endpoint
 from swapgate.proxy.translate.translated import Translated
 from swapgate.proxy.upload import Upload
-from swapgate.proxy.wire import parse_request, read_body, with_model
 
 
 async def read_request(
@@ -70,3 +71,52 @@ class Request:
             return await receive()
 
         return after
+
+
+async def read_body(receive: Receive, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ConnectionAbortedError("the client went away while sending its body")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise RequestTooLarge(
+                f"the request body exceeds server.max_body_bytes ({limit} bytes); send less"
+            )
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def parse_request(body: bytes) -> tuple[dict[str, Any], str, bool]:
+    """The JSON object, its ``model`` and whether it asks for a stream."""
+    try:
+        payload = json.loads(body, parse_constant=_not_json)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"the body is not valid JSON ({exc}); send a JSON object") from None
+    except RecursionError:
+        raise BadRequest("the body is nested too deeply to parse; send a flatter object") from None
+    if not isinstance(payload, dict):
+        raise BadRequest("the body must be a JSON object with a 'model' field")
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("'model' is missing or not a string; name the model", param="model")
+    return payload, model, payload.get("stream") is True
+
+
+def _not_json(constant: str) -> None:
+    # Python's json reads NaN and Infinity; JSON has neither, and engines reject them (or
+    # worse, take them): a 400 here, like any other body that is not JSON.
+    raise ValueError(f"{constant} is not a JSON value")
+
+
+def with_model(payload: dict[str, Any], model: str) -> bytes:
+    return json.dumps({**payload, "model": model}, separators=(",", ":")).encode()
+
+
+def with_fields(body: bytes, **fields: Any) -> bytes:
+    """A JSON body with ``fields`` set (an engine's slot: ``id_slot``)."""
+    return json.dumps({**json.loads(body), **fields}, separators=(",", ":")).encode()

@@ -90,5 +90,5 @@ def configure_logging(level: str) -> None:
 
 def _cut_on_purpose(record: logging.LogRecord) -> bool:
     """uvicorn's error for an answer left unended is swapgate's own doing (a failure after
-    the status went out, swapgate/proxy/wire.py), already logged with its cause."""
+    the status went out, swapgate/proxy/writer.py), already logged with its cause."""
     return record.msg != "ASGI callable returned without completing response."

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from swapgate.proxy.wire import DROP_RESPONSE, upstream_headers
+from swapgate.proxy.headers import DROP_RESPONSE, upstream_headers
 
 REQUEST_ID = "95945d1a-baea-40ac-8000-000000000001"
 

@@ -15,7 +15,7 @@ from swapgate.errors import SwapFailed
 from swapgate.metrics import Metrics
 from swapgate.proxy.endpoints import ANTHROPIC, ENDPOINTS, RESPONSES, Dialect, Endpoint
 from swapgate.proxy.keepalive import KeepalivePlan, Pinger, plan_keepalive
-from swapgate.proxy.wire import BodyMode, ResponseWriter
+from swapgate.proxy.writer import BodyMode, ResponseWriter
 
 DEFAULT = KeepaliveConfig()
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from swapgate.errors import BadRequest
-from swapgate.proxy.wire import parse_request
+from swapgate.proxy.request import parse_request
 
 
 @pytest.mark.parametrize("depth", [2_000, 20_000])

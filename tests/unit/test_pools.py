@@ -7,7 +7,8 @@ import pytest
 from swapgate.config.settings import PoolConfig
 from swapgate.data.snapshot import InstanceView, Snapshot
 from swapgate.errors import BadRequest
-from swapgate.policy.pools import budget, choose, prompt_tokens
+from swapgate.policy.pools import choose, prompt_tokens
+from swapgate.proxy.headers import wait_budget
 
 
 @pytest.mark.parametrize(
@@ -69,10 +70,10 @@ def test_a_prompt_no_pool_takes_is_a_400_naming_the_limits() -> None:
 )
 def test_the_wait_budget_header(value: bytes | None, seconds: float | None) -> None:
     headers = [(b"x-swapgate-max-wait", value)] if value is not None else []
-    assert budget(headers) == seconds
+    assert wait_budget(headers) == seconds
 
 
 @pytest.mark.parametrize("value", [b"soon", b"-1s", b""])
 def test_a_wait_budget_that_is_not_a_duration_is_a_400(value: bytes) -> None:
     with pytest.raises(BadRequest, match="x-swapgate-max-wait"):
-        budget([(b"x-swapgate-max-wait", value)])
+        wait_budget([(b"x-swapgate-max-wait", value)])

@@ -36,7 +36,7 @@ from swapgate.config.settings import (
     Settings,
 )
 from swapgate.errors import BadRequest, RequestTooLarge
-from swapgate.proxy.wire import parse_request, read_body
+from swapgate.proxy.request import parse_request, read_body
 
 # Bounded so the file runs in seconds on two busy cores; a slow draw is not a failure.
 BOUNDED = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from swapgate.errors import BadRequest
+from swapgate.proxy.translate.fields import as_dict, as_int, as_list, as_str
 
 # Top-level request fields with no chat counterpart: dropped (docs cite this list).
 DROPPED = (
@@ -83,7 +84,7 @@ def _messages(messages: Any) -> list[dict[str, Any]]:
     chat: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
-        role = _str(message.get("role")) if isinstance(message, dict) else ""
+        role = as_str(message.get("role")) if isinstance(message, dict) else ""
         if role not in _TURNS:
             raise BadRequest(f"{where}: send an object whose role is 'user' or 'assistant'")
         content = message.get("content")
@@ -139,7 +140,7 @@ def _each(
     """Each block of an ``allowed`` type, with where it is; skipped ones left out; others a 400."""
     for i, block in enumerate(blocks):
         at = f"{where}[{i}]"
-        kind = _str(block.get("type")) if isinstance(block, dict) else ""
+        kind = as_str(block.get("type")) if isinstance(block, dict) else ""
         if kind in allowed:
             yield kind, block, at
         elif not kind:
@@ -160,7 +161,7 @@ def _text(block: Any, where: str) -> str:
 def _part(block: dict[str, Any], where: str) -> dict[str, Any]:
     if block["type"] == "text":
         return {"type": "text", "text": _text(block, where)}
-    source = _dict(block.get("source"))
+    source = as_dict(block.get("source"))
     if source.get("type") == "url" and isinstance(source.get("url"), str):
         return {"type": "image_url", "image_url": {"url": source["url"]}}
     media, data = source.get("media_type"), source.get("data")
@@ -244,18 +245,18 @@ def _tool_choice(choice: Any) -> dict[str, Any]:
 def from_chat(answer: dict[str, Any], model: str) -> dict[str, Any]:
     """A non-streaming chat.completion -> an Anthropic Message; ``model`` is the name the client
     asked for."""
-    answer = _dict(answer)
-    choices = _list(answer.get("choices"))
-    choice = _dict(choices[0] if choices else None)
-    message = _dict(choice.get("message"))
-    text = _str(message.get("content"))
-    calls = [_tool_use(_dict(call)) for call in _list(message.get("tool_calls"))]
+    answer = as_dict(answer)
+    choices = as_list(answer.get("choices"))
+    choice = as_dict(choices[0] if choices else None)
+    message = as_dict(choice.get("message"))
+    text = as_str(message.get("content"))
+    calls = [_tool_use(as_dict(call)) for call in as_list(message.get("tool_calls"))]
     content = ([{"type": "text", "text": text}] if text else []) + calls
-    stop_reason = _stop_reason(choice.get("finish_reason"), bool(calls))
-    return _message(answer.get("id"), model, content, stop_reason, answer.get("usage"))
+    stop_reason = stop_reason_of(choice.get("finish_reason"), bool(calls))
+    return anthropic_message(answer.get("id"), model, content, stop_reason, answer.get("usage"))
 
 
-def _message(
+def anthropic_message(
     chat_id: Any, model: str, content: list[dict[str, Any]], stop_reason: str | None, usage: Any
 ) -> dict[str, Any]:
     """A Message, as answered whole or as a stream's message_start sends it before its content."""
@@ -267,13 +268,13 @@ def _message(
         "content": content,
         "stop_reason": stop_reason,
         "stop_sequence": None,
-        "usage": _usage(usage),
+        "usage": anthropic_usage(usage),
     }
 
 
 def _tool_use(call: dict[str, Any]) -> dict[str, Any]:
-    function = _dict(call.get("function"))
-    name, arguments = _str(function.get("name")), _arguments(function.get("arguments"))
+    function = as_dict(call.get("function"))
+    name, arguments = as_str(function.get("name")), _arguments(function.get("arguments"))
     return {
         "type": "tool_use",
         "id": _id(call.get("id"), "toolu_"),
@@ -282,11 +283,11 @@ def _tool_use(call: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _usage(usage: Any) -> dict[str, int]:
-    usage = _dict(usage)
+def anthropic_usage(usage: Any) -> dict[str, int]:
+    usage = as_dict(usage)
     return {
-        "input_tokens": _int(usage.get("prompt_tokens")),
-        "output_tokens": _int(usage.get("completion_tokens")),
+        "input_tokens": as_int(usage.get("prompt_tokens")),
+        "output_tokens": as_int(usage.get("completion_tokens")),
     }
 
 
@@ -299,10 +300,10 @@ def _arguments(arguments: Any) -> dict[str, Any]:
         parsed = json.loads(arguments)
     except (TypeError, ValueError, RecursionError):
         parsed = None
-    return parsed if isinstance(parsed, dict) else {RAW_ARGUMENTS: _str(arguments)}
+    return parsed if isinstance(parsed, dict) else {RAW_ARGUMENTS: as_str(arguments)}
 
 
-def _stop_reason(finish_reason: Any, called_tools: bool) -> str:
+def stop_reason_of(finish_reason: Any, called_tools: bool) -> str:
     """Some engines end a turn of tool calls with "stop": a client only runs tools on tool_use."""
     reason = _STOP_REASON.get(finish_reason, "end_turn") if isinstance(finish_reason, str) else None
     return "tool_use" if called_tools and reason in (None, "end_turn") else reason or "end_turn"
@@ -317,7 +318,7 @@ def count_request(request: dict[str, Any]) -> dict[str, Any]:
 
 def count_answer(answer: dict[str, Any]) -> dict[str, Any]:
     """That chat answer -> ``{"input_tokens": usage.prompt_tokens}``."""
-    return {"input_tokens": _int(_dict(_dict(answer).get("usage")).get("prompt_tokens"))}
+    return {"input_tokens": as_int(as_dict(as_dict(answer).get("usage")).get("prompt_tokens"))}
 
 
 def error_type(status: int) -> str:
@@ -328,7 +329,7 @@ def error_type(status: int) -> str:
 
 def error_body(status: int, message: str) -> bytes:
     error = {"type": error_type(status), "message": message}
-    return _compact({"type": "error", "error": error})
+    return compact_json({"type": "error", "error": error})
 
 
 def error_from_chat(status: int, body: bytes) -> bytes:
@@ -343,35 +344,19 @@ def message_of(status: int, body: bytes) -> str:
         payload = json.loads(text)
     except (ValueError, RecursionError):
         payload = None
-    return _error_message(payload) or text or f"the backend answered {status}"
+    return error_message(payload) or text or f"the backend answered {status}"
 
 
-def _error_message(payload: Any) -> str:
+def error_message(payload: Any) -> str:
     """OpenAI's ``{"error": {"message"}}``; Ollama's ``{"error": "..."}``; a bare message."""
-    error = _dict(payload).get("error")
+    error = as_dict(payload).get("error")
     if isinstance(error, str):
         return error
-    return _str(_dict(error).get("message")) or _str(_dict(payload).get("message"))
+    return as_str(as_dict(error).get("message")) or as_str(as_dict(payload).get("message"))
 
 
-def _compact(value: Any) -> bytes:
+def compact_json(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _id(value: Any, prefix: str) -> str:

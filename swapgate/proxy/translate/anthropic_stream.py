@@ -8,16 +8,14 @@ import uuid
 from typing import Any
 
 from swapgate.proxy.translate.anthropic import (
-    _compact,
-    _dict,
-    _list,
-    _message,
-    _stop_reason,
-    _str,
-    _usage,
+    anthropic_message,
+    anthropic_usage,
+    compact_json,
     error_body,
+    stop_reason_of,
 )
 from swapgate.proxy.translate.chat_stream import ChatStreamReader
+from swapgate.proxy.translate.fields import as_dict, as_list, as_str
 
 
 class StreamTranslator(ChatStreamReader):
@@ -45,19 +43,19 @@ class StreamTranslator(ChatStreamReader):
     def _chunk(self, chunk: dict[str, Any]) -> bytes:
         out = self._start(chunk.get("id"))
         if isinstance(chunk.get("usage"), dict):  # the last chunk's, often with no choices
-            counted = _usage(chunk["usage"])
+            counted = anthropic_usage(chunk["usage"])
             self._usage = {k: v or self._usage[k] for k, v in counted.items()}
-        choices = _list(chunk.get("choices"))  # one choice: a request from /v1/messages has no n
-        return out + (self._choice(_dict(choices[0])) if choices else b"")
+        choices = as_list(chunk.get("choices"))  # one choice: a request from /v1/messages has no n
+        return out + (self._choice(as_dict(choices[0])) if choices else b"")
 
     def _choice(self, choice: dict[str, Any]) -> bytes:
-        delta = _dict(choice.get("delta"))
+        delta = as_dict(choice.get("delta"))
         out = b""
         if isinstance(delta.get("content"), str) and delta["content"]:
             if self._open != "text":
                 out += self._open_block({"type": "text", "text": ""})
             out += self._delta({"type": "text_delta", "text": delta["content"]})
-        for call in map(_dict, _list(delta.get("tool_calls"))):
+        for call in map(as_dict, as_list(delta.get("tool_calls"))):
             out += self._tool_call(call)
         if choice.get("finish_reason") is not None:
             self._finish_reason = choice["finish_reason"]
@@ -65,14 +63,14 @@ class StreamTranslator(ChatStreamReader):
         return out
 
     def _tool_call(self, call: dict[str, Any]) -> bytes:
-        index, call_id = call.get("index"), _str(call.get("id"))
-        function = _dict(call.get("function"))
+        index, call_id = call.get("index"), as_str(call.get("id"))
+        function = as_dict(call.get("function"))
         out = b""
         new_id = call_id and call_id != self._tool[1]  # engines repeat the id, or send it once
         if self._open != "tool_use" or index != self._tool[0] or new_id:
             self._tool = (index, call_id or "toolu_" + uuid.uuid4().hex)
             self._called_tools = True
-            name = _str(function.get("name"))
+            name = as_str(function.get("name"))
             out += self._open_block(
                 {"type": "tool_use", "id": self._tool[1], "name": name, "input": {}}
             )
@@ -84,7 +82,7 @@ class StreamTranslator(ChatStreamReader):
         if self._started:
             return b""
         self._started = True
-        message = _message(chunk_id, self._model, [], None, {})
+        message = anthropic_message(chunk_id, self._model, [], None, {})
         message["usage"] = dict(self._usage)  # the prompt's size, estimated until counted
         return _sse({"type": "message_start", "message": message})
 
@@ -109,7 +107,7 @@ class StreamTranslator(ChatStreamReader):
     def _end(self) -> bytes:
         out = self._start(None) + self._close_block()
         delta = {
-            "stop_reason": _stop_reason(self._finish_reason, self._called_tools),
+            "stop_reason": stop_reason_of(self._finish_reason, self._called_tools),
             "stop_sequence": None,
         }
         usage = dict(self._usage)
@@ -124,4 +122,4 @@ class StreamTranslator(ChatStreamReader):
 
 def _sse(event: dict[str, Any]) -> bytes:
     kind: str = event["type"]
-    return b"event: " + kind.encode() + b"\ndata: " + _compact(event) + b"\n\n"
+    return b"event: " + kind.encode() + b"\ndata: " + compact_json(event) + b"\n\n"

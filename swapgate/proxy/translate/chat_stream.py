@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from swapgate.proxy.translate.anthropic import _error_message
+from swapgate.proxy.translate.anthropic import error_message
 
 
 class ChatStreamReader:
@@ -62,7 +62,7 @@ class ChatStreamReader:
         if not isinstance(chunk, dict):
             return self._failed("the backend's stream sent data that is not a JSON object")
         if chunk.get("error") is not None:
-            return self._failed(_error_message(chunk) or "the backend's stream failed")
+            return self._failed(error_message(chunk) or "the backend's stream failed")
         return self._chunk(chunk)
 
     def _finish(self) -> bytes:

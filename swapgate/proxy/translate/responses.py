@@ -23,7 +23,8 @@ import uuid
 from typing import Any
 
 from swapgate.errors import BadRequest
-from swapgate.proxy.translate.anthropic import _dict, _int, _list, _str, message_of
+from swapgate.proxy.translate.anthropic import message_of
+from swapgate.proxy.translate.fields import as_dict, as_int, as_list, as_str
 
 DROPPED = (
     "include", "metadata", "prompt_cache_key", "reasoning", "safety_identifier", "service_tier",
@@ -57,7 +58,7 @@ def to_chat(request: dict[str, Any]) -> dict[str, Any]:
     chat.update({name: request[name] for name in _PASSED if name in request})
     if isinstance(request.get("max_output_tokens"), int):
         chat["max_tokens"] = request["max_output_tokens"]
-    chat.update(_format(_dict(request.get("text")).get("format")))
+    chat.update(_format(as_dict(request.get("text")).get("format")))
     tools = _tools(request.get("tools") or [])
     if tools:  # engines refuse an empty tools list, and a tool_choice without tools
         chat["tools"] = tools
@@ -72,8 +73,8 @@ def to_chat(request: dict[str, Any]) -> dict[str, Any]:
 def custom_tools(request: dict[str, Any]) -> frozenset[str]:
     """The names of the request's free-form tools, whose calls go back as ``custom_tool_call``."""
     return frozenset(
-        _str(tool.get("name"))
-        for tool in map(_dict, _list(request.get("tools")))
+        as_str(tool.get("name"))
+        for tool in map(as_dict, as_list(request.get("tools")))
         if tool.get("type") == "custom"
     )
 
@@ -98,7 +99,7 @@ def _input(items: Any) -> list[dict[str, Any]]:
             raise BadRequest(f"{where}: send an item, an object")
         kind = item.get("type", "message")
         if kind == "message":
-            chat.append(_message(item, where))
+            chat.append(anthropic_message(item, where))
         elif kind in ("function_call", "custom_tool_call"):
             _call(chat, item, where)
         elif kind in ("function_call_output", "custom_tool_call_output"):
@@ -108,8 +109,8 @@ def _input(items: Any) -> list[dict[str, Any]]:
     return chat
 
 
-def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
-    role = _ROLES.get(_str(item.get("role")))
+def anthropic_message(item: dict[str, Any], where: str) -> dict[str, Any]:
+    role = _ROLES.get(as_str(item.get("role")))
     if role is None:
         raise BadRequest(f"{where}.role: send 'user', 'assistant', 'system' or 'developer'")
     content = item.get("content")
@@ -120,12 +121,12 @@ def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
     parts = [_part(part, f"{where}.content[{i}]") for i, part in enumerate(content)]
     if role != "user" or all(part["type"] == "text" for part in parts):
         # every chat template reads a string; only a user turn may carry images
-        return {"role": role, "content": "\n".join(_str(p.get("text")) for p in parts)}
+        return {"role": role, "content": "\n".join(as_str(p.get("text")) for p in parts)}
     return {"role": role, "content": parts}
 
 
 def _part(part: Any, where: str) -> dict[str, Any]:
-    kind = _str(_dict(part).get("type"))
+    kind = as_str(as_dict(part).get("type"))
     if kind in _TEXT_PARTS and isinstance(part.get("text"), str):
         return {"type": "text", "text": part["text"]}
     if kind == "refusal" and isinstance(part.get("refusal"), str):
@@ -143,9 +144,9 @@ def _call(chat: list[dict[str, Any]], item: dict[str, Any], where: str) -> None:
     if not isinstance(call_id, str) or not isinstance(name, str):
         raise BadRequest(f"{where}: a call needs a string 'call_id' and 'name'")
     if item.get("type") == "custom_tool_call":
-        arguments = json.dumps({CUSTOM_INPUT: _str(item.get("input"))})
+        arguments = json.dumps({CUSTOM_INPUT: as_str(item.get("input"))})
     else:
-        arguments = _str(item.get("arguments")) or "{}"
+        arguments = as_str(item.get("arguments")) or "{}"
     call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
     last = chat[-1] if chat else None
     if last is not None and last["role"] == "assistant" and "tool_calls" in last:
@@ -161,14 +162,14 @@ def _output(item: dict[str, Any], where: str) -> dict[str, Any]:
         raise BadRequest(f"{where}.call_id: name the call this output answers")
     output = item.get("output")
     if isinstance(output, list):
-        output = "\n".join(_str(_dict(part).get("text")) for part in output)
+        output = "\n".join(as_str(as_dict(part).get("text")) for part in output)
     if not isinstance(output, str):
         raise BadRequest(f"{where}.output: send a string or a list of text parts")
     return {"role": "tool", "tool_call_id": item["call_id"], "content": output}
 
 
 def _format(fmt: Any) -> dict[str, Any]:
-    fmt = _dict(fmt)
+    fmt = as_dict(fmt)
     if fmt.get("type") == "json_schema":
         schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
         return {"response_format": {"type": "json_schema", "json_schema": schema}}
@@ -182,7 +183,7 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
         raise BadRequest("tools: send a list of tool definitions", param="tools")
     chat = []
     for i, tool in enumerate(tools):
-        kind = _dict(tool).get("type")
+        kind = as_dict(tool).get("type")
         if kind not in ("function", "custom"):
             continue  # hosted or grouped tools: not offered to an engine that cannot run them
         if not isinstance(tool.get("name"), str):
@@ -191,7 +192,7 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
             parameters = {"type": "object", "properties": {CUSTOM_INPUT: {"type": "string"}},
                           "required": [CUSTOM_INPUT]}  # fmt: skip
         else:
-            parameters = _dict(tool.get("parameters")) or {"type": "object", "properties": {}}
+            parameters = as_dict(tool.get("parameters")) or {"type": "object", "properties": {}}
         function: dict[str, Any] = {"name": tool["name"], "parameters": parameters}
         if isinstance(tool.get("description"), str):
             function["description"] = tool["description"]
@@ -202,8 +203,8 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
 def _tool_choice(choice: Any) -> Any:
     if choice in ("auto", "none", "required"):
         return choice
-    name = _dict(choice).get("name")
-    if _dict(choice).get("type") in ("function", "custom") and isinstance(name, str):
+    name = as_dict(choice).get("name")
+    if as_dict(choice).get("type") in ("function", "custom") and isinstance(name, str):
         return {"type": "function", "function": {"name": name}}
     raise BadRequest(
         "tool_choice: send 'auto', 'none', 'required' or {'type': 'function', 'name': ...}",
@@ -214,17 +215,17 @@ def _tool_choice(choice: Any) -> Any:
 def from_chat(answer: dict[str, Any], model: str, custom: frozenset[str]) -> dict[str, Any]:
     """A non-streaming chat.completion -> a Response; ``model`` is the name the client asked
     for, ``custom`` the names of its free-form tools."""
-    answer = _dict(answer)
-    choice = _dict((_list(answer.get("choices")) or [None])[0])
-    message = _dict(choice.get("message"))
+    answer = as_dict(answer)
+    choice = as_dict((as_list(answer.get("choices")) or [None])[0])
+    message = as_dict(choice.get("message"))
     output = []
-    if _str(message.get("content")):
-        output.append(text_item(new_id("msg_"), _str(message.get("content")), "completed"))
-    for call in map(_dict, _list(message.get("tool_calls"))):
-        function = _dict(call.get("function"))
-        name, arguments = _str(function.get("name")), function.get("arguments")
-        call_id = _str(call.get("id")) or new_id("call_")
-        output.append(call_item(new_id("fc_"), call_id, name, _str(arguments), custom))
+    if as_str(message.get("content")):
+        output.append(text_item(new_id("msg_"), as_str(message.get("content")), "completed"))
+    for call in map(as_dict, as_list(message.get("tool_calls"))):
+        function = as_dict(call.get("function"))
+        name, arguments = as_str(function.get("name")), function.get("arguments")
+        call_id = as_str(call.get("id")) or new_id("call_")
+        output.append(call_item(new_id("fc_"), call_id, name, as_str(arguments), custom))
     usage = usage_from_chat(answer.get("usage"), 0)
     return response(answer.get("id"), model, output, _status(choice.get("finish_reason")), usage)
 
@@ -263,7 +264,7 @@ def call_item(
     parameter."""
     if name in custom:
         try:
-            text = _str(_dict(json.loads(arguments)).get(CUSTOM_INPUT))
+            text = as_str(as_dict(json.loads(arguments)).get(CUSTOM_INPUT))
         except (ValueError, RecursionError):
             text = arguments
         return {"type": "custom_tool_call", "id": item_id, "call_id": call_id, "name": name,
@@ -275,9 +276,9 @@ def call_item(
 def usage_from_chat(usage: Any, estimate: int) -> dict[str, Any]:
     """Responses' usage from chat's; ``estimate`` stands in for a prompt the engine did not
     count (a stream whose engine ignores ``stream_options``)."""
-    usage = _dict(usage)
-    prompt = _int(usage.get("prompt_tokens")) or estimate
-    completion = _int(usage.get("completion_tokens"))
+    usage = as_dict(usage)
+    prompt = as_int(usage.get("prompt_tokens")) or estimate
+    completion = as_int(usage.get("completion_tokens"))
     return {
         "input_tokens": prompt,
         "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},

@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from swapgate.proxy.translate.anthropic import _dict, _list, _str
 from swapgate.proxy.translate.chat_stream import ChatStreamReader
+from swapgate.proxy.translate.fields import as_dict, as_list, as_str
 from swapgate.proxy.translate.responses import (
     call_item,
     new_id,
@@ -50,14 +50,14 @@ class ResponsesStream(ChatStreamReader):
         out = self._start(chunk.get("id"))
         if isinstance(chunk.get("usage"), dict):
             self._usage = chunk["usage"]
-        choices = _list(chunk.get("choices"))
+        choices = as_list(chunk.get("choices"))
         if not choices:
             return out
-        choice = _dict(choices[0])
-        delta = _dict(choice.get("delta"))
+        choice = as_dict(choices[0])
+        delta = as_dict(choice.get("delta"))
         if isinstance(delta.get("content"), str) and delta["content"]:
             out += self._text_delta(delta["content"])
-        for call in map(_dict, _list(delta.get("tool_calls"))):
+        for call in map(as_dict, as_list(delta.get("tool_calls"))):
             out += self._call_delta(call)
         if choice.get("finish_reason") is not None:
             self._finish_reason = choice["finish_reason"]
@@ -85,20 +85,20 @@ class ResponsesStream(ChatStreamReader):
                                  logprobs=[])  # fmt: skip
 
     def _call_delta(self, call: dict[str, Any]) -> bytes:
-        function = _dict(call.get("function"))
-        call_id, index = _str(call.get("id")), call.get("index")
+        function = as_dict(call.get("function"))
+        call_id, index = as_str(call.get("id")), call.get("index")
         out = b""
         opened = self._open is not None and self._open["type"] == "function_call"
         new_id_given = bool(call_id) and opened and call_id != self._open_call_id()
         if not opened or index != self._call_index or new_id_given:
             out += self._close_item()
             self._call_index = index
-            name = _str(function.get("name"))
+            name = as_str(function.get("name"))
             item = {"type": "function_call", "id": new_id("fc_"),
                     "call_id": call_id or new_id("call_"), "name": name, "arguments": "",
                     "status": "in_progress"}  # fmt: skip
             out += self._open_item(item)
-        arguments = _str(function.get("arguments"))
+        arguments = as_str(function.get("arguments"))
         if arguments:
             assert self._open is not None
             self._open["arguments"] += arguments
@@ -109,7 +109,7 @@ class ResponsesStream(ChatStreamReader):
         return out
 
     def _open_call_id(self) -> str:
-        return _str(self._open.get("call_id")) if self._open else ""
+        return as_str(self._open.get("call_id")) if self._open else ""
 
     def _open_item(self, item: dict[str, Any]) -> bytes:
         self._open = item

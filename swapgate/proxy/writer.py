@@ -1,0 +1,119 @@
+"""The response written, at the ASGI level: ``ResponseWriter`` remembers how far it got and how
+its mode tells a failure; ``until_disconnect`` cancels the work of a client that went away."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Coroutine
+from typing import Any, Literal
+
+from starlette.types import Receive, Send
+
+from swapgate.errors import SwapgateError
+from swapgate.proxy.endpoints import OPENAI, Dialect
+
+# What the body sent so far is, which decides how a failure can still be told (``fail``):
+# keep-alives alone ("pings": SSE comments or reasoning chunks; "whitespace"), or the
+# upstream's own body under way ("events": a stream; "body": anything else).
+BodyMode = Literal["pings", "whitespace", "events", "body"]
+
+
+class ResponseWriter:
+    """Sends one ASGI response, remembers how far it got, and tells a failure the one way
+    that is still possible (docs/architecture.md, docs/operations.md)."""
+
+    def __init__(
+        self, send: Send, headers: list[tuple[bytes, bytes]], dialect: Dialect = OPENAI
+    ) -> None:
+        self._send = send
+        self.headers = headers  # swapgate's own, added to whatever status goes out
+        self.dialect = dialect
+        self.status = 0
+        self.ended = False
+        self._last_event_out = False  # an event stream's last event went out, whole
+        self.mode: BodyMode | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.status != 0
+
+    @property
+    def whole(self) -> bool:
+        """Whether the client has its whole answer: a client that hangs up now lost nothing.
+        An event stream is whole once its last event is out, before the upstream closes it."""
+        return self.ended or self._last_event_out
+
+    async def start(
+        self, status: int, headers: list[tuple[bytes, bytes]], mode: BodyMode = "body"
+    ) -> None:
+        await self._send(
+            {"type": "http.response.start", "status": status, "headers": headers + self.headers}
+        )
+        self.status = status  # only once sent: a start cancelled before it went out never counts
+        self.mode = mode
+
+    def upstream_body(self, event_stream: bool) -> None:
+        """The upstream's body follows the keep-alives from here on."""
+        self.mode = "events" if event_stream else "body"
+
+    async def write(self, chunk: bytes) -> None:
+        await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
+        last = self.dialect.last_event
+        if self.mode == "events" and chunk.endswith(b"\n\n") and last.search(chunk):
+            self._last_event_out = True
+
+    async def end(self, chunk: bytes = b"") -> None:
+        await self._send({"type": "http.response.body", "body": chunk, "more_body": False})
+        self.ended = True
+
+    async def error(self, exc: SwapgateError) -> None:
+        await self.start(exc.status, exc.headers())
+        await self.end(self.dialect.error_body(exc))
+
+    async def fail(self, exc: SwapgateError) -> None:
+        """Tell ``exc`` in the client's dialect: as the status if none went out; after SSE, as
+        one error event; after whitespace, as the error object, left unended. A body left
+        unended (that one, or the upstream's half sent) makes the ASGI server cut the
+        connection: never a short body that looks whole. After whitespace that cut is what
+        makes every SDK raise (a connection error) where a whole 200 would be read as an empty
+        answer; a plain client still reads the error object before it."""
+        if not self.started:
+            await self.error(exc)
+            return
+        if self.mode == "body":
+            return
+        with contextlib.suppress(Exception):  # the client may be gone too
+            if self.mode == "whitespace":
+                await self.write(self.dialect.error_body(exc))
+            else:
+                await self.end(self.dialect.error_event(exc))
+
+
+async def until_disconnect(receive: Receive, work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` in this task; a client that disconnects first cancels it.
+
+    One watcher task per request, not two: the watcher cancels the request's own task.
+    """
+    current = asyncio.current_task()
+    assert current is not None
+    state = {"done": False, "gone": False}
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if not state["done"]:
+            state["gone"] = True
+            current.cancel()
+
+    watcher = asyncio.create_task(watch())
+    try:
+        await work
+    except asyncio.CancelledError:
+        if not state["gone"]:
+            raise
+        current.uncancel()
+        raise ConnectionAbortedError("the client went away") from None
+    finally:
+        state["done"] = True
+        watcher.cancel()
