@@ -14,8 +14,8 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from swapgate.server.routes.admin import describe_state
 from swapgate.server.runtime import Runtime
+from swapgate.server.state_view import describe_state
 
 
 def dashboard_state(runtime: Runtime) -> dict[str, Any]:

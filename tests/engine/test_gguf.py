@@ -7,8 +7,9 @@ import subprocess
 
 import pytest
 
+from swapgate.config.gguf import read_gguf
 from swapgate.config.loading import parse_config
-from swapgate.config.sizes import read_gguf, size_of
+from swapgate.config.sizes import size_of
 from testbed.engines import LlamaCppEngine
 
 pytestmark = pytest.mark.engine
