@@ -7,7 +7,7 @@ are read from the registry at scrape time, so the request path never pays for th
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -19,128 +19,218 @@ from swapgate.data.warm import WarmState
 SWAP_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 UNKNOWN = "unknown"
+M = TypeVar("M", Counter, Gauge, Histogram)
 
 
-# Every metric an app declares: (attribute, type, name, help, labels, histogram buckets).
-# swapgate_requests_total's labels are fixed (docs/metrics.md): requests by endpoint and by pool
-# are counted apart. Wakes of models asleep (vLLM's sleep mode) are swaps, and counted apart too.
-_DECLARED: tuple[tuple[str, type[Counter | Gauge | Histogram], str, str, str, Sequence[float]], ...]
-_DECLARED = (
-    ("requests", Counter, "swapgate_requests", "Requests answered", "model route status", ()),
-    ("endpoint_requests", Counter, "swapgate_endpoint_requests",
-     "Requests answered, by endpoint (chat, responses, messages, ...)", "endpoint status", ()),
-    ("pool_requests", Counter, "swapgate_pool_requests",
-     "Requests answered, by the pool they went to", "model pool status", ()),
-    ("pool_wait", Histogram, "swapgate_pool_wait_seconds",
-     "Time spent waiting for a swap or the queue, by pool", "model pool",
-     Histogram.DEFAULT_BUCKETS),
-    ("request_duration", Histogram, "swapgate_request_duration_seconds",
-     "Time from a request's arrival to its last byte", "model route", LATENCY_BUCKETS),
-    ("ttfb", Histogram, "swapgate_time_to_first_byte_seconds",
-     "Time from a request's arrival to the upstream's first byte (keep-alives excluded)",
-     "model route", LATENCY_BUCKETS),
-    ("wait", Histogram, "swapgate_wait_seconds",
-     "Time a request waited for a swap or the queue", "model", LATENCY_BUCKETS),
-    ("swap_duration", Histogram, "swapgate_swap_duration_seconds",
-     "Time from a swap's start to the model being ready, by where its weights were read from"
-     " (cached: the page cache; cold: disk; unknown)", "instance model result weights",
-     SWAP_BUCKETS),
-    ("wake_duration", Histogram, "swapgate_wake_duration_seconds",
-     "Wakes of a model asleep, from the swap's start to the model being ready",
-     "instance model result", (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120)),
-    ("swaps", Counter, "swapgate_swaps", "Swaps finished", "instance model result", ()),
-    ("placements", Counter, "swapgate_placements",
-     "Requests by how their model was found: warm, after a swap, queued, or relayed",
-     "model placement", ()),
-    ("placement_wait", Histogram, "swapgate_placement_wait_seconds",
-     "Time each request waited for its model, by how it was found (warm: 0)",
-     "model placement", LATENCY_BUCKETS),
-    ("swaps_avoided", Counter, "swapgate_swaps_avoided",
-     "Requests served after a swap another request started: swaps grouping saved", "model",
-     ()),
-    ("thrash", Counter, "swapgate_thrash",
-     "Swaps that load a model evicted from the same instance within THRASH_WINDOW of its"
-     " swap time", "instance model", ()),
-    ("keepalives", Counter, "swapgate_keepalives_sent", "Keep-alive writes", "model kind", ()),
-    ("fallbacks", Counter, "swapgate_fallbacks", "Requests sent to a relay",
-     "model relay reason", ()),
-    ("key_requests", Counter, "swapgate_key_requests",
-     "Requests answered, by the client key's configured name", "key status", ()),
-    ("preload_runs", Counter, "swapgate_preload_runs", "Preload job runs", "job result", ()),
-    ("upstream_errors", Counter, "swapgate_upstream_errors", "Failed upstream calls",
-     "instance kind", ()),
-    ("process_exits", Counter, "swapgate_process_exits",
-     "Model processes that exited by themselves", "instance model", ()),
-    ("process_rss", Gauge, "swapgate_process_rss_bytes",
-     "Resident size of a model's process group", "instance model", ()),
-    ("probe_ttft", Histogram, "swapgate_probe_ttft_seconds",
-     "Time to first token of the decay probe, by target: instance/NAME or relay/NAME",
-     "target", LATENCY_BUCKETS),
-    ("probes", Counter, "swapgate_probe_requests",
-     "Decay probe requests (counted here only, not in swapgate_requests_total)",
-     "target result", ()),
-    ("process_recycles", Counter, "swapgate_process_recycles",
-     "Model processes restarted above their recycle_rss", "instance model", ()),
-    ("affinity", Counter, "swapgate_affinity",
-     "Requests placed among two or more warm copies by prefix affinity: hit (the copy that"
-     " served its conversation last), miss (none known, or not open), overflow (too busy)",
-     "result", ()),
-    ("kv_saves", Counter, "swapgate_kv_saves",
-     "Slots saved before their model was unloaded (kv_keep)", "instance model result", ()),
-    ("kv_restores", Counter, "swapgate_kv_restores",
-     "Saved conversations restored into a slot when a turn came back (kv_keep)",
-     "instance model result", ()),
-    ("kv_saved_bytes", Gauge, "swapgate_kv_saved_bytes",
-     "Bytes of saved conversations kept on disk for an instance (kv_keep)", "instance", ()),
-    ("weights_resident", Gauge, "swapgate_weights_resident_bytes",
-     "Bytes of a model's weight files in the host's page cache", "model", ()),
-    ("host_cache_bytes", Gauge, "swapgate_host_cache_bytes",
-     "Bytes of weight files the host cache brought into the page cache and holds", "", ()),
-)  # fmt: skip
+class Declared(Generic[M]):
+    """One metric as ``Metrics`` declares it: its type, name, help, labels (space-separated)
+    and a histogram's buckets. Read on a ``Metrics``, it is that app's metric."""
+
+    def __init__(
+        self, kind: type[M], name: str, doc: str, labels: str, *, buckets: Sequence[float] = ()
+    ) -> None:
+        self.kind: type[M] = kind
+        self.name, self.doc, self.labels, self.buckets = name, doc, labels, buckets
+        self._attribute = ""
+
+    def __set_name__(self, owner: type, attribute: str) -> None:
+        self._attribute = attribute
+
+    @overload
+    def __get__(self, metrics: None, owner: type) -> Declared[M]: ...
+    @overload
+    def __get__(self, metrics: Metrics, owner: type) -> M: ...
+    def __get__(self, metrics: Metrics | None, owner: type) -> Declared[M] | M:
+        if metrics is None:
+            return self
+        built: M = metrics._built[self._attribute]
+        return built
+
+    def build(self, registry: CollectorRegistry) -> M:
+        names, extra = self.labels.split(), {"buckets": self.buckets} if self.buckets else {}
+        make: Callable[..., M] = self.kind  # buckets: a histogram's alone
+        return make(self.name, self.doc, names, registry=registry, **extra)
 
 
 class Metrics:
-    requests: Counter
-    endpoint_requests: Counter
-    pool_requests: Counter
-    pool_wait: Histogram
-    request_duration: Histogram
-    ttfb: Histogram
-    wait: Histogram
-    swap_duration: Histogram
-    wake_duration: Histogram
-    swaps: Counter
-    placements: Counter
-    placement_wait: Histogram
-    swaps_avoided: Counter
-    thrash: Counter
-    keepalives: Counter
-    fallbacks: Counter
-    key_requests: Counter
-    preload_runs: Counter
-    upstream_errors: Counter
-    process_exits: Counter
-    process_rss: Gauge
-    process_recycles: Counter
-    probe_ttft: Histogram
-    probes: Counter
-    weights_resident: Gauge
-    affinity: Counter
-    kv_saves: Counter
-    kv_restores: Counter
-    kv_saved_bytes: Gauge
-    host_cache_bytes: Gauge
+    """Every metric, each declared once below; the app owns one instance."""
+
+    # swapgate_requests_total's labels are fixed (docs/metrics.md): requests by endpoint and by
+    # pool are counted apart. Wakes of models asleep (vLLM's sleep mode) are swaps, and counted
+    # apart too.
+    requests = Declared(Counter, "swapgate_requests", "Requests answered", "model route status")
+    endpoint_requests = Declared(
+        Counter,
+        "swapgate_endpoint_requests",
+        "Requests answered, by endpoint (chat, responses, messages, ...)",
+        "endpoint status",
+    )
+    pool_requests = Declared(
+        Counter,
+        "swapgate_pool_requests",
+        "Requests answered, by the pool they went to",
+        "model pool status",
+    )
+    pool_wait = Declared(
+        Histogram,
+        "swapgate_pool_wait_seconds",
+        "Time spent waiting for a swap or the queue, by pool",
+        "model pool",
+        buckets=Histogram.DEFAULT_BUCKETS,
+    )
+    request_duration = Declared(
+        Histogram,
+        "swapgate_request_duration_seconds",
+        "Time from a request's arrival to its last byte",
+        "model route",
+        buckets=LATENCY_BUCKETS,
+    )
+    ttfb = Declared(
+        Histogram,
+        "swapgate_time_to_first_byte_seconds",
+        "Time from a request's arrival to the upstream's first byte (keep-alives excluded)",
+        "model route",
+        buckets=LATENCY_BUCKETS,
+    )
+    wait = Declared(
+        Histogram,
+        "swapgate_wait_seconds",
+        "Time a request waited for a swap or the queue",
+        "model",
+        buckets=LATENCY_BUCKETS,
+    )
+    swap_duration = Declared(
+        Histogram,
+        "swapgate_swap_duration_seconds",
+        "Time from a swap's start to the model being ready, by where its weights were read from"
+        " (cached: the page cache; cold: disk; unknown)",
+        "instance model result weights",
+        buckets=SWAP_BUCKETS,
+    )
+    wake_duration = Declared(
+        Histogram,
+        "swapgate_wake_duration_seconds",
+        "Wakes of a model asleep, from the swap's start to the model being ready",
+        "instance model result",
+        buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120),
+    )
+    swaps = Declared(Counter, "swapgate_swaps", "Swaps finished", "instance model result")
+    placements = Declared(
+        Counter,
+        "swapgate_placements",
+        "Requests by how their model was found: warm, after a swap, queued, or relayed",
+        "model placement",
+    )
+    placement_wait = Declared(
+        Histogram,
+        "swapgate_placement_wait_seconds",
+        "Time each request waited for its model, by how it was found (warm: 0)",
+        "model placement",
+        buckets=LATENCY_BUCKETS,
+    )
+    swaps_avoided = Declared(
+        Counter,
+        "swapgate_swaps_avoided",
+        "Requests served after a swap another request started: swaps grouping saved",
+        "model",
+    )
+    thrash = Declared(
+        Counter,
+        "swapgate_thrash",
+        "Swaps that load a model evicted from the same instance within THRASH_WINDOW of its"
+        " swap time",
+        "instance model",
+    )
+    keepalives = Declared(Counter, "swapgate_keepalives_sent", "Keep-alive writes", "model kind")
+    fallbacks = Declared(
+        Counter, "swapgate_fallbacks", "Requests sent to a relay", "model relay reason"
+    )
+    key_requests = Declared(
+        Counter,
+        "swapgate_key_requests",
+        "Requests answered, by the client key's configured name",
+        "key status",
+    )
+    preload_runs = Declared(Counter, "swapgate_preload_runs", "Preload job runs", "job result")
+    upstream_errors = Declared(
+        Counter, "swapgate_upstream_errors", "Failed upstream calls", "instance kind"
+    )
+    process_exits = Declared(
+        Counter,
+        "swapgate_process_exits",
+        "Model processes that exited by themselves",
+        "instance model",
+    )
+    process_rss = Declared(
+        Gauge,
+        "swapgate_process_rss_bytes",
+        "Resident size of a model's process group",
+        "instance model",
+    )
+    probe_ttft = Declared(
+        Histogram,
+        "swapgate_probe_ttft_seconds",
+        "Time to first token of the decay probe, by target: instance/NAME or relay/NAME",
+        "target",
+        buckets=LATENCY_BUCKETS,
+    )
+    probes = Declared(
+        Counter,
+        "swapgate_probe_requests",
+        "Decay probe requests (counted here only, not in swapgate_requests_total)",
+        "target result",
+    )
+    process_recycles = Declared(
+        Counter,
+        "swapgate_process_recycles",
+        "Model processes restarted above their recycle_rss",
+        "instance model",
+    )
+    affinity = Declared(
+        Counter,
+        "swapgate_affinity",
+        "Requests placed among two or more warm copies by prefix affinity: hit (the copy that"
+        " served its conversation last), miss (none known, or not open), overflow (too busy)",
+        "result",
+    )
+    kv_saves = Declared(
+        Counter,
+        "swapgate_kv_saves",
+        "Slots saved before their model was unloaded (kv_keep)",
+        "instance model result",
+    )
+    kv_restores = Declared(
+        Counter,
+        "swapgate_kv_restores",
+        "Saved conversations restored into a slot when a turn came back (kv_keep)",
+        "instance model result",
+    )
+    kv_saved_bytes = Declared(
+        Gauge,
+        "swapgate_kv_saved_bytes",
+        "Bytes of saved conversations kept on disk for an instance (kv_keep)",
+        "instance",
+    )
+    weights_resident = Declared(
+        Gauge,
+        "swapgate_weights_resident_bytes",
+        "Bytes of a model's weight files in the host's page cache",
+        "model",
+    )
+    host_cache_bytes = Declared(
+        Gauge,
+        "swapgate_host_cache_bytes",
+        "Bytes of weight files the host cache brought into the page cache and holds",
+        "",
+    )
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        for attribute, kind, name, doc, labels, buckets in _DECLARED:
-            names, r = labels.split(), self.registry
-            metric: Counter | Gauge | Histogram = (
-                Histogram(name, doc, names, buckets=buckets, registry=r)
-                if kind is Histogram
-                else kind(name, doc, names, registry=r)
-            )
-            setattr(self, attribute, metric)
+        self._built: dict[str, Any] = {
+            name: declared.build(self.registry)
+            for name, declared in vars(Metrics).items()
+            if isinstance(declared, Declared)
+        }
         self._cluster_up: Gauge | None = None
         # Labelled children, looked up once per label set: .labels() takes a lock and hashes.
         self._children: dict[tuple[str, ...], Any] = {}

@@ -38,6 +38,7 @@ from swapgate.cluster.messages import (
 )
 from swapgate.cluster.store import Holder, Listener
 from swapgate.config.catalog import Catalog
+from swapgate.config.settings import EvictionMode
 from swapgate.control.registry import Registry
 from swapgate.control.swaps import SwapCoordinator, SwapTimes
 from swapgate.drivers import Driver
@@ -78,7 +79,7 @@ class SharedSwaps(SwapCoordinator):
         cluster: Replicas,
         shares: OperatorShares,
         *,
-        eviction: str = "lru",
+        eviction: EvictionMode = "lru",
         backoff_window: float = WINDOW,
     ) -> None:
         """``shares``: the same that tells ``registry``'s pins and drains to the others."""

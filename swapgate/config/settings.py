@@ -79,6 +79,8 @@ Url = Annotated[str, AfterValidator(_check_url)]
 
 Name = Annotated[str, Field(pattern=_NAME)]
 FallbackPolicy = Annotated[Literal["off", "error", "slow", "swap"], BeforeValidator(_yaml_off)]
+# Which model makes room (docs/configuration.md, "eviction"): the one list of the modes.
+EvictionMode = Literal["lru", "demand"]
 InstanceKind = Literal[
     "llama-swap", "ollama", "openai", "swap-on-request", "process", "vllm-sleep", "llama-router"
 ]
@@ -163,7 +165,7 @@ class RoutingConfig(_Section):
     backoff_window: PositiveDuration = 60.0
     expected_swap: PositiveDuration | None = None
     stream_idle_timeout: PositiveDuration = 120.0
-    eviction: Literal["lru", "demand"] = "lru"
+    eviction: EvictionMode = "lru"
     # Under demand: a model likely requested again within this many of its swap times stays.
     demand_horizon: float = Field(3.0, gt=0, allow_inf_nan=False)
     # A request that has waited this fraction of max_wait for capacity closes a busy model;

@@ -12,6 +12,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from swapgate.config.settings import EvictionMode
 from swapgate.data.snapshot import InstanceView
 
 KEPT = 50  # records kept, newest last
@@ -88,7 +89,7 @@ class SwapLog:
         return None
 
 
-def eviction_reason(view: InstanceView, victims: tuple[str, ...], eviction: str) -> str:
+def eviction_reason(view: InstanceView, victims: tuple[str, ...], eviction: EvictionMode) -> str:
     """Why placement chose ``victims`` on ``view`` (docs/configuration.md, ``eviction``):
     ``abandoned`` (loaded for requests that all went away: the first to go), ``memory`` (the
     count had room, the bytes did not), else the eviction rule that ranked them: ``demand``

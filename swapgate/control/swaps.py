@@ -15,6 +15,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Literal, Protocol
 
 from swapgate.config.catalog import Catalog
+from swapgate.config.settings import EvictionMode
 from swapgate.control.kv import KvKeeper
 from swapgate.control.registry import Registry
 from swapgate.control.swaplog import SwapLog, eviction_reason
@@ -122,7 +123,7 @@ class SwapCoordinator:
         metrics: Metrics,
         swap_timeout: float,
         *,
-        eviction: str = "lru",
+        eviction: EvictionMode = "lru",
         backoff_window: float = WINDOW,
     ) -> None:
         """``eviction``: the rule that ranks victims (routing.eviction), named in the log;
@@ -235,7 +236,7 @@ class SwapCoordinator:
         catalog: Catalog,
         swap_timeout: float,
         expected_swap: float | None,
-        eviction: str,
+        eviction: EvictionMode,
         backoff_window: float = WINDOW,
     ) -> None:
         """Take a reloaded config; swaps already running finish with what they started with."""

@@ -15,12 +15,19 @@ from swapgate.drivers.process import ProcessDriver, ProcessEvents
 from swapgate.drivers.swap_on_request import SwapOnRequestDriver
 from swapgate.drivers.vllm_sleep import VllmSleepDriver
 
+# Every instance kind, by its driver: the one list (config/settings.py's InstanceKind types it,
+# and a unit test holds the two and docs/configuration.md to each other).
 DRIVERS: dict[str, type[Driver]] = {
-    "llama-swap": LlamaSwapDriver,
-    "llama-router": LlamaRouterDriver,
-    "ollama": OllamaDriver,
-    "openai": OpenAIDriver,
-    "swap-on-request": SwapOnRequestDriver,
+    driver.kind: driver
+    for driver in (
+        LlamaSwapDriver,
+        LlamaRouterDriver,
+        OllamaDriver,
+        OpenAIDriver,
+        ProcessDriver,
+        SwapOnRequestDriver,
+        VllmSleepDriver,
+    )
 }
 
 __all__ = ["DRIVERS", "Driver", "ProcessDriver", "ProcessEvents", "make_driver"]
@@ -34,11 +41,11 @@ def make_driver(
 ) -> Driver:
     """``events`` and ``ledger``: where a process instance tells what its processes do, and
     records what it started."""
-    if instance.kind == "process":
+    driver = DRIVERS[instance.kind]
+    if driver is ProcessDriver:  # the kinds that need more than a URL and a key
         return ProcessDriver(instance, client, events, ledger)
-    if instance.kind == "vllm-sleep":
+    if driver is VllmSleepDriver:
         return VllmSleepDriver(
             instance.servers, instance.sleep_level, client, secret(instance.api_key_env)
         )
-    discover = instance.models is None
-    return DRIVERS[instance.kind](instance.url, client, secret(instance.api_key_env), discover)
+    return driver(instance.url, client, secret(instance.api_key_env), instance.models is None)

@@ -7,10 +7,11 @@ import json
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
+from swapgate.config.settings import InstanceKind
 from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.errors import DriverError, DriverTimeout
 
@@ -29,6 +30,7 @@ def _every(event: dict[str, Any]) -> bool:
 class Driver(ABC):
     """One backend instance, spoken to in its own API (docs/configuration.md)."""
 
+    kind: ClassVar[InstanceKind]  # the kind it speaks for: swapgate/drivers/__init__.py
     evicts_to = WarmState.COLD  # what an unloaded model becomes: vLLM's sleep keeps it asleep
     # Whether cancelling ``load`` stops the load (a process it started is stopped); elsewhere
     # the backend goes on loading whatever swapgate does, so an abandoned load is finished.

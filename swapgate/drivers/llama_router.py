@@ -42,6 +42,8 @@ class LimitReached(DriverError):
 
 
 class LlamaRouterDriver(Driver):
+    kind = "llama-router"
+
     proxy_query = PROXY_QUERY
     # --models-max, read from GET /props once (and again after the router was unreachable)
     _max_models: int | None = None

@@ -33,6 +33,8 @@ def _model_status(event: dict[str, Any]) -> bool:
 
 
 class LlamaSwapDriver(Driver):
+    kind = "llama-swap"
+
     async def state(self) -> InstanceReport:
         body = await self._json("/running")
         try:

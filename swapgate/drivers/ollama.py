@@ -13,6 +13,8 @@ LOAD_KEEP_ALIVE = -1
 
 
 class OllamaDriver(Driver):
+    kind = "ollama"
+
     async def state(self) -> InstanceReport:
         ps = await self._json("/api/ps")
         running = _names(ps, "/api/ps")

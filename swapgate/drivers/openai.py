@@ -8,6 +8,8 @@ from swapgate.errors import DriverError
 
 
 class OpenAIDriver(Driver):
+    kind = "openai"
+
     async def state(self) -> InstanceReport:
         try:
             models = await self._openai_models()

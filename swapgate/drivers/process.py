@@ -90,6 +90,8 @@ class Unwatched:
 
 
 class ProcessDriver(Driver):
+    kind = "process"
+
     cancels_loads = True  # a load cancelled stops the process it started
 
     def __init__(

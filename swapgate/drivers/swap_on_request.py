@@ -8,6 +8,8 @@ from swapgate.errors import DriverError
 
 
 class SwapOnRequestDriver(Driver):
+    kind = "swap-on-request"
+
     polls_while_busy = False  # llama-cpp-python's /v1/models would cut a running stream
 
     async def state(self) -> InstanceReport:

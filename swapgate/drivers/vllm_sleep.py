@@ -31,6 +31,8 @@ AWAKE_CHECKS, AWAKE_PAUSE = 50, 0.1
 
 
 class VllmSleepDriver(Driver):
+    kind = "vllm-sleep"
+
     evicts_to = WarmState.ASLEEP
     # Each server starts awake (and is awake again after a restart, or a wake by hand):
     # swapgate puts those beyond the capacity to sleep, least wanted first.

@@ -34,14 +34,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Literal
 
+from swapgate.config.settings import EvictionMode
 from swapgate.config.sizes import human
 from swapgate.data.snapshot import AWAKE, InstanceView, Snapshot
 from swapgate.data.warm import WarmState
 from swapgate.policy.timing import residency
 
-Eviction = Literal["lru", "demand"]
 # Under ``demand``, a model is kept while its next request within the horizon is this likely.
 LIKELY_BACK = 0.5
 # Victims for a model by memory: every set of up to this many evictable models is weighed (2^12
@@ -65,7 +64,7 @@ def _unlimited(model: str) -> int | None:
 class Policy:
     # Set: the operator's min_residency; None: follow the swap time it guards (timing.py).
     min_residency: float | None
-    eviction: Eviction = "lru"
+    eviction: EvictionMode = "lru"
     # The measured swap time of (instance, model): what evicting a model costs when it returns.
     eta: Callable[[str, str], float] = _unmeasured
     # Under ``demand``: how far ahead a victim's next request counts, in its swap times.
