@@ -197,7 +197,7 @@ def test_a_missing_file_says_so(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["config/demo.yaml", "config/example.yaml"])
 def test_shipped_configs_are_valid(name: str) -> None:
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     assert load_config(root / name).instances
 
 

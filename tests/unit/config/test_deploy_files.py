@@ -15,7 +15,7 @@ from tests.unit.test_metrics import SPEC as SPEC_METRICS
 
 SPEC = {**SPEC_METRICS, **EXTENDED}
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DEPLOY = ROOT / "deploy"
 METRIC = re.compile(r"\bswapgate_[a-z_]+")
 SUFFIXES = ("_bucket", "_count", "_sum", "_total")

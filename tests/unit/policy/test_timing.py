@@ -9,7 +9,7 @@ from swapgate.control.router import starvation_point
 from swapgate.control.swaps import SwapTimes
 from swapgate.policy import timing
 from swapgate.policy.placement import Policy, Queue, Swap, frees_up_at, place
-from tests.unit.test_placement import NOW, I, snap, warm
+from tests.unit.policy.test_placement import NOW, I, snap, warm
 
 SELF_TUNED = Policy(min_residency=None, eta=lambda instance, model: {"b": 2.0}.get(model, 60.0))
 

@@ -16,7 +16,7 @@ from pydantic import TypeAdapter
 from swapgate.errors import BadRequest
 from swapgate.proxy.translate.responses import custom_tools, from_chat, to_chat
 from swapgate.proxy.translate.responses_stream import ResponsesStream
-from tests.unit.test_anthropic_translation import BOUNDED, JSON
+from tests.unit.proxy.translate.test_anthropic import BOUNDED, JSON
 
 FIELDS = ["model", "input", "instructions", "tools", "tool_choice", "text", "max_output_tokens",
           "stream", "previous_response_id", "store", "reasoning"]  # fmt: skip
