@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 
 from starlette.types import Receive, Scope, Send
 
-from swapgate.auth import Caller, ClientAuth
 from swapgate.config.catalog import Catalog
 from swapgate.config.settings import Settings
 from swapgate.control.decay import DecayWatch
@@ -38,6 +37,7 @@ from swapgate.errors import (
 from swapgate.metrics import UNKNOWN, Metrics
 from swapgate.policy import pools
 from swapgate.policy.timing import retry_after
+from swapgate.proxy.auth import Caller, ClientAuth
 from swapgate.proxy.endpoints import ENDPOINTS, Endpoint
 from swapgate.proxy.headers import DROP_RESPONSE, route_headers, upstream_headers, wait_budget
 from swapgate.proxy.keepalive import OPT_OUT_HEADER, KeepalivePlan, Pinger, plan_keepalive

@@ -27,7 +27,6 @@ from typing import Any
 
 import httpx
 
-from swapgate.auth import AdminAuth, ClientAuth
 from swapgate.cluster.demand import SharedDemand
 from swapgate.cluster.key_counts import SharedCounts
 from swapgate.cluster.store import Cluster
@@ -53,6 +52,7 @@ from swapgate.drivers import Driver, ProcessDriver, make_driver
 from swapgate.drivers.ledger import Ledger
 from swapgate.metrics import EngineRow, Metrics
 from swapgate.policy.diagnosis import STATES
+from swapgate.proxy.auth import AdminAuth, ClientAuth
 from swapgate.proxy.handler import ProxyEndpoint
 from swapgate.proxy.upstream import UpstreamClient
 from swapgate.tasks import TaskSet, stop

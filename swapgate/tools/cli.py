@@ -13,11 +13,11 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 
 from swapgate import __version__
-from swapgate.auth import in_scope, scope
 from swapgate.cluster.store import url_problem
 from swapgate.config.loading import load_config
 from swapgate.config.settings import ConfigError, Settings, secret
 from swapgate.control.decay import SLOPE_POINTS
+from swapgate.proxy.auth import in_scope, scope
 from swapgate.tools.admin_cli import add_commands as add_admin_commands
 from swapgate.tools.arguments import duration, load_times, size
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from swapgate.auth import ClientAuth
 from swapgate.config.loading import load_config, parse_config
 from swapgate.config.settings import ConfigError, KeyConfig
 from swapgate.control.key_limits import KeyLimits
 from swapgate.errors import BadRequest, ModelNotAllowed, RateLimited, Unauthorized
+from swapgate.proxy.auth import ClientAuth
 from tests.unit.fakes import FakeClock
 
 INSTANCES = [{"name": "gpu", "url": "http://127.0.0.1:9"}]

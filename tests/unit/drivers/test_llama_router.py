@@ -1,6 +1,6 @@
 """``kind: llama-router`` against the shapes of llama-server's router API (llama.cpp b11434:
 ``/models``, ``/models/load``, ``/models/unload``, ``/models/sse``, ``/props``), with respx
-standing in for the server. The real router is met in tests/engine/test_llama_router.py."""
+standing in for the server. The real router is met in tests/engine/test_llama_server.py."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from swapgate.auth import AdminAuth
 from swapgate.errors import Forbidden, PathNotFound, SwapgateError, Unauthorized
+from swapgate.proxy.auth import AdminAuth
 
 
 def offering(token: str) -> list[tuple[bytes, bytes]]:

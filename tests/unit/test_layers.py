@@ -1,0 +1,61 @@
+"""The package's imports point one way, in the order docs/architecture.md writes: a folder
+imports only the folders below it (and the top-level modules), and those only ``data/``."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "swapgate"
+SHARED = {"errors", "metrics", "tasks"}  # at the top of the package, used by all
+
+
+def _written_order() -> list[str]:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    line = re.search(r"\(`tools` → (.*?);", text, re.S)
+    assert line, "docs/architecture.md no longer writes the folders' order"
+    return ["tools", *re.findall(r"`(\w+)`", line.group(1))]
+
+
+def _imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        found.update(n.split(".")[1] for n in names if n.startswith("swapgate."))
+    return found
+
+
+def _home(path: Path) -> str:
+    part = path.relative_to(PACKAGE).parts[0]
+    return part.removesuffix(".py")
+
+
+def test_every_import_points_down_the_written_order() -> None:
+    order = _written_order()
+    against = []
+    for path in PACKAGE.rglob("*.py"):
+        home = _home(path)
+        if home in ("__init__", "__main__", "sim"):  # the simulator stands apart
+            continue
+        for other in _imports(path) - {home, "sim"}:
+            if home in SHARED:
+                allowed = other == "data"
+            else:
+                assert home in order, f"{home}/ is not in docs/architecture.md's order"
+                allowed = other in SHARED or order.index(other) > order.index(home)
+            if not allowed:
+                against.append(f"{path.relative_to(ROOT)} imports swapgate.{other}")
+    assert against == []
+
+
+def test_only_the_tools_start_the_simulator_or_the_testbed() -> None:
+    for path in PACKAGE.rglob("*.py"):
+        home = _home(path)
+        if home not in ("tools", "sim"):
+            assert "sim" not in _imports(path), path
+        if home != "tools":
+            assert "testbed" not in path.read_text(), path
