@@ -707,7 +707,7 @@ def free_run(count: int, low: int = 20000, high: int = 30000) -> int:
 def llama_swap_source() -> Path | None:
     """The folder with llama-swap's source tarball and build.sh, if this machine has it."""
     shared = os.environ.get(SHARED_ENV)
-    base = Path(shared) if shared else Path(__file__).resolve().parents[3] / "shared"
+    base = Path(shared) if shared else Path(__file__).resolve().parents[2] / "shared"
     folder = base / "engines" / "llama-swap"
     return folder if (folder / "build.sh").is_file() else None
 
