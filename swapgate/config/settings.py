@@ -443,6 +443,31 @@ class HostCacheConfig(_Section):
     interval: PositiveDuration = 1.0  # how often it looks again
 
 
+class ActivityConfig(_Section):
+    """The activity log: one row per request, kept in SQLite (docs/operations.md, "Activity")."""
+
+    enabled: bool = True
+    # The database file; unset: activity.sqlite3 in the state directory (config/paths.py);
+    # ":memory:" keeps it in memory, for as long as the gateway runs.
+    path: str | None = None
+    max_rows: Annotated[int, Field(ge=1)] = 100_000
+    max_age: PositiveDuration = 7 * 24 * 3600.0  # a week
+
+
+class CaptureConfig(_Section):
+    """Whose request and response bodies are kept, compressed, beside the activity log: none
+    unless the operator writes ``capture:`` (docs/operations.md, "Captures")."""
+
+    models: list[str] = []
+    keys: list[str] = []  # client keys' names
+    max_bytes: Annotated[int, BeforeValidator(parse_size), Field(ge=0)] = 2**20  # per body
+    keep: Annotated[int, Field(ge=1)] = 200  # the newest captures kept
+
+    def wants(self, model: str, key: str | None) -> bool:
+        """Captured when the model or the key's name is listed."""
+        return model in self.models or (key is not None and key in self.keys)
+
+
 class MetricsConfig(_Section):
     enabled: bool = True
     path: Annotated[str, Field(pattern=r"^/")] = "/metrics"
@@ -467,6 +492,8 @@ class Settings(BaseSettings):
     auth: AuthConfig = AuthConfig()
     diagnosis: DiagnosisConfig = DiagnosisConfig()
     host_cache: HostCacheConfig = HostCacheConfig()
+    activity: ActivityConfig = ActivityConfig()
+    capture: CaptureConfig | None = None
 
     @classmethod
     def settings_customise_sources(

@@ -174,6 +174,9 @@ class Router:
             lease = await self._wait(model, progress, want, decision, started)
             placement = "relay" if lease.kind == "relay" else _PLACEMENT[type(decision)]
             self._placed(model, placement, lease.waited)
+            progress.placement = "full" if isinstance(decision, Full) else placement
+            if placement == "swap" and lease.kind == "instance":
+                progress.swap_id = self._coordinator.last_swap(lease.name, model)
         self._remember(model, want, lease)
         return lease
 

@@ -81,6 +81,13 @@ class SwapLog:
         """The swap running on ``instance`` (one at a time: its swap slot)."""
         return next((r for r in self.running() if r.instance == instance), None)
 
+    def last_of(self, instance: str, model: str) -> int | None:
+        """The id of the latest swap of ``model`` onto ``instance``, if one is still kept."""
+        for record in reversed(self.records):
+            if record.instance == instance and record.model == model:
+                return record.id
+        return None
+
     def last_failure(self, instance: str) -> SwapRecord | None:
         """The latest swap on ``instance`` that failed or timed out (the reason of a backoff)."""
         for record in reversed(self.records):

@@ -49,6 +49,7 @@ class Swaps(Protocol):
     def quickest(self, model: str) -> float: ...
     def wake_eta(self, instance: str, model: str) -> float: ...
     def waking(self, instance: str) -> bool: ...
+    def last_swap(self, instance: str, model: str) -> int | None: ...
 
 
 class SwapTimes:
@@ -207,6 +208,11 @@ class SwapCoordinator:
         """The quickest swap of ``model`` expected onto any instance."""
         names = self._registry.names()
         return min((self.eta(name, model) for name in names), default=self.eta("", model))
+
+    def last_swap(self, instance: str, model: str) -> int | None:
+        """The id, in the swap log, of the latest swap of ``model`` onto ``instance``: the one
+        a request just served there after waiting for a swap waited for."""
+        return self.log.last_of(instance, model)
 
     def wake_eta(self, instance: str, model: str) -> float:
         """Seconds waking ``model``, asleep on ``instance``, is expected to take."""

@@ -44,6 +44,10 @@ class Progress:
     instance: str | None = None
     state: str = "placing"  # loading | queued | waiting (for the upstream's answer)
     route: str | None = None  # where the request was sent (``instance/NAME``), once it was
+    # How it found its model (the activity log): warm, swap, queued or full; and the swap it
+    # waited for, by its id in the swap log
+    placement: str = "warm"
+    swap_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,19 +11,20 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from starlette.types import Receive, Scope, Send
 
+from swapgate.activity.captures import Captures
+from swapgate.activity.log import ActivityLog
 from swapgate.config.catalog import Catalog
 from swapgate.config.settings import Settings
 from swapgate.control.decay import DecayWatch
 from swapgate.control.failover import Attempts
-from swapgate.control.key_limits import Admission, KeyLimits
+from swapgate.control.key_limits import KeyLimits
 from swapgate.control.kv import KvKeeper
 from swapgate.control.registry import Registry
 from swapgate.control.router import Router
-from swapgate.control.waiter import Want
 from swapgate.data.lease import Lease, Progress
 from swapgate.errors import (
     InternalError,
@@ -34,11 +35,12 @@ from swapgate.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
-from swapgate.metrics import UNKNOWN, Metrics
+from swapgate.metrics import Metrics
 from swapgate.policy import pools
 from swapgate.policy.timing import retry_after
 from swapgate.proxy.auth import Caller, ClientAuth
-from swapgate.proxy.endpoints import ENDPOINTS, Endpoint
+from swapgate.proxy.endpoints import ENDPOINTS
+from swapgate.proxy.exchange import Capture, Exchange
 from swapgate.proxy.headers import DROP_RESPONSE, route_headers, upstream_headers, wait_budget
 from swapgate.proxy.keepalive import OPT_OUT_HEADER, KeepalivePlan, Pinger, plan_keepalive
 from swapgate.proxy.request import Request, read_request, with_fields
@@ -57,30 +59,6 @@ RETRYABLE_STATUS = frozenset({502, 503})
 AUTH_STATUS = frozenset({401, 403})
 
 
-@dataclass(slots=True)
-class Exchange:
-    """One request's progress, for its response headers, its log line and its metrics."""
-
-    method: str
-    endpoint: Endpoint
-    request_id: str
-    started: float = field(default_factory=time.perf_counter)
-    model: str = UNKNOWN
-    route: str = "none"
-    waited: float = 0.0
-    failed: SwapgateError | None = None  # an error told in-band, after a committed 200
-    # A Messages request as chat completions, for an upstream that does not speak Messages
-    translation: Translated | None = None
-    want: Want | None = None  # its pool and wait budget (docs/operations.md)
-    # Keep-alives committed the 200 before the upstream answered: its x-swapgate-wait-ms is
-    # the wait until then, and a stream tells the whole wait in a last comment.
-    committed_early: bool = False
-    key: str | None = None  # the name of the client's key (docs/keys.md), never the key
-    sent: float = 0.0  # when the request went to its upstream (perf_counter): its TTFT's start
-    prompt_tokens: int = 0  # a streamed request's prompt, estimated: its TTFT's band
-    admission: Admission | None = None  # its place under its key's limits, given back at the end
-
-
 class ProxyEndpoint:
     def __init__(
         self,
@@ -91,13 +69,24 @@ class ProxyEndpoint:
         limits: KeyLimits,
         decay: DecayWatch,
         kv: KvKeeper | None = None,
+        activity: ActivityLog | None = None,
+        captures: Captures | None = None,
     ) -> None:
+        """``activity``: where each request's row goes (none: the log is off); ``captures``:
+        whose bodies are kept (docs/operations.md, "Activity")."""
         self._registry = registry
+        self._activity = activity
+        self._captures = captures
         self._client = client
         self._metrics = metrics
         self._limits = limits
         self._decay = decay
         self._kv = kv
+
+    @property
+    def records_activity(self) -> bool:
+        """Whether each request's row goes to the activity log (``activity.enabled``)."""
+        return self._activity is not None
 
     def configure(
         self, settings: Settings, router: Router, catalog: Catalog, auth: ClientAuth
@@ -120,6 +109,7 @@ class ProxyEndpoint:
             ex.key = caller.name
             request = await read_request(receive, headers, endpoint, self._max_body)
             requested, stream = request.model, request.stream
+            ex.stream = stream
             ex.model = self._known(caller, requested)
             if requested != ex.model:
                 request.rename(ex.model)
@@ -134,6 +124,7 @@ class ProxyEndpoint:
                 ex.prompt_tokens = pools.prompt_tokens(request.payload)
             if ex.want.pool is not None:
                 writer.headers.append((b"x-swapgate-pool", ex.want.pool.name.encode()))
+            ex.capture = self._capture(ex, headers, request)
             plan = self._plan(scope, ex, request, stream)
             work = self._forward(scope, ex, request, writer, plan)
             await until_disconnect(request.after_body(receive), work)
@@ -163,6 +154,14 @@ class ProxyEndpoint:
             if ex.admission is not None:
                 await self._limits.release(ex.admission)
             self._record(ex, ex.failed.status if ex.failed else writer.status)
+
+    def _capture(
+        self, ex: Exchange, headers: list[tuple[bytes, bytes]], request: Request
+    ) -> Capture | None:
+        captures = self._captures
+        if captures is None or not captures.wants(ex.model, ex.key):
+            return None
+        return Capture(captures.max_bytes, headers, request.body)
 
     def _known(self, caller: Caller, requested: str) -> str:
         """The model ``requested`` names, if the caller's key may use it (checked first, so
@@ -195,7 +194,7 @@ class ProxyEndpoint:
         writer: ResponseWriter,
         plan: KeepalivePlan | None,
     ) -> None:
-        progress = Progress()
+        progress = ex.progress = Progress()
         pinger = (
             Pinger(plan, writer, ex.model, progress, self._registry, self._metrics)
             if plan
@@ -285,6 +284,8 @@ class ProxyEndpoint:
         ex.committed_early = writer.started
         if not writer.started:
             headers = self._response_headers(response, ex)
+            if ex.capture is not None:
+                ex.capture.response_headers = headers
             events = response.is_event_stream
             if ex.translation is not None:
                 headers = ex.translation.answer_headers(response.status, events, headers)
@@ -366,14 +367,16 @@ class ProxyEndpoint:
         upstream that breaks off or stalls past ``stream_idle_timeout`` after the status went
         out (docs/architecture.md) is told as the writer's mode allows; either way the request
         counts as failed."""
-        translation, pulse = ex.translation, lease.pulse
-        first = lease.kind == "instance" and response.is_event_stream
+        translation, pulse, capture = ex.translation, lease.pulse, ex.capture
+        first, tail = True, self._activity is not None
         try:
             async for chunk in response.chunks():
                 pulse.beat()
                 if first:
                     first = False
-                    self._first_token(lease, ex)
+                    ex.first_byte = time.perf_counter()
+                    if lease.kind == "instance" and response.is_event_stream:
+                        self._first_token(lease, ex)
                 if pinging is not None:
                     await stop(pinging)
                     pinging = None
@@ -383,6 +386,10 @@ class ProxyEndpoint:
                     if not chunk:
                         continue
                 await writer.write(chunk)
+                if tail:
+                    ex.keep_tail(chunk)
+                if capture is not None:
+                    capture.add(chunk)
                 if translation is not None and translation.finished:
                     break  # its last event is out: end the answer now (Codex hangs up on it)
             last = translation.close() if translation is not None else b""
@@ -396,6 +403,10 @@ class ProxyEndpoint:
             # the header went out with the wait so far; an SSE comment, which parsers skip
             last += b": swapgate waited %d ms\n\n" % round(ex.waited * 1000)
         await writer.end(last)
+        if tail:
+            ex.keep_tail(last)
+        if capture is not None:
+            capture.add(last)
         # What the upstream still sends after a translation's last event is read to its end,
         # so that its connection is used again.
         with contextlib.suppress(UpstreamError, UpstreamTimeout):
@@ -419,7 +430,8 @@ class ProxyEndpoint:
         await writer.fail(exc)
 
     def _record(self, ex: Exchange, status: int) -> None:
-        elapsed = time.perf_counter() - ex.started
+        ended = time.perf_counter()
+        elapsed = ended - ex.started
         if ex.sent and ex.route.startswith("instance/"):
             instance = ex.route.removeprefix("instance/")
             since = self._registry.warm_since(instance, ex.model)
@@ -437,6 +449,19 @@ class ProxyEndpoint:
                 ex.method, ex.endpoint.path, status, ex.model, ex.route,
                 round(ex.waited * 1000), elapsed * 1000, ex.request_id, ex.key or "-",
             )  # fmt: skip
+        if self._activity is not None:
+            self._activity.record(ex.activity(status, ended))
+        if ex.capture is not None and self._captures is not None:
+            self._store(ex, ex.capture, status)
+
+    def _store(self, ex: Exchange, capture: Capture, status: int) -> None:
+        assert self._captures is not None
+        self._captures.store(
+            ex.request_id, model=ex.model, key=ex.key, request_headers=capture.request_headers,
+            request_body=capture.request_body, status=status,
+            response_headers=capture.response_headers, response_body=bytes(capture.response_body),
+            sizes=(len(capture.request_body), capture.response_size),
+        )  # fmt: skip
 
 
 def _query(scope: Scope, extra: str = "") -> str:

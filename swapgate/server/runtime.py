@@ -27,13 +27,15 @@ from typing import Any
 
 import httpx
 
+from swapgate.activity.captures import Captures
+from swapgate.activity.log import ActivityLog
 from swapgate.cluster.demand import SharedDemand
 from swapgate.cluster.key_counts import SharedCounts
 from swapgate.cluster.store import Cluster
 from swapgate.cluster.swaps import OperatorShares, SharedSwaps
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import load_config
-from swapgate.config.paths import processes_directory
+from swapgate.config.paths import processes_directory, state_directory
 from swapgate.config.settings import ConfigError, ProcessCommand, Settings, secret
 from swapgate.control.decay import DecayWatch
 from swapgate.control.forecast import DayDemand, state_file
@@ -119,9 +121,14 @@ class Runtime:
         self.kv = KvKeeper(self._control, self.metrics)
         self.kv.configure(settings.instances)
         self.coordinator.keeper = self.kv
+        # Each request's row, and the bodies captures want (docs/operations.md, "Activity")
+        self.activity = _activity_log(settings)
+        self.captures = Captures(self.activity, settings.capture)
         self.endpoint = ProxyEndpoint(
             registry=self.registry, client=self.upstream, metrics=self.metrics,
             limits=self.limits, decay=self.decay, kv=self.kv,
+            activity=self.activity if settings.activity.enabled else None,
+            captures=self.captures,
         )  # fmt: skip
         self.scheduler: PreloadScheduler | None = None
         # The cached tier: the next models' weights in RAM ahead of their swap (host_cache.py)
@@ -191,6 +198,7 @@ class Runtime:
 
     async def start(self) -> None:
         await asyncio.to_thread(self._ledger.sweep)  # what a killed swapgate left behind
+        self.activity.start()
         await self.upstream.start()
         if isinstance(self.coordinator, SharedSwaps):
             await self.coordinator.connect()
@@ -262,6 +270,7 @@ class Runtime:
             self.scheduler.replace(new.preloads)
         self.host_cache.reconfigure(new.host_cache, catalog.weights)
         self.kv.configure(new.instances)
+        self.captures.set_config(new.capture)  # on or off without a restart
         settle_heap()  # what the old config made may go; the new one joins the long-lived
         log.info("configuration reloaded from %s", self.config_path)
         return new
@@ -294,6 +303,7 @@ class Runtime:
         await self._close_drivers({})  # every process swapgate started stops
         await self.upstream.aclose()
         await self._control.aclose()
+        await self.activity.close()  # what is buffered is written first
 
     def _start_probes(self) -> None:
         prober = self.configured.prober
@@ -354,6 +364,15 @@ def _cluster(settings: Settings, metrics: Metrics) -> Cluster | None:
         return None
     replica = settings.cluster.replica_id or f"{socket.gethostname()}-{os.getpid()}"
     return Cluster(url, replica, metrics)
+
+
+def _activity_log(settings: Settings) -> ActivityLog:
+    """The activity log's database: ``activity.path``, else a file in the state directory;
+    in memory when that is ``:memory:``."""
+    config = settings.activity
+    path = config.path or str(state_directory() / "activity.sqlite3")
+    where = None if path == ":memory:" else Path(path).expanduser()
+    return ActivityLog(where, max_rows=config.max_rows, max_age=config.max_age)
 
 
 def _split_keys(value: str | None) -> list[str]:

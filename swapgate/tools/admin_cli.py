@@ -30,11 +30,11 @@ class AdminError(Exception):
 
 def add_commands(commands: Any) -> None:
     status = commands.add_parser("status", help="every instance and model: warm, loading, pinned")
-    _connection(status)
+    connection_options(status)
     status.set_defaults(run=_status)
 
     preload = commands.add_parser("preload", help="make a model warm now and show progress")
-    _connection(preload)
+    connection_options(preload)
     preload.add_argument("model")
     preload.add_argument("--instance", help="on this instance (default: placed like a request)")
     preload.add_argument("--count", type=int, default=1, help="on this many instances")
@@ -44,23 +44,23 @@ def add_commands(commands: Any) -> None:
     preload.set_defaults(run=_preload)
 
     unload = commands.add_parser("unload", help="evict a model (and drop its pin)")
-    _connection(unload)
+    connection_options(unload)
     unload.add_argument("model")
     unload.add_argument("--instance", help="only from this instance")
     unload.set_defaults(run=_unload)
 
     jobs = commands.add_parser("jobs", help="scheduled preloads with their next runs")
-    _connection(jobs)
+    connection_options(jobs)
     jobs.set_defaults(run=_jobs)
 
     logs = commands.add_parser("logs", help="the last output of a model's process (kind: process)")
-    _connection(logs)
+    connection_options(logs)
     logs.add_argument("model")
     logs.add_argument("--instance", help="only on this instance")
     logs.set_defaults(run=_logs)
 
 
-def _connection(parser: argparse.ArgumentParser) -> None:
+def connection_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", default=os.environ.get("SWAPGATE_URL", DEFAULT_URL),
                         help="the gateway (env SWAPGATE_URL)")  # fmt: skip
     parser.add_argument("--token", default=os.environ.get("SWAPGATE_ADMIN_TOKEN"),
@@ -126,7 +126,7 @@ class AdminClient:
         self._http.close()
 
 
-def _run(args: argparse.Namespace, command: Any, timeout: float | None = 30.0) -> int:
+def run_command(args: argparse.Namespace, command: Any, timeout: float | None = 30.0) -> int:
     client = AdminClient(args.url, args.token or _demo_token(args.url), timeout)
     try:
         command(client, args)
@@ -139,7 +139,9 @@ def _run(args: argparse.Namespace, command: Any, timeout: float | None = 30.0) -
 
 
 def _status(args: argparse.Namespace) -> int:
-    return _run(args, lambda client, _: print(render_status(client.call("GET", "/admin/state"))))
+    return run_command(
+        args, lambda client, _: print(render_status(client.call("GET", "/admin/state")))
+    )
 
 
 def render_status(state: dict[str, Any]) -> str:
@@ -264,7 +266,7 @@ def table(rows: Sequence[Sequence[str]]) -> str:
 
 
 def _preload(args: argparse.Namespace) -> int:
-    return _run(args, _preload_with_progress, timeout=None)
+    return run_command(args, _preload_with_progress, timeout=None)
 
 
 def _preload_with_progress(client: AdminClient, args: argparse.Namespace) -> None:
@@ -322,11 +324,13 @@ def _unload(args: argparse.Namespace) -> int:
         print(f"unloaded {args.model} from {', '.join(done)}" if done else
               f"{args.model} was not loaded anywhere")  # fmt: skip
 
-    return _run(args, unload)
+    return run_command(args, unload)
 
 
 def _jobs(args: argparse.Namespace) -> int:
-    return _run(args, lambda client, _: print(render_jobs(client.call("GET", "/admin/jobs"))))
+    return run_command(
+        args, lambda client, _: print(render_jobs(client.call("GET", "/admin/jobs")))
+    )
 
 
 def render_jobs(body: dict[str, Any]) -> str:
@@ -367,7 +371,7 @@ def _predicted(job: dict[str, Any]) -> str:
 
 
 def _logs(args: argparse.Namespace) -> int:
-    return _run(args, lambda client, _: print(
+    return run_command(args, lambda client, _: print(
         render_logs(client.call("GET", "/admin/state"), args.model, args.instance)
     ))  # fmt: skip
 

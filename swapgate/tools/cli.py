@@ -18,6 +18,7 @@ from swapgate.config.loading import load_config
 from swapgate.config.settings import ConfigError, Settings, secret
 from swapgate.control.decay import SLOPE_POINTS
 from swapgate.proxy.auth import in_scope, scope
+from swapgate.tools.activity_cli import add_activity_command
 from swapgate.tools.admin_cli import add_commands as add_admin_commands
 from swapgate.tools.arguments import duration, load_times, size
 
@@ -89,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.set_defaults(run=_demo)
 
     add_admin_commands(commands)
+    add_activity_command(commands)
     return parser
 
 

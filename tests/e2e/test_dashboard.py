@@ -427,3 +427,44 @@ def test_a_models_backoff_shows_in_its_own_cell_not_on_its_instance(browser: Web
         header = browser.find_element(By.CSS_SELECTOR, 'tr[data-instance="node"] th').text
         assert "backoff" not in header, "the instance itself keeps serving"
         assert cell_state(browser, "node", "a") == "warm"
+
+
+def test_the_activity_table_shows_each_request_and_links_it_to_its_swap(
+    browser: WebDriver,
+) -> None:
+    with (
+        simulator(models=("a", "b"), load_time=0.5) as sim,
+        gateway(
+            {
+                "server": {"admin_token_env": "SWAPGATE_ADMIN_TOKEN"},
+                "routing": {"poll_interval": "200ms", "min_residency": 0},
+                "instances": [instance("gpu", sim, capacity=1)],
+            },
+            ENV,
+        ) as gw,
+    ):
+        log_in(browser, gw)
+        until(browser, live)
+        swapped = chat(gw.url, "a")  # cold: it waits for a's load
+        warm = chat(gw.url, "a")
+        assert (swapped.status_code, warm.status_code) == (200, 200)
+
+        def row(request_id: str) -> Any:
+            return browser.find_element(By.CSS_SELECTOR, f'tr[data-request="{request_id}"]')
+
+        first = until(browser, lambda p: row(swapped.headers["x-request-id"]))
+        assert first.find_element(By.CSS_SELECTOR, "[data-placement]").text == "swap"
+        second = until(browser, lambda p: row(warm.headers["x-request-id"]))
+        assert second.find_element(By.CSS_SELECTOR, "[data-placement]").text == "warm"
+        assert not second.find_elements(By.CSS_SELECTOR, "a[data-swap-link]")
+        link = first.find_element(By.CSS_SELECTOR, "a[data-swap-link]")
+        swap_id = link.get_attribute("data-swap-link")
+        link.click()
+        target = until(browser, lambda p: p.find_element(By.CSS_SELECTOR, "tr:target"))
+        assert target.get_attribute("data-swap") == swap_id
+        cells = [td.text for td in target.find_elements(By.TAG_NAME, "td")]
+        assert cells[1:3] == ["a", "gpu"], "the swap of a onto gpu"
+        traffic = until(
+            browser, lambda p: p.find_element(By.CSS_SELECTOR, 'tr[data-series="(no key) · a"]')
+        )
+        assert sum(int(td.text) for td in traffic.find_elements(By.TAG_NAME, "td")[1:]) == 2

@@ -14,6 +14,7 @@ from swapgate.control.preload import PreloadResult
 from swapgate.control.scheduler import describe_result
 from swapgate.data.warm import WarmState
 from swapgate.errors import BadRequest, Conflict, DriverError, PathNotFound, SwapgateError
+from swapgate.server.routes.activity import activity_routes
 from swapgate.server.runtime import Runtime
 from swapgate.server.state_view import describe_state
 
@@ -71,6 +72,7 @@ def admin_routes(runtime: Runtime) -> APIRouter:
         return _set_drained(runtime, name, False)
 
     _job_routes(router, runtime)
+    activity_routes(router, runtime)
     return router
 
 

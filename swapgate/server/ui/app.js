@@ -47,6 +47,7 @@ function showLogin(message) {
 function showBoard() {
   $("login").hidden = true;
   $("board").hidden = false;
+  readActivity();
   $("logout").hidden = false;
 }
 
@@ -322,7 +323,7 @@ function drawPlacements() {
 }
 
 function drawSwaps() {
-  const rows = state.swaps.recent.slice().reverse().map((r) => el("tr", { "data-swap": r.id },
+  const rows = state.swaps.recent.slice().reverse().map((r) => el("tr", { "data-swap": r.id, id: "swap-" + r.id },
     el("td", {}, new Date((r.started_at + (r.seconds || 0)) * 1000).toLocaleTimeString()),
     el("td", {}, r.model), el("td", {}, r.instance), el("td", {}, r.kind),
     el("td", { class: r.result === "ok" ? "" : "error", "data-result": r.result }, r.result + (r.error ? ": " + r.error : "")),
@@ -410,6 +411,60 @@ function unload(inst, model, view) {
   act("/admin/unload", { model, instance: inst.name });
 }
 
+// -- activity: each request's row, read from the admin API every few seconds -------------------
+
+const ACTIVITY_EVERY = 2000;
+
+async function readActivity() {
+  if (!token() || $("board").hidden) return;
+  try {
+    const [page, counts] = await Promise.all([
+      getJson("/admin/activity?limit=30"),
+      getJson("/admin/activity/counts?since=1h&bucket=5m"),
+    ]);
+    drawActivity(page.rows);
+    drawTraffic(counts);
+  } catch (error) {
+    notice("the activity log cannot be read: " + error.message);
+  }
+}
+
+async function getJson(path) {
+  const response = await fetch(path, { headers: headers() });
+  if (!response.ok) throw new Error(path + " answered " + response.status);
+  return response.json();
+}
+
+function ms(value) {
+  if (value === null) return "";
+  return value >= 1000 ? (value / 1000).toFixed(2) + " s" : value.toFixed(0) + " ms";
+}
+
+function drawActivity(rows) {
+  $("activity").tBodies[0].replaceChildren(...rows.map((r) => el("tr", { "data-request": r.request_id },
+    el("td", {}, new Date(r.at * 1000).toLocaleTimeString()), el("td", {}, r.key || ""),
+    el("td", {}, r.model), el("td", {}, r.instance || ""), el("td", { "data-placement": r.placement }, r.placement),
+    el("td", {}, r.swap_id === null ? "" : el("a", { href: "#swap-" + r.swap_id, "data-swap-link": r.swap_id }, "#" + r.swap_id)),
+    el("td", {}, ms(r.wait_ms)), el("td", {}, ms(r.ttft_ms)), el("td", {}, ms(r.duration_ms)),
+    el("td", {}, r.tokens_in === null && r.tokens_out === null ? "" : (r.tokens_in ?? "?") + " → " + (r.tokens_out ?? "?")),
+    el("td", { class: r.status >= 400 ? "error" : "" }, r.status + (r.error ? " " + r.error : "")),
+    el("td", { class: "id" }, r.request_id))));
+}
+
+function drawTraffic(body) {
+  const slots = [...new Set(body.counts.map((c) => c.at))].sort((a, b) => a - b);
+  const series = new Map();
+  for (const c of body.counts) {
+    const name = (c.key || "(no key)") + " · " + c.model;
+    if (!series.has(name)) series.set(name, new Map());
+    series.get(name).set(c.at, c.requests);
+  }
+  $("traffic").tHead.replaceChildren(el("tr", {}, el("th", {}, "key · model"),
+    slots.map((at) => el("th", {}, new Date(at * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })))));
+  $("traffic").tBodies[0].replaceChildren(...[...series.entries()].map(([name, counts]) =>
+    el("tr", { "data-series": name }, el("td", {}, name), slots.map((at) => el("td", {}, String(counts.get(at) || 0))))));
+}
+
 // -- start -------------------------------------------------------------------------------
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -428,5 +483,6 @@ document.addEventListener("DOMContentLoaded", () => {
     act("/admin/preload?wait=false", body);
   });
   setInterval(() => { if (loading()) schedule(); }, 1000); // elapsed times move
+  setInterval(readActivity, ACTIVITY_EVERY);
   if (token()) follow(); else showLogin("");
 });

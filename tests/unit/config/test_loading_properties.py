@@ -17,7 +17,9 @@ from pydantic import BaseModel
 
 from swapgate.config.loading import load_config, parse_config
 from swapgate.config.settings import (
+    ActivityConfig,
     AuthConfig,
+    CaptureConfig,
     ClusterConfig,
     ConfigError,
     DiagnosisConfig,
@@ -62,6 +64,8 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "auth": AuthConfig,
     "diagnosis": DiagnosisConfig,
     "host_cache": HostCacheConfig,
+    "activity": ActivityConfig,
+    "capture": CaptureConfig,
 }
 LISTS: dict[str, type[BaseModel]] = {"instances": InstanceConfig, "preloads": PreloadConfig}
 NAMED: dict[str, type[BaseModel]] = {"models": ModelConfig, "relays": RelayConfig}

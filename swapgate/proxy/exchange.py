@@ -1,0 +1,114 @@
+"""One request's progress as the data plane sees it: for its response headers, its access-log
+line, its metrics, and its row in the activity log (docs/operations.md, "Activity")."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+from swapgate.activity.records import Activity, Placement
+from swapgate.control.key_limits import Admission
+from swapgate.control.waiter import Want
+from swapgate.data.lease import Progress
+from swapgate.errors import SwapgateError
+from swapgate.metrics import UNKNOWN
+from swapgate.proxy.endpoints import Endpoint
+from swapgate.proxy.translate.translated import Translated
+
+_PLACED: dict[str, Placement] = {"swap": "swap", "queued": "queued", "full": "full"}
+TAIL = 4096  # bytes of the answer kept for its usage, which engines send last
+# OpenAI's usage (prompt/completion_tokens), Anthropic's and Responses' (input/output_tokens)
+_TOKENS_IN = re.compile(rb'"(?:prompt_tokens|input_tokens)"\s*:\s*(\d+)')
+_TOKENS_OUT = re.compile(rb'"(?:completion_tokens|output_tokens)"\s*:\s*(\d+)')
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One request's progress, from its arrival to its last byte."""
+
+    method: str
+    endpoint: Endpoint
+    request_id: str
+    started: float = field(default_factory=time.perf_counter)
+    arrived: float = field(default_factory=time.time)  # wall clock, for the activity log
+    model: str = UNKNOWN
+    route: str = "none"
+    waited: float = 0.0
+    failed: SwapgateError | None = None  # an error told in-band, after a committed 200
+    # A Messages request as chat completions, for an upstream that does not speak Messages
+    translation: Translated | None = None
+    want: Want | None = None  # its pool and wait budget (docs/operations.md)
+    # Keep-alives committed the 200 before the upstream answered: its x-swapgate-wait-ms is
+    # the wait until then, and a stream tells the whole wait in a last comment.
+    committed_early: bool = False
+    key: str | None = None  # the name of the client's key (docs/keys.md), never the key
+    sent: float = 0.0  # when the request went to its upstream (perf_counter): its TTFT's start
+    first_byte: float = 0.0  # when the upstream's body began (perf_counter)
+    prompt_tokens: int = 0  # a streamed request's prompt, estimated: its TTFT's band
+    admission: Admission | None = None  # its place under its key's limits, given back at the end
+    stream: bool = False
+    progress: Progress | None = None  # where it was placed, and the swap it waited for
+    tail: bytes = b""  # the answer's last bytes, while the activity log is on
+    capture: Capture | None = None  # its headers and bodies, when captures want it
+
+    def keep_tail(self, chunk: bytes) -> None:
+        self.tail = (self.tail + chunk)[-TAIL:]
+
+    def activity(self, status: int, ended: float) -> Activity:
+        """Its row in the activity log, at ``ended`` (perf_counter)."""
+        since = self.started
+        return Activity(
+            request_id=self.request_id,
+            at=self.arrived,
+            key=self.key,
+            model=self.model,
+            endpoint=self.endpoint.path,
+            instance=self.route.partition("/")[2] or None,
+            placement=self.placement(),
+            wait_ms=_ms(self.sent - since) if self.sent else None,
+            ttft_ms=_ms(self.first_byte - since) if self.first_byte else None,
+            duration_ms=_ms(ended - since),
+            tokens_in=_last(_TOKENS_IN, self.tail),
+            tokens_out=_last(_TOKENS_OUT, self.tail),
+            status=status,
+            swap_id=self.progress.swap_id if self.progress else None,
+            error=self.failed.code if self.failed else "",
+            stream=self.stream,
+        )
+
+    def placement(self) -> Placement:
+        """How it found its model; ``refused`` when it never had an upstream."""
+        if self.route.startswith("relay/"):
+            return "relayed"
+        if self.progress is None or self.route == "none":
+            return "refused"
+        return _PLACED.get(self.progress.placement, "warm")
+
+
+@dataclass(slots=True)
+class Capture:
+    """A captured request's headers and bodies as they pass: each body's first ``limit``
+    bytes, and its whole length."""
+
+    limit: int
+    request_headers: list[tuple[bytes, bytes]]
+    request_body: bytes
+    response_headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    response_body: bytearray = field(default_factory=bytearray)
+    response_size: int = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = self.limit - len(self.response_body)
+        if room > 0:
+            self.response_body += chunk[:room]
+        self.response_size += len(chunk)
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 1)
+
+
+def _last(pattern: re.Pattern[bytes], tail: bytes) -> int | None:
+    found = pattern.findall(tail)
+    return int(found[-1]) if found else None

@@ -1,0 +1,76 @@
+"""``/admin/activity``: each request's row, filtered and paged; requests per key and model over
+time; and ``/admin/captures/{request_id}``, a captured request's bodies, for the operator's
+token alone (docs/operations.md, "Activity")."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+
+from swapgate.config.settings import parse_duration
+from swapgate.errors import BadRequest, PathNotFound
+from swapgate.server.runtime import Runtime
+
+Since = Annotated[str | None, Query(description="epoch seconds, or a duration ago: 10m, 2h")]
+
+
+def activity_routes(router: APIRouter, runtime: Runtime) -> None:
+    @router.get("/activity")
+    async def activity(
+        model: str | None = None,
+        key: str | None = None,
+        instance: str | None = None,
+        status: int | None = None,
+        since: Since = None,
+        before: int | None = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> dict[str, Any]:
+        page = await runtime.activity.query(
+            model=model, key=key, instance=instance, status=status,
+            since=_since(since), before=before, limit=limit,
+        )  # fmt: skip
+        recording = runtime.endpoint.records_activity
+        return {**page.describe(), "recording": recording, "dropped": runtime.activity.dropped}
+
+    @router.get("/activity/counts")
+    async def counts(since: Since = "1h", bucket: str = "5m") -> dict[str, Any]:
+        width = _duration(bucket, "bucket")
+        if width <= 0:
+            raise BadRequest("bucket: give a positive duration, such as 5m")
+        start = _since(since) or 0.0
+        return {"bucket": width, "counts": await runtime.activity.counts(since=start, bucket=width)}
+
+    @router.get("/captures/{request_id}")
+    async def capture(request_id: str, request: Request) -> dict[str, Any]:
+        # Bodies are what clients sent: the operator's token, never a viewer's.
+        path = request.url.path
+        runtime.configured.admin_auth.check(request.headers.raw, path, write=True)
+        found = await runtime.captures.get(request_id)
+        if found is None:
+            raise PathNotFound(
+                f"no capture of request {request_id!r}: captures keep only the models and keys"
+                " under capture: in the config, and only the newest capture.keep of them"
+            )
+        return found
+
+
+def _since(value: str | None) -> float | None:
+    """Epoch seconds as given, or a duration with its unit counted back from now."""
+    if value is None or value == "":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return time.time() - _duration(value, "since")
+
+
+def _duration(value: str, name: str) -> float:
+    try:
+        seconds = parse_duration(value)
+    except ValueError:
+        seconds = None
+    if not isinstance(seconds, float):
+        raise BadRequest(f"{name}: {value!r} is neither epoch seconds nor a duration like 10m")
+    return seconds
