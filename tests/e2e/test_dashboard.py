@@ -85,7 +85,10 @@ def click(page: WebDriver, css: str) -> None:
     """Click what ``css`` finds, again if the page redrew it between the find and the click."""
 
     def clicked(p: WebDriver) -> bool:
-        p.find_element(By.CSS_SELECTOR, css).click()
+        element = p.find_element(By.CSS_SELECTOR, css)
+        # In the middle of the window: scrolled to its top edge, the sticky header covers it.
+        p.execute_script("arguments[0].scrollIntoView({block: 'center'})", element)
+        element.click()
         return True
 
     until(page, clicked)
@@ -430,7 +433,7 @@ def test_a_models_backoff_shows_in_its_own_cell_not_on_its_instance(browser: Web
 
 
 def test_the_activity_table_shows_each_request_and_links_it_to_its_swap(
-    browser: WebDriver,
+    browser: WebDriver, tmp_path: Path
 ) -> None:
     with (
         simulator(models=("a", "b"), load_time=0.5) as sim,
@@ -439,6 +442,7 @@ def test_the_activity_table_shows_each_request_and_links_it_to_its_swap(
                 "server": {"admin_token_env": "SWAPGATE_ADMIN_TOKEN"},
                 "routing": {"poll_interval": "200ms", "min_residency": 0},
                 "instances": [instance("gpu", sim, capacity=1)],
+                "activity": {"path": str(tmp_path / "activity.sqlite3")},  # this gateway's own
             },
             ENV,
         ) as gw,
@@ -459,7 +463,7 @@ def test_the_activity_table_shows_each_request_and_links_it_to_its_swap(
         assert not second.find_elements(By.CSS_SELECTOR, "a[data-swap-link]")
         link = first.find_element(By.CSS_SELECTOR, "a[data-swap-link]")
         swap_id = link.get_attribute("data-swap-link")
-        link.click()
+        click(browser, f'tr[data-request="{swapped.headers["x-request-id"]}"] a[data-swap-link]')
         target = until(browser, lambda p: p.find_element(By.CSS_SELECTOR, "tr:target"))
         assert target.get_attribute("data-swap") == swap_id
         cells = [td.text for td in target.find_elements(By.TAG_NAME, "td")]
