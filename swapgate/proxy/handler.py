@@ -40,9 +40,10 @@ from swapgate.policy import pools
 from swapgate.policy.timing import retry_after
 from swapgate.proxy.auth import Caller, ClientAuth
 from swapgate.proxy.endpoints import ENDPOINTS
-from swapgate.proxy.exchange import Capture, Exchange
+from swapgate.proxy.exchange import Exchange
 from swapgate.proxy.headers import DROP_RESPONSE, route_headers, upstream_headers, wait_budget
 from swapgate.proxy.keepalive import OPT_OUT_HEADER, KeepalivePlan, Pinger, plan_keepalive
+from swapgate.proxy.records import RequestRecords
 from swapgate.proxy.request import Request, read_request, with_fields
 from swapgate.proxy.request_id import request_id
 from swapgate.proxy.translate.translated import CHAT_PATH, Translated
@@ -72,11 +73,9 @@ class ProxyEndpoint:
         activity: ActivityLog | None = None,
         captures: Captures | None = None,
     ) -> None:
-        """``activity``: where each request's row goes (none: the log is off); ``captures``:
-        whose bodies are kept (docs/operations.md, "Activity")."""
+        """``activity`` and ``captures``: what each request leaves behind (proxy/records.py)."""
         self._registry = registry
-        self._activity = activity
-        self._captures = captures
+        self._records = RequestRecords(registry, metrics, decay, activity, captures)
         self._client = client
         self._metrics = metrics
         self._limits = limits
@@ -86,7 +85,7 @@ class ProxyEndpoint:
     @property
     def records_activity(self) -> bool:
         """Whether each request's row goes to the activity log (``activity.enabled``)."""
-        return self._activity is not None
+        return self._records.activity is not None
 
     def configure(
         self, settings: Settings, router: Router, catalog: Catalog, auth: ClientAuth
@@ -97,7 +96,7 @@ class ProxyEndpoint:
         self._auth = auth
         self._keepalive = settings.keepalive_for
         self._max_body = settings.server.max_body_bytes
-        self._access_log = settings.server.access_log
+        self._records.access_log = settings.server.access_log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers: list[tuple[bytes, bytes]] = scope["headers"]
@@ -124,7 +123,7 @@ class ProxyEndpoint:
                 ex.prompt_tokens = pools.prompt_tokens(request.payload)
             if ex.want.pool is not None:
                 writer.headers.append((b"x-swapgate-pool", ex.want.pool.name.encode()))
-            ex.capture = self._capture(ex, headers, request)
+            ex.capture = self._records.capture_for(ex, headers, request)
             plan = self._plan(scope, ex, request, stream)
             work = self._forward(scope, ex, request, writer, plan)
             await until_disconnect(request.after_body(receive), work)
@@ -153,15 +152,7 @@ class ProxyEndpoint:
         finally:
             if ex.admission is not None:
                 await self._limits.release(ex.admission)
-            self._record(ex, ex.failed.status if ex.failed else writer.status)
-
-    def _capture(
-        self, ex: Exchange, headers: list[tuple[bytes, bytes]], request: Request
-    ) -> Capture | None:
-        captures = self._captures
-        if captures is None or not captures.wants(ex.model, ex.key):
-            return None
-        return Capture(captures.max_bytes, headers, request.body)
+            self._records.done(ex, ex.failed.status if ex.failed else writer.status)
 
     def _known(self, caller: Caller, requested: str) -> str:
         """The model ``requested`` names, if the caller's key may use it (checked first, so
@@ -368,7 +359,7 @@ class ProxyEndpoint:
         out (docs/architecture.md) is told as the writer's mode allows; either way the request
         counts as failed."""
         translation, pulse, capture = ex.translation, lease.pulse, ex.capture
-        first, tail = True, self._activity is not None
+        first, tail = True, self._records.activity is not None
         try:
             async for chunk in response.chunks():
                 pulse.beat()
@@ -428,40 +419,6 @@ class ProxyEndpoint:
         if not writer.started:
             writer.headers += route_headers(ex.route, ex.waited)
         await writer.fail(exc)
-
-    def _record(self, ex: Exchange, status: int) -> None:
-        ended = time.perf_counter()
-        elapsed = ended - ex.started
-        if ex.sent and ex.route.startswith("instance/"):
-            instance = ex.route.removeprefix("instance/")
-            since = self._registry.warm_since(instance, ex.model)
-            if since is not None:
-                self._decay.served(instance, ex.model, since)
-        self._metrics.request_done(ex.model, ex.route, status, elapsed, ex.waited)
-        self._metrics.endpoint_done(ex.endpoint.label, status)
-        if ex.want is not None and ex.want.pool is not None:
-            self._metrics.pool_done(ex.model, ex.want.pool.name, status, ex.waited)
-        if ex.key is not None:
-            self._metrics.key_done(ex.key, status)
-        if self._access_log:
-            log.info(
-                '"%s %s" %d model=%s route=%s wait_ms=%d ms=%.1f id=%s key=%s',
-                ex.method, ex.endpoint.path, status, ex.model, ex.route,
-                round(ex.waited * 1000), elapsed * 1000, ex.request_id, ex.key or "-",
-            )  # fmt: skip
-        if self._activity is not None:
-            self._activity.record(ex.activity(status, ended))
-        if ex.capture is not None and self._captures is not None:
-            self._store(ex, ex.capture, status)
-
-    def _store(self, ex: Exchange, capture: Capture, status: int) -> None:
-        assert self._captures is not None
-        self._captures.store(
-            ex.request_id, model=ex.model, key=ex.key, request_headers=capture.request_headers,
-            request_body=capture.request_body, status=status,
-            response_headers=capture.response_headers, response_body=bytes(capture.response_body),
-            sizes=(len(capture.request_body), capture.response_size),
-        )  # fmt: skip
 
 
 def _query(scope: Scope, extra: str = "") -> str:
