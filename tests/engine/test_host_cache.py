@@ -4,6 +4,7 @@ a file swapgate did not bring in is never dropped; the budget is never exceeded.
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 import time
@@ -40,6 +41,8 @@ def test_a_queued_models_weights_are_in_ram_before_its_swap_within_the_budget(
     files = {name: tmp_path / f"{name}.gguf" for name in ("a", "b", "other")}
     for path in files.values():  # each model its own file, as in production
         shutil.copyfile(engine.gguf, path)
+        with path.open("rb+") as copied:  # written back: dirty pages stay in RAM, let go or not
+            os.fsync(copied.fileno())
     size = files["b"].stat().st_size
     pages.let_go(files["b"])
     pages.bring_in(files["other"], 2**30)  # someone else's file, read by someone else
@@ -92,5 +95,7 @@ def test_a_queued_models_weights_are_in_ram_before_its_swap_within_the_budget(
     assert before_swap[-1][1] >= 0.9 * size, "b's weights were in RAM before its swap began"
     assert before_swap[0][1] < 0.5 * size, "and they were not when its request came"
     assert cached == 1, "the swap's tier: its weights read from the page cache"
-    assert min(s[2] for s in samples) == files["other"].stat().st_size, "other's never dropped"
+    # The kernel may reclaim a few clean pages of it under memory pressure; swapgate letting it
+    # go would drop it whole.
+    assert min(s[2] for s in samples) >= 0.98 * files["other"].stat().st_size, "never dropped"
     assert max(s[3] for s in samples) <= budget, "the budget is never exceeded"

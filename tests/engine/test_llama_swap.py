@@ -120,6 +120,7 @@ def text(answer: httpx.Response) -> str:
     if answer.headers["content-type"].startswith("text/event-stream"):
         chunks = [json.loads(line[6:]) for line in answer.text.splitlines()
                   if line.startswith("data: {")]  # fmt: skip
+        assert all("choices" in c for c in chunks), answer.text  # an error event: which one
         return "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
     return str(answer.json()["choices"][0]["message"]["content"])
 
