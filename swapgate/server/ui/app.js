@@ -76,7 +76,7 @@ async function follow() {
   }
   if (!response.ok || !response.body) return reconnect(controller);
   showBoard();
-  setLive(true, "live");
+  setLive(false, "connecting"); // live once its snapshot is drawn from
   retry = 1000;
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
@@ -119,7 +119,11 @@ function dispatch(block) {
 function apply(kind, data) {
   if (kind === "snapshot") {
     state = data;
-  } else if (!state) {
+    draw(); // at once: "live" means the page shows this state
+    setLive(true, "live");
+    return;
+  }
+  if (!state) {
     return;
   } else if (kind === "instance") {
     const others = state.instances.filter((i) => i.name !== data.name);
