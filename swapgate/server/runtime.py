@@ -124,12 +124,7 @@ class Runtime:
         # Each request's row, and the bodies captures want (docs/operations.md, "Activity")
         self.activity = _activity_log(settings)
         self.captures = Captures(self.activity, settings.capture)
-        self.endpoint = ProxyEndpoint(
-            registry=self.registry, client=self.upstream, metrics=self.metrics,
-            limits=self.limits, decay=self.decay, kv=self.kv,
-            activity=self.activity if settings.activity.enabled else None,
-            captures=self.captures,
-        )  # fmt: skip
+        self.endpoint = self._endpoint(settings)
         self.scheduler: PreloadScheduler | None = None
         # The cached tier: the next models' weights in RAM ahead of their swap (host_cache.py)
         self.host_cache = HostCache(
@@ -142,6 +137,15 @@ class Runtime:
         self._probe_task: asyncio.Task[None] | None = None
         self._background = TaskSet()
         self.configured = self._configure(settings, catalog)
+
+    def _endpoint(self, settings: Settings) -> ProxyEndpoint:
+        """The data plane, with what outlives reloads (its config comes in ``_configure``)."""
+        return ProxyEndpoint(
+            registry=self.registry, client=self.upstream, metrics=self.metrics,
+            limits=self.limits, decay=self.decay, kv=self.kv,
+            activity=self.activity if settings.activity.enabled else None,
+            captures=self.captures,
+        )  # fmt: skip
 
     def _drivers(self, settings: Settings) -> dict[str, Driver]:
         """A driver per instance. A process instance that stays keeps its driver, and so the
