@@ -1,6 +1,7 @@
 """One request's tries (docs/architecture.md): the instance the router leased, then, after a failure
 before any byte reached the client, one other instance that has the model warm, then the model's
-relay if its fallback policy allows ``error``. Nothing is tried again once bytes went out.
+relay if its fallback policy allows ``error``; after a 502 or 503 with neither, the same instance
+once more. Nothing is tried again once bytes went out.
 
 ``Attempts`` holds the one lease a request has at any time and gives it back exactly once, so
 the data plane never releases leases itself.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 from swapgate.control.router import Router
 from swapgate.control.waiter import Want
@@ -23,6 +25,7 @@ class Attempts:
         self._model = model
         self._want = want  # its pool and wait budget: another instance is of the same pool
         self._retried = False  # another instance was tried already: next is the relay
+        self._again = False  # the same instance was tried once more already
         self._limited_since: float | None = None  # when an instance first said 429 to it
         self.lease: Lease | None = None
 
@@ -45,6 +48,18 @@ class Attempts:
         self._router.release(failed)
         self.lease, self._retried = other, True
         return other
+
+    def again(self) -> Lease | None:
+        """After a 502 or 503 from the current lease's instance, with nowhere else to go:
+        the same instance once more. The proxy in front of an engine (llama-swap) answers 502
+        when its kept-alive connection to the engine was closed under it: the engine never saw
+        the request, and the next one finds it there."""
+        lease = self.lease
+        if lease is None or lease.kind != "instance" or self._again:
+            return None
+        self._again = True
+        self.lease = replace(lease, waited=0.0)  # its wait is counted already
+        return self.lease
 
     async def after_limit(self, progress: Progress, pause: float) -> Lease:
         """The current lease's instance refused it for its own concurrency limit (a 429):

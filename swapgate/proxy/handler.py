@@ -253,7 +253,7 @@ class ProxyEndpoint:
                 continue
             if response.status in RETRYABLE_STATUS and request.replayable:
                 failed_name = lease.name
-                next_lease = attempts.next()
+                next_lease = attempts.next() or attempts.again()
                 if next_lease is not None:
                     self._metrics.upstream_errors.labels(failed_name, "http").inc()
                     response.close()

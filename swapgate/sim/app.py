@@ -32,6 +32,7 @@ FAULTS = (
     "fail_load_rate",
     "crash_mid_stream_rate",
     "hang_rate",
+    "bad_gateway_next",
     "load_time",
     "ttft",
     "prefill",
@@ -119,6 +120,9 @@ class SimServer:
         refused = self._refuse(request, kind)
         if refused is not None:
             return refused
+        if self.config.bad_gateway_next > 0:
+            self.config.bad_gateway_next -= 1
+            return Response(status_code=502)
         async with _request_body(request, kind) as body:
             if body is None or "model" not in body:
                 wanted = BODY_WANTED.get(kind, "send a JSON object with a 'model'")

@@ -30,6 +30,9 @@ class SimConfig:
     fail_load_rate: float = 0.0
     crash_mid_stream_rate: float = 0.0
     hang_rate: float = 0.0
+    # The next N requests answered 502 with no body, as a proxy in front of an engine answers
+    # when its kept-alive connection to it was closed under it (Go's httputil.ReverseProxy)
+    bad_gateway_next: int = 0
     api_key: str | None = None
     seed: int | None = None
     grow_rss: int = 0  # bytes it keeps resident per request: a leak, to test recycling

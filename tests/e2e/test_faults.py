@@ -40,6 +40,25 @@ def test_an_upstream_that_stalls_mid_stream_ends_it_with_one_error_event() -> No
     assert 'swapgate_upstream_errors_total{instance="gpu-a",kind="stall"} 1.0' in metrics
 
 
+def test_one_bodiless_502_from_the_only_instance_is_tried_again_there_two_are_told() -> None:
+    # llama-swap answers so when its kept-alive connection to its engine was closed under it
+    with simulator(load_time=0.1) as sim:
+        config = {"instances": [instance("gpu-a", sim)]}
+        with gateway(config) as gw:
+            quiet = {"x-swapgate-keepalive": "off"}
+            url = f"{gw.url}/v1/chat/completions"
+            assert httpx.post(url, json=CHAT, headers=quiet, timeout=30).status_code == 200
+            sim.faults(bad_gateway_next=1)
+            again = httpx.post(url, json=CHAT, headers=quiet, timeout=30)
+            sim.faults(bad_gateway_next=2)
+            twice = httpx.post(url, json=CHAT, headers=quiet, timeout=30)
+            metrics = gw.metrics()
+    assert again.status_code == 200, again.text
+    assert again.headers["x-swapgate-route"] == "instance/gpu-a"
+    assert twice.status_code == 502, "once more, not forever"
+    assert 'swapgate_upstream_errors_total{instance="gpu-a",kind="http"} 2.0' in metrics
+
+
 def test_an_upstream_that_refuses_swapgates_key_is_a_502_naming_the_instance_and_its_env() -> None:
     with simulator(load_time=0.1, api_key="the-real-key") as sim:
         config = {"instances": [instance("gpu-a", sim, api_key_env="GPU_A_KEY")]}
