@@ -7,27 +7,12 @@ import asyncio
 import json
 from typing import Any
 
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from swapgate.errors import BadRequest, RequestTooLarge
 from swapgate.proxy.request import parse_request, read_body
-
-# Bounded so the file runs in seconds on two busy cores; a slow draw is not a failure.
-BOUNDED = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-SCALARS = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12)
-# What JSON can hold: no NaN or infinity (a body with them is a 400, tested on its own).
-JSON_SCALARS = (
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=12)
-)  # fmt: skip
-JSON = st.recursive(
-    JSON_SCALARS,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
-    max_leaves=12,
-)
-
+from tests.unit.strategies import BOUNDED, JSON
 
 # --- the request parser ---------------------------------------------------------------------
 
