@@ -3,7 +3,6 @@ swap it waited for; captured bodies come back byte for byte, and no secret reach
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +13,7 @@ import httpx
 import pytest
 
 from tests.e2e.processes import Gateway, Sim, chat, gateway, instance, simulator
+from tests.e2e.test_keys import entry
 
 pytestmark = pytest.mark.e2e
 TOKEN = "activity-admin-token"
@@ -21,10 +21,6 @@ VIEWER = "activity-viewer-token"
 MAIN_KEY = "sk-main-secret-4711"
 LIMITED_KEY = "sk-limited-secret-0815"
 ENV = {"TEST_ADMIN_TOKEN": TOKEN, "TEST_VIEWER_TOKEN": VIEWER, "TEST_RELAY_KEY": "relay-key"}
-
-
-def _key(name: str, key: str, **fields: Any) -> dict[str, Any]:
-    return {"name": name, "sha256": hashlib.sha256(key.encode()).hexdigest(), **fields}
 
 
 def _config(node: Sim, relay: Sim, database: Path, **extra: Any) -> dict[str, Any]:
@@ -37,7 +33,7 @@ def _config(node: Sim, relay: Sim, database: Path, **extra: Any) -> dict[str, An
         "models": {"b": {"relay": "cloud", "relay_model": "remote-b", "fallback": "swap"}},
         "auth": {
             "viewer_token_env": "TEST_VIEWER_TOKEN",
-            "keys": [_key("main", MAIN_KEY), _key("limited", LIMITED_KEY, rpm=1)],
+            "keys": [entry("main", MAIN_KEY), entry("limited", LIMITED_KEY, rpm=1)],
         },
         "activity": {"path": str(database)},
         **extra,
