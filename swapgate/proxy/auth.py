@@ -148,9 +148,13 @@ def _asked_priority(headers: Sequence[tuple[bytes, bytes]]) -> int | None:
     return None
 
 
+# Reads a viewer's token may not make: request captures hold what clients sent.
+OPERATOR_READS = ("/admin/captures/",)
+
+
 class AdminAuth:
     """The operator's token (everything), and a viewer's (reading only: the admin API's GET
-    routes, the event stream, the dashboard)."""
+    routes but ``OPERATOR_READS``, the event stream, the dashboard)."""
 
     def __init__(self, token: str | None, viewer: str | None = None) -> None:
         self._token = token.encode() if token else None
@@ -170,6 +174,11 @@ class AdminAuth:
                 raise Forbidden(
                     f"a viewer's token only reads; {path} changes the gateway and takes the "
                     "admin token (SWAPGATE_ADMIN_TOKEN)"
+                )
+            if path.startswith(OPERATOR_READS):
+                raise Forbidden(
+                    f"{path} holds what clients sent: it takes the admin token "
+                    "(SWAPGATE_ADMIN_TOKEN), not a viewer's"
                 )
             return
         raise Unauthorized(

@@ -42,3 +42,11 @@ def test_a_viewer_token_alone_opens_the_reading_and_nothing_else() -> None:
         auth.check(offering("viewer"), "/admin/preload", write=True)
     with pytest.raises(PathNotFound):
         AdminAuth(None, None).check(offering("viewer"), "/admin/state", write=False)
+
+
+def test_captures_are_the_operators_to_read_not_a_viewers() -> None:
+    auth = AdminAuth("admin", "viewer")
+    auth.check(offering("admin"), "/admin/captures/req-1", write=False)
+    auth.check(offering("viewer"), "/admin/activity", write=False)
+    with pytest.raises(Forbidden, match="holds what clients sent"):
+        auth.check(offering("viewer"), "/admin/captures/req-1", write=False)
