@@ -419,15 +419,18 @@ function unload(inst, model, view) {
 
 const ACTIVITY_EVERY = 2000;
 
+let newestRow; // the newest row's id when the counts were last read
+
 async function readActivity() {
   if (!token() || $("board").hidden) return;
   try {
-    const [page, counts] = await Promise.all([
-      getJson("/admin/activity?limit=30"),
-      getJson("/admin/activity/counts?since=1h&bucket=5m"),
-    ]);
+    const page = await getJson("/admin/activity?limit=30");
     drawActivity(page.rows);
-    drawTraffic(counts);
+    const newest = page.rows.length ? page.rows[0].id : null;
+    if (newest !== newestRow) { // the counts scan an hour of rows: only when some came
+      drawTraffic(await getJson("/admin/activity/counts?since=1h&bucket=5m"));
+      newestRow = newest;
+    }
   } catch (error) {
     notice("the activity log cannot be read: " + error.message);
   }
