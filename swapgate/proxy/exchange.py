@@ -57,7 +57,7 @@ class Exchange:
 
     def activity(self, status: int, ended: float) -> Activity:
         """Its row in the activity log, at ``ended`` (perf_counter)."""
-        since = self.started
+        since, usage = self.started, _usage(self.tail)
         return Activity(
             request_id=self.request_id,
             at=self.arrived,
@@ -69,8 +69,8 @@ class Exchange:
             wait_ms=_ms(self.sent - since) if self.sent else None,
             ttft_ms=_ms(self.first_byte - since) if self.first_byte else None,
             duration_ms=_ms(ended - since),
-            tokens_in=_last(_TOKENS_IN, self.tail),
-            tokens_out=_last(_TOKENS_OUT, self.tail),
+            tokens_in=_last(_TOKENS_IN, usage),
+            tokens_out=_last(_TOKENS_OUT, usage),
             status=status,
             swap_id=self.progress.swap_id if self.progress else None,
             error=self.failed.code if self.failed else "",
@@ -107,6 +107,14 @@ class Capture:
 
 def _ms(seconds: float) -> float:
     return round(seconds * 1000, 1)
+
+
+def _usage(tail: bytes) -> bytes:
+    """The tail from just before its first token count on (a match begins at most 11 bytes
+    before ``_tokens"``): an answer without one costs a byte scan, not two regular
+    expressions over 4 KiB on the event loop."""
+    at = tail.find(b'_tokens"')
+    return tail[max(0, at - 16) :] if at >= 0 else b""
 
 
 def _last(pattern: re.Pattern[bytes], tail: bytes) -> int | None:
