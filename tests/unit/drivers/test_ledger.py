@@ -21,6 +21,10 @@ from swapgate.drivers.ledger import Ledger
 def group() -> Iterator[subprocess.Popen[bytes]]:
     """A process group of two: a shell leading it and its background ``sleep``."""
     leader = subprocess.Popen(["/bin/sh", "-c", "sleep 300 & wait"], start_new_session=True)
+    deadline = time.monotonic() + 5
+    while len(members(leader.pid)) < 2 and time.monotonic() < deadline:  # the shell forks first
+        time.sleep(0.01)
+    assert len(members(leader.pid)) == 2, "the shell did not start its sleep within 5 s"
     yield leader
     subprocess.run(["pkill", "-KILL", "-g", str(leader.pid)], check=False)
     leader.wait()
