@@ -82,7 +82,6 @@ def test_process_a_conversations_next_turn_after_a_swap(
     assert warm["prompt_n"] < 40, warm
     if kept:
         assert after["prompt_n"] < 40, f"only the new tokens were read: {after}"
-        assert after["prompt_ms"] < 3 * warm["prompt_ms"] + 50, (after, warm)
         assert (saves, restores) >= (1, 1)
         assert list((tmp_path / "kv" / "node").glob("a--*.bin")), "a's conversation on disk"
         assert saved["count"] >= 1, saved
@@ -121,5 +120,4 @@ def test_router_a_conversations_next_turn_after_a_swap(
     )
     assert first["prompt_n"] > 800, first
     assert after["prompt_n"] < 40, f"only the new tokens were read: {after}"
-    assert after["prompt_ms"] < 3 * warm["prompt_ms"] + 50, (after, warm)
     assert restores == 1
