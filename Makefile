@@ -32,8 +32,11 @@ typecheck: $(STAMP)
 # (swaps, timeouts, engine starts), so four files in parallel keep two cores busy (820 tests:
 # 365 s against 383 s with three workers, on 2 cores; the slowest files start first,
 # tests/conftest.py).
+# The suite starts hundreds of Python processes (gateways, simulators): its modules are compiled once
+# here, so that none compiles them again where PYTHONDONTWRITEBYTECODE is set.
 PYTEST_WORKERS ?= 4
 pytest: $(STAMP) system-packages engine
+	$(BIN)/python -m compileall -q swapgate testbed tests
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The real engines the tests run: llama-cpp-python and llama.cpp's llama-server with

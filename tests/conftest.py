@@ -1,7 +1,12 @@
-"""Suite-wide order: the files that take longest start first.
+"""Suite-wide order: the longest files start first, and those that keep a core busy are spread
+over the run rather than started together.
 
 ``make test`` runs files in parallel (``pytest -n 4 --dist loadfile --no-loadscope-reorder``),
-handed out in collection order: the slowest, started last, would be the whole run's tail.
+handed out in collection order: the slowest, started last, would be the whole run's tail. Four
+workers share two cores, and most e2e files wait on timers and real processes while the
+real-engine files compute: four of those at once slow each other, four waiting leave the cores
+idle. So the files are in two lanes, busy and waiting, each longest first, and merged by how far
+into its lane's total each file starts.
 (Without ``--no-loadscope-reorder`` xdist hands out the files with the most tests first, and
 the real-engine files, a few long tests each, came last.)
 """
@@ -10,35 +15,61 @@ from __future__ import annotations
 
 import pytest
 
-# The slowest files (seconds on 2 cores, measured with --durations), longest first.
-SLOWEST = (
-    "tests/engine/test_vllm.py",  # 140
-    "tests/engine/test_clis.py",  # 135
-    "tests/e2e/test_dashboard.py",  # 62
-    "tests/e2e/test_endpoints.py",  # 61
-    "tests/engine/test_llama_server.py",  # 57
-    "tests/e2e/test_cluster.py",  # 51
-    "tests/e2e/test_sdk_failures.py",  # 48
-    "tests/e2e/test_keys.py",  # 46
-    "tests/engine/test_process_engine.py",  # 41
-    "tests/engine/test_llama_swap.py",  # 40
-    "tests/engine/test_kv_keep.py",  # 43
-    "tests/engine/test_affinity.py",  # 24
-    "tests/engine/test_decay_soak.py",  # 39
-    "tests/e2e/test_vllm_sleep.py",  # 38
-    "tests/e2e/test_keepalive.py",  # 37
-    "tests/e2e/test_admin.py",  # 36
-    "tests/e2e/test_process.py",  # 36
-    "tests/e2e/test_relay.py",  # 33
-    "tests/e2e/test_replay.py",  # 32
-    "tests/e2e/test_swap_economics.py",  # 31
-    "tests/e2e/test_streaming.py",  # 29
-)
+# Seconds of wall clock and of CPU (the test process and what it started) per file, measured in
+# one ``make test`` run on 2 cores; files not named here are short.
+MEASURED = {
+    "tests/engine/test_vllm.py": (192, 77),
+    "tests/engine/test_clis.py": (140, 68),
+    "tests/e2e/test_dashboard.py": (91, 31),
+    "tests/engine/test_llama_server.py": (88, 46),
+    "tests/engine/test_kv_keep.py": (75, 36),
+    "tests/e2e/test_keys.py": (68, 14),
+    "tests/engine/test_process_engine.py": (67, 35),
+    "tests/e2e/test_endpoints.py": (41, 6),
+    "tests/e2e/test_sdk_failures.py": (59, 18),
+    "tests/e2e/test_cluster.py": (58, 17),
+    "tests/e2e/test_keepalive.py": (50, 14),
+    "tests/engine/test_llama_swap.py": (50, 18),
+    "tests/e2e/test_vllm_sleep.py": (46, 15),
+    "tests/e2e/test_admin.py": (42, 19),
+    "tests/e2e/test_process.py": (37, 19),
+    "tests/e2e/test_swap_economics.py": (35, 9),
+    "tests/e2e/test_relay.py": (34, 14),
+    "tests/engine/test_llama_cpp.py": (30, 15),
+    "tests/engine/test_decay_soak.py": (30, 16),
+    "tests/e2e/test_streaming.py": (30, 11),
+    "tests/e2e/test_replay.py": (30, 10),
+    "tests/engine/test_affinity.py": (24, 23),
+    "tests/e2e/test_decay.py": (23, 13),
+    "tests/e2e/test_pools.py": (20, 8),
+    "tests/engine/test_max_concurrency.py": (20, 11),
+    "tests/e2e/test_routing.py": (18, 8),
+    "tests/engine/test_llama_cpp_nginx.py": (18, 11),
+    "tests/e2e/test_connections.py": (18, 7),
+}
+BUSY = 0.4  # CPU seconds per second of wall clock from which a file keeps a core busy
+
+
+def order(measured: dict[str, tuple[int, int]]) -> list[str]:
+    """The files, longest first within each lane, the lanes merged by where each file starts."""
+    lanes = ([p for p, (w, c) in measured.items() if c >= BUSY * w],
+             [p for p, (w, c) in measured.items() if c < BUSY * w])  # fmt: skip
+    starts: dict[str, float] = {}
+    for lane in lanes:
+        lane.sort(key=lambda path: -measured[path][0])
+        total, before = sum(measured[path][0] for path in lane), 0
+        for path in lane:
+            starts[path] = before / total
+            before += measured[path][0]
+    return sorted(measured, key=lambda path: (starts[path], -measured[path][0]))
+
+
+ORDER = order(MEASURED)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
         path = item.nodeid.split("::", 1)[0]
-        return SLOWEST.index(path) if path in SLOWEST else len(SLOWEST)
+        return ORDER.index(path) if path in ORDER else len(ORDER)
 
     items.sort(key=rank)  # stable: each file keeps its own order
