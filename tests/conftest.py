@@ -13,7 +13,12 @@ the real-engine files, a few long tests each, came last.)
 
 from __future__ import annotations
 
+import functools
+import ssl
+
+import httpx
 import pytest
+from httpx._transports import default as httpx_transports
 
 # Seconds of wall clock and of CPU (the test process and what it started) per file, measured in
 # one ``make test`` run on 2 cores; files not named here are short.
@@ -73,3 +78,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return ORDER.index(path) if path in ORDER else len(ORDER)
 
     items.sort(key=rank)  # stable: each file keeps its own order
+
+
+# Every httpx client the tests make (each ``httpx.get``, each SDK client) used to build its own
+# TLS context, and loading the CA bundle into it costs ~22 ms of CPU: a quarter to a half of the
+# test processes' own CPU, for clients that speak plain HTTP to 127.0.0.1. One context, made once
+# and shared (an SSLContext may be), serves every default client of the run.
+@functools.cache
+def _shared_tls(trust_env: bool) -> ssl.SSLContext:
+    return httpx.create_ssl_context(trust_env=trust_env)
+
+
+def _tls_context(
+    verify: ssl.SSLContext | str | bool = True, cert: object = None, trust_env: bool = True
+) -> ssl.SSLContext:
+    if verify is True and cert is None:
+        return _shared_tls(trust_env)
+    return httpx.create_ssl_context(verify, cert, trust_env)  # type: ignore[arg-type]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    assert hasattr(httpx_transports, "create_ssl_context"), (
+        "httpx no longer builds its transports' TLS context here: update tests/conftest.py"
+    )
+    httpx_transports.create_ssl_context = _tls_context

@@ -10,6 +10,7 @@ swapgate, and stopped by whoever started it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
@@ -104,6 +105,12 @@ def state(gw: Gateway) -> dict[str, Any]:
     return instance
 
 
+def model_states(gw: Gateway) -> tuple[str, str]:
+    """What swapgate says of a and b."""
+    models = state(gw)["models"]
+    return models["a"]["state"], models["b"]["state"]
+
+
 def awake(servers: dict[str, VllmServer]) -> set[str]:
     """The servers that say they are awake, asked directly."""
     return {name for name, server in servers.items() if not server.sleeping()}
@@ -191,6 +198,10 @@ def test_two_real_servers_on_one_place_take_turns_asleep_and_none_is_sent_a_requ
         # back to sleep. swapgate's own sleep of a, after the wake, shows it noticed.
         wait_for(lambda: len(sleeps(recorders["a"])) > slept, timeout=10)
         wait_for(lambda: awake(servers) == {"b"}, timeout=10)
+        # swapgate marks a asleep once it has read the sleep's answer, a moment after the
+        # recorder passed it on.
+        with contextlib.suppress(TimeoutError):
+            wait_for(lambda: model_states(gw) == ("asleep", "warm"), timeout=5)
         view = state(gw)["models"]
         assert (view["a"]["state"], view["b"]["state"]) == ("asleep", "warm"), view
         eta = admin_state(gw)["models"]["a"]["eta_seconds"]["gpu"]
