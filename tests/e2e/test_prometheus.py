@@ -116,6 +116,8 @@ class _prometheus:
             preexec_fn=die_with_parent,
         )
         wait_until_serving(f"{self.url}/-/ready", self._process)
+        # It listens before it is ready, and until then answers 503 in plain text to queries.
+        wait_for(lambda: httpx.get(f"{self.url}/-/ready").status_code == 200, timeout=30)
         return self.url
 
     def __exit__(self, *_: object) -> None:
