@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from datetime import date
+from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -211,12 +212,20 @@ def _command(value: object) -> object:
     return {"cmd": value} if isinstance(value, str) else value
 
 
+KV_KINDS = ("process", "llama-router", "llama-swap")  # the kinds kv_keep saves slots on
+
+
 class KvKeepConfig(_Section):
     """Conversations kept across swaps (docs/kv-keep.md): each slot's KV cache saved to
     ``dir`` before its model is unloaded, restored when a turn of it comes back."""
 
     dir: str = Field(min_length=1)
     budget: Bytes = 20 * 2**30  # saved files beyond it go, least recently used first
+    # Saving before an unload stops after this long: it holds up the swap, not its swap_timeout
+    save_timeout: PositiveDuration = 10.0
+    # One client key's saved KV is restored into another key's request only when this is set:
+    # a turn that reads fast betrays that another tenant sent the same prompt
+    share_across_keys: bool = False
 
 
 class InstanceConfig(_Section):
@@ -293,12 +302,22 @@ class InstanceConfig(_Section):
             raise ValueError("commands are for kind: process only")
         if self.servers and self.kind != "vllm-sleep":
             raise ValueError("servers are for kind: vllm-sleep only")
-        if self.kv_keep is not None and self.kind not in ("process", "llama-router"):
+        if self.kv_keep is not None and self.kind not in KV_KINDS:
             raise ValueError(
-                "kv_keep is for kind: process (running llama-server) and llama-router only: "
-                "they save and restore a slot's KV cache"
+                "kv_keep is for kind: process (running llama-server), llama-router and "
+                "llama-swap (running llama-server) only: they save and restore a slot's KV cache"
             )
         return self
+
+    @property
+    def kv_folder(self) -> Path | None:
+        """Where its llama-servers save their slots (``--slot-save-path``, docs/kv-keep.md):
+        ``kv_keep.dir`` itself for ``llama-swap``, whose commands name it; else a folder per
+        instance under it."""
+        if self.kv_keep is None:
+            return None
+        root = Path(self.kv_keep.dir).expanduser()
+        return root if self.kind == "llama-swap" else root / self.name
 
 
 class PoolConfig(_Section):

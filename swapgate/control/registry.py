@@ -80,6 +80,10 @@ class Registry:
             live.known = live.catalog.configured.union(*served)
         return live.known
 
+    def instances_of(self, model: str) -> list[str]:
+        """The instances that serve ``model`` (configured, or discovered on them)."""
+        return [name for name, inst in self._live.instances.items() if model in inst.serves]
+
     def is_up(self, name: str) -> bool:
         return self._live.instances[name].up
 

@@ -24,7 +24,6 @@ from swapgate.data.snapshot import Snapshot
 from swapgate.errors import NoCapacity, PathNotFound, QueueFull
 from swapgate.metrics import Metrics
 from swapgate.policy import affinity, pools, timing
-from swapgate.policy.affinity import conversation
 from swapgate.policy.fallback import Reason, allows
 from swapgate.policy.placement import (
     Decision,
@@ -88,7 +87,7 @@ class Router:
         self._metrics = metrics
         self._addresses = addresses or {}
         self._policy = policy_for(settings, coordinator)
-        self._kv_keep = any(inst.kv_keep is not None for inst in settings.instances)
+        self._kv_keep = frozenset(i.name for i in settings.instances if i.kv_keep is not None)
         # (model, conversation) -> the copy that served it last (prefix affinity)
         self._conversations: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._upstreams = {
@@ -132,11 +131,16 @@ class Router:
         )
 
     def want(
-        self, model: str, payload: dict[str, Any], budget: float | None, priority: int = 0
+        self,
+        model: str,
+        payload: dict[str, Any],
+        budget: float | None,
+        priority: int = 0,
+        conversation: str | None = None,
     ) -> Want:
         """What a request asks for besides its model: its pool (by its prompt, docs/operations.md),
-        its own wait budget (``x-swapgate-max-wait``, capped at the model's max_wait) and its
-        priority class (docs/keys.md)."""
+        its own wait budget (``x-swapgate-max-wait``, capped at the model's max_wait), its
+        priority class (docs/keys.md) and the conversation it is a turn of (docs/kv-keep.md)."""
         conf = self._settings.model_settings(model)
         pool = None
         if conf.pools:
@@ -144,9 +148,16 @@ class Router:
             pool = pools.choose(model, conf.pools, pools.prompt_tokens(payload), snap)
         max_wait = conf.max_wait or self._settings.routing.max_wait
         wait = min(budget, max_wait) if budget is not None else None
-        keeps = self._settings.routing.affinity_slack or self._kv_keep
-        key = conversation(model, payload) if keeps else None
-        return Want(pool, wait, priority, key)
+        return Want(pool, wait, priority, conversation)
+
+    def uses_conversations(self, model: str) -> bool:
+        """Whether a request's conversation can change where it goes: ``model`` is served by a
+        ``kv_keep`` instance, or by two or more instances among which prefix affinity chooses.
+        Else its identity is not worth computing (docs/kv-keep.md)."""
+        serving = self._registry.instances_of(model)
+        if self._kv_keep.intersection(serving):
+            return True
+        return bool(self._settings.routing.affinity_slack) and len(serving) > 1
 
     def snapshot(self, want: Want | None = None) -> Snapshot:
         """The registry's snapshot, of the request's pool's instances only."""

@@ -276,6 +276,7 @@ class SwapCoordinator:
         # would wait, unanswered, for its next wake.
         self._registry.swap_marks.leaving(instance, victims)
         try:
+            await self._keep(instance, victims, driver)  # within kv_keep's own save_timeout
             async with asyncio.timeout(self._swap_timeout):
                 if victims:  # nothing healthy goes for a model that surely cannot load
                     await driver.check_loadable(self._catalog.upstream_name(instance, model))
@@ -304,13 +305,20 @@ class SwapCoordinator:
 
     async def _unload(self, instance: str, model: str, driver: Driver) -> None:
         """Unload ``model``, its conversations saved first where the instance keeps them."""
-        upstream = self._catalog.upstream_name(instance, model)
+        await self._keep(instance, (model,), driver)
+        await driver.unload(self._catalog.upstream_name(instance, model))
+
+    async def _keep(self, instance: str, models: tuple[str, ...], driver: Driver) -> None:
+        """Save the conversations of ``models``, about to leave ``instance``, where it keeps
+        them (control/kv/keeper.py): each model once, within ``kv_keep.save_timeout``."""
         keeper = self.keeper
-        if keeper is not None and keeper.keeps(instance):
+        if keeper is None or not keeper.keeps(instance):
+            return
+        for model in models:
+            upstream = self._catalog.upstream_name(instance, model)
             own = driver.model_url(upstream)
             server = keeper.server(instance, own or driver.url, upstream, driver.headers)
             await keeper.save(instance, model, server)
-        await driver.unload(upstream)
 
     def _started(self, instance: str, model: str) -> None:
         """``model`` was loaded anew on ``instance``: its engine's slots are empty."""
@@ -324,6 +332,7 @@ class SwapCoordinator:
                  ", ".join(models), "them" if len(models) > 1 else "it")  # fmt: skip
         self._registry.swap_marks.leaving(instance, models)
         try:
+            await self._keep(instance, models, self._drivers[instance])
             async with asyncio.timeout(self._swap_timeout):
                 await self._evict(instance, models, self._drivers[instance])
         except (DriverError, TimeoutError) as exc:

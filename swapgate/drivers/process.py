@@ -26,7 +26,6 @@ import signal
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
 
 import httpx
@@ -105,7 +104,7 @@ class ProcessDriver(Driver):
         self.instance = instance.name
         self._commands = dict(instance.commands)
         self._start_port = instance.start_port
-        self._kv_dir = _kv_dir(instance)
+        self._kv_dir = instance.kv_folder
         self._running: dict[str, Running] = {}
         self._exited: dict[str, deque[str]] = {}  # the last output of processes that ended
         self._events = events or Unwatched()
@@ -175,7 +174,7 @@ class ProcessDriver(Driver):
         """Take a reloaded config: running processes keep running; new loads use it."""
         self._commands = dict(instance.commands)
         self._start_port = instance.start_port
-        self._kv_dir = _kv_dir(instance)
+        self._kv_dir = instance.kv_folder
 
     async def aclose(self) -> None:
         await asyncio.gather(
@@ -208,7 +207,7 @@ class ProcessDriver(Driver):
         port = self._free_port()
         line = command.cmd.replace("${PORT}", str(port))
         if self._kv_dir is not None:  # kv_keep: llama-server saves and restores slots there
-            self._kv_dir.mkdir(parents=True, exist_ok=True)
+            self._kv_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             line += f" --slot-save-path {shlex.quote(str(self._kv_dir))}"
         # No shell unless the command needs one; with one, exec makes the server the leader.
         argv = ["/bin/sh", "-c", "exec " + line] if SHELL_CHARS & set(line) else shlex.split(line)
@@ -300,12 +299,6 @@ class ProcessDriver(Driver):
             if port not in taken and port_free(port):
                 return port
         raise DriverError(f"no free port from {self._start_port} up on {self.instance}")
-
-
-def _kv_dir(instance: InstanceConfig) -> Path | None:
-    """Where a ``kv_keep`` instance's llama-servers save their slots (control/kv.py)."""
-    keep = instance.kv_keep
-    return Path(keep.dir).expanduser() / instance.name if keep is not None else None
 
 
 def group_rss(pid: int) -> int:

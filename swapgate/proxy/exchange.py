@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from swapgate.activity.records import Activity, Placement
 from swapgate.control.key_limits import Admission
+from swapgate.control.kv import Claim
 from swapgate.control.waiter import Want
 from swapgate.data.lease import Progress
 from swapgate.errors import SwapgateError
@@ -47,6 +48,7 @@ class Exchange:
     first_byte: float = 0.0  # when the upstream's body began (perf_counter)
     prompt_tokens: int = 0  # a streamed request's prompt, estimated: its TTFT's band
     admission: Admission | None = None  # its place under its key's limits, given back at the end
+    claim: Claim | None = None  # its engine slot (kv_keep), given back when it ends
     stream: bool = False
     progress: Progress | None = None  # where it was placed, and the swap it waited for
     tail: bytes = b""  # the answer's last bytes, while the activity log is on

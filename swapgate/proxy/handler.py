@@ -36,7 +36,7 @@ from swapgate.errors import (
     UpstreamUnreachable,
 )
 from swapgate.metrics import Metrics
-from swapgate.policy import pools
+from swapgate.policy import conversation, pools
 from swapgate.policy.timing import retry_after
 from swapgate.proxy.auth import Caller, ClientAuth
 from swapgate.proxy.endpoints import ENDPOINTS
@@ -57,6 +57,9 @@ from swapgate.tasks import stop
 TIMED_OUT = "swapgate.request_timed_out"
 log = logging.getLogger("swapgate.access")
 RETRYABLE_STATUS = frozenset({502, 503})
+# A body this large (an image in its first message, say) has its conversation read in a thread:
+# hashing 30 MB holds the event loop for ~0.2 s
+OFF_LOOP_BYTES = 256 * 1024
 AUTH_STATUS = frozenset({401, 403})
 
 
@@ -118,7 +121,9 @@ class ProxyEndpoint:
             if caller.key is not None:
                 ex.admission = await self._limits.admit(caller.key)
             priority = self._auth.priority(caller, headers)
-            ex.want = self._router.want(ex.model, request.payload, wait_budget(headers), priority)
+            conversation = await self._conversation(ex, request)
+            budget = wait_budget(headers)
+            ex.want = self._router.want(ex.model, request.payload, budget, priority, conversation)
             if stream:
                 ex.prompt_tokens = pools.prompt_tokens(request.payload)
             if ex.want.pool is not None:
@@ -153,6 +158,16 @@ class ProxyEndpoint:
             if ex.admission is not None:
                 await self._limits.release(ex.admission)
             self._records.done(ex, ex.failed.status if ex.failed else writer.status)
+
+    async def _conversation(self, ex: Exchange, request: Request) -> str | None:
+        """The conversation this request is a turn of, where that can change where it goes
+        (docs/kv-keep.md); a large prompt's is read off the event loop."""
+        shape = ex.endpoint.label
+        if shape not in conversation.SHAPES or not self._router.uses_conversations(ex.model):
+            return None
+        if len(request.body) < OFF_LOOP_BYTES:
+            return conversation.identity(shape, ex.model, request.payload)
+        return await asyncio.to_thread(conversation.identity, shape, ex.model, request.payload)
 
     def _known(self, caller: Caller, requested: str) -> str:
         """The model ``requested`` names, if the caller's key may use it (checked first, so
@@ -211,6 +226,7 @@ class ProxyEndpoint:
                 await stop(pinging)
                 response.close()
         finally:
+            self._unslot(ex)
             attempts.release()
 
     async def _open(
@@ -293,7 +309,8 @@ class ProxyEndpoint:
 
     async def _slotted(self, lease: Lease, ex: Exchange) -> Lease:
         """On a ``kv_keep`` instance, the slot this turn of its conversation goes to, its
-        saved KV restored there first (swapgate/control/kv.py)."""
+        saved KV restored there first (swapgate/control/kv/keeper.py)."""
+        self._unslot(ex)  # a slot of the attempt before
         key = ex.want.conversation if ex.want is not None else None
         kv = self._kv
         if kv is None or key is None or lease.kind != "instance" or not kv.keeps(lease.name):
@@ -301,13 +318,21 @@ class ProxyEndpoint:
         key_header = lease.upstream.api_key
         auth = {"authorization": f"Bearer {key_header}"} if key_header else {}
         server = kv.server(lease.name, lease.upstream.url, lease.upstream_model, auth)
-        return replace(lease, slot=await kv.prepare(lease.name, lease.model, key, server))
+        ex.claim = await kv.prepare(lease.name, lease.model, key, ex.key, server)
+        return replace(lease, slot=ex.claim.slot if ex.claim is not None else None)
+
+    def _unslot(self, ex: Exchange) -> None:
+        if ex.claim is not None and self._kv is not None:
+            self._kv.finish(ex.claim)
+            ex.claim = None
 
     async def _send(
         self, scope: Scope, ex: Exchange, request: Request, lease: Lease
     ) -> UpstreamResponse:
         path, body = scope["path"], request.body
         speaks = ex.endpoint.protocol in lease.upstream.protocols
+        if lease.slot is not None and ex.endpoint.protocol == "anthropic":
+            speaks = False  # llama-server's Messages endpoint drops id_slot: its chat keeps it
         ex.translation = None if speaks else request.translation
         if ex.translation is not None:
             path, body = CHAT_PATH, ex.translation.request(lease.upstream_model)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from swapgate.policy.affinity import choose, conversation
+from swapgate.policy.affinity import choose
+from swapgate.policy.conversation import identity
 from tests.unit.fakes import world
 
 SYSTEM = {"role": "system", "content": "You are terse."}
@@ -21,11 +22,11 @@ def turns(first: str) -> list[dict[str, Any]]:
 
 def test_every_turn_of_a_conversation_has_its_key_and_another_conversation_another() -> None:
     one, two = turns("Tell me about ducks.")
-    assert conversation("m", one) == conversation("m", two) is not None
-    assert conversation("m", turns("Tell me about geese.")[0]) != conversation("m", one)
-    assert conversation("other", one) != conversation("m", one), "the model is part of it"
-    assert conversation("m", {"prompt": "Once upon a time"}) is not None
-    assert conversation("m", {"model": "m"}) is None, "no prompt, no conversation"
+    assert identity("chat", "m", one) == identity("chat", "m", two) is not None
+    assert identity("chat", "m", turns("Tell me about geese.")[0]) != identity("chat", "m", one)
+    assert identity("chat", "other", one) != identity("chat", "m", one), "the model is part of it"
+    assert identity("chat", "m", {"model": "m"}) is None, "no prompt, no conversation"
+    assert identity("completions", "m", {"prompt": "Once upon a time"}) is None, "no slot"
 
 
 def test_it_goes_back_within_the_slack_and_to_the_least_busy_past_it() -> None:
@@ -33,6 +34,11 @@ def test_it_goes_back_within_the_slack_and_to_the_least_busy_past_it() -> None:
     assert choose("x", {"x": 3, "y": 0}, "y", slack=2) == ("y", "overflow")
     assert choose("z", {"x": 0, "y": 0}, "x", slack=2) == ("x", "miss"), "z is not open"
     assert choose(None, {"x": 0, "y": 0}, "x", slack=2) == ("x", "miss")
+
+
+def want_of(w: Any, payload: dict[str, Any]) -> Any:
+    """The router's want for ``payload``, with the conversation the data plane computes."""
+    return w.router.want("m", payload, None, conversation=identity("chat", "m", payload))
 
 
 def config(slack: int) -> dict[str, Any]:
@@ -47,12 +53,13 @@ async def test_the_router_sends_a_conversation_back_to_its_copy() -> None:
     w.warm("x", "m")
     w.warm("y", "m")
     first, later = turns("Tell me about ducks.")
-    want = w.router.want("m", first, None)
-    busy = await w.router.acquire("m", want=w.router.want("m", turns("other")[0], None))
+    assert w.router.uses_conversations("m"), "two copies to choose among"
+    want = want_of(w, first)
+    busy = await w.router.acquire("m", want=want_of(w, turns("other")[0]))
     lease = await w.router.acquire("m", want=want)  # x is busy: the least busy copy
     assert (busy.name, lease.name) == ("x", "y")
     w.router.release(lease)
-    again = await w.router.acquire("m", want=w.router.want("m", later, None))
+    again = await w.router.acquire("m", want=want_of(w, later))
     assert again.name == "y", "its next turn goes back to y"
     assert w.sample("swapgate_affinity_total", result="hit") == 1
 
@@ -62,9 +69,17 @@ async def test_with_slack_zero_there_is_no_affinity() -> None:
     w.warm("x", "m")
     w.warm("y", "m")
     first, later = turns("Tell me about ducks.")
-    assert w.router.want("m", first, None).conversation is None
+    assert not w.router.uses_conversations("m"), "no affinity: its key is not computed"
     lease = await w.router.acquire("m", want=w.router.want("m", first, None))
     w.router.release(lease)
     again = await w.router.acquire("m", want=w.router.want("m", later, None))
     assert again.name == lease.name == "x", "the least busy, by name on a tie: no memory"
     assert w.sample("swapgate_affinity_total", result="hit") is None
+
+
+def test_a_conversation_is_computed_only_where_it_can_change_where_a_turn_goes() -> None:
+    one = world({"instances": [{"name": "x", "url": "http://x", "models": ["m"]}]})
+    assert not one.router.uses_conversations("m"), "one copy, no kv_keep: nothing to choose"
+    kept = world({"instances": [{"name": "x", "kind": "llama-swap", "url": "http://x",
+                                 "models": ["m"], "kv_keep": {"dir": "/tmp/kv"}}]})  # fmt: skip
+    assert kept.router.uses_conversations("m"), "kv_keep assigns its slots"
