@@ -432,7 +432,7 @@ class LlamaServerEngine:
     binary: Path
     gguf: Path
 
-    def with_tools(self, alias: str, port: int, ctx: int, max_tokens: int) -> list[str]:
+    def with_tools(self, alias: str, port: str | int, ctx: int, max_tokens: int) -> list[str]:
         """A server that takes ``tools`` (Jinja with Gemma's template), as coding clients send
         them, and ends every answer after ``max_tokens`` (they ask for no limit)."""
         template = self.binary.parent / "gemma-tools.jinja"
@@ -670,14 +670,15 @@ class LlamaSwapEngine:
         models: dict[str, int],
         extra: dict[str, object] | None = None,
         options: dict[str, dict[str, object]] | None = None,
+        flags: Sequence[str] = (),
     ) -> Path:
         """A llama-swap config serving Gemma under each name of ``models`` (its context size)
         with llama-server; ``options``: more keys for some models (``ttl``,
         ``concurrencyLimit``), ``extra``: top-level ones (``groups``, ``apiKeys``,
-        ``sendLoadingState``)."""
+        ``sendLoadingState``); ``flags``: more for every llama-server (``--slot-save-path``)."""
         entries = {
             name: {
-                "cmd": " ".join(self.server.single(name, "${PORT}", ctx)),
+                "cmd": " ".join([*self.server.single(name, "${PORT}", ctx), *flags]),
                 "proxy": "http://127.0.0.1:${PORT}",
                 "checkEndpoint": "/health",
                 **(options or {}).get(name, {}),

@@ -282,7 +282,7 @@ class SwapCoordinator:
                     await driver.check_loadable(self._catalog.upstream_name(instance, model))
                 await self._evict(instance, victims, driver)
                 warm, wanted = await self._load(instance, model, driver)
-                self._started(instance, model)
+                await self._started(instance, model)
         except (DriverError, TimeoutError) as exc:
             result = "timeout" if isinstance(exc, TimeoutError) else "failed"
             log.warning("swap %s: %s on %s: %s", result, model, instance, exc or "swap_timeout")
@@ -320,10 +320,10 @@ class SwapCoordinator:
             server = keeper.server(instance, own or driver.url, upstream, driver.headers)
             await keeper.save(instance, model, server)
 
-    def _started(self, instance: str, model: str) -> None:
+    async def _started(self, instance: str, model: str) -> None:
         """``model`` was loaded anew on ``instance``: its engine's slots are empty."""
         if self.keeper is not None:
-            self.keeper.loaded(instance, model)
+            await self.keeper.loaded(instance, model)
 
     async def _trim(self, instance: str, models: tuple[str, ...]) -> bool:
         if not await self._may_trim():
@@ -401,7 +401,7 @@ class SwapCoordinator:
             async with asyncio.timeout(self._swap_timeout):
                 await self._unload(instance, model, driver)
                 await driver.load(upstream)
-                self._started(instance, model)
+                await self._started(instance, model)
         except (DriverError, TimeoutError) as exc:
             log.warning("recycle failed: %s on %s: %s", model, instance, exc or "swap_timeout")
             return self._end(instance, model, ok=False, error=str(exc) or "swap_timeout")

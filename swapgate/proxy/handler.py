@@ -226,8 +226,8 @@ class ProxyEndpoint:
                 await stop(pinging)
                 response.close()
         finally:
-            self._unslot(ex)
             attempts.release()
+            await self._unslot(ex)
 
     async def _open(
         self,
@@ -310,7 +310,7 @@ class ProxyEndpoint:
     async def _slotted(self, lease: Lease, ex: Exchange) -> Lease:
         """On a ``kv_keep`` instance, the slot this turn of its conversation goes to, its
         saved KV restored there first (swapgate/control/kv/keeper.py)."""
-        self._unslot(ex)  # a slot of the attempt before
+        await self._unslot(ex)  # a slot of the attempt before
         key = ex.want.conversation if ex.want is not None else None
         kv = self._kv
         if kv is None or key is None or lease.kind != "instance" or not kv.keeps(lease.name):
@@ -321,10 +321,11 @@ class ProxyEndpoint:
         ex.claim = await kv.prepare(lease.name, lease.model, key, ex.key, server)
         return replace(lease, slot=ex.claim.slot if ex.claim is not None else None)
 
-    def _unslot(self, ex: Exchange) -> None:
-        if ex.claim is not None and self._kv is not None:
-            self._kv.finish(ex.claim)
+    async def _unslot(self, ex: Exchange) -> None:
+        claim = ex.claim
+        if claim is not None and self._kv is not None:
             ex.claim = None
+            await self._kv.finish(claim)
 
     async def _send(
         self, scope: Scope, ex: Exchange, request: Request, lease: Lease

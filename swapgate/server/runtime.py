@@ -31,6 +31,7 @@ from swapgate.activity.captures import Captures
 from swapgate.activity.log import ActivityLog
 from swapgate.cluster.demand import SharedDemand
 from swapgate.cluster.key_counts import SharedCounts
+from swapgate.cluster.kv_slots import SharedSlots
 from swapgate.cluster.store import Cluster
 from swapgate.cluster.swaps import OperatorShares, SharedSwaps
 from swapgate.config.catalog import Catalog
@@ -117,8 +118,10 @@ class Runtime:
         # Each engine's TTFT against its baseline, its memory slope, the probes (docs/operations.md)
         self.decay = DecayWatch(settings.diagnosis, clock)
         self.metrics.watch_decay(self.engine_rows, STATES)
-        # Conversations saved across swaps on kv_keep instances (control/kv.py)
-        self.kv = KvKeeper(self._control, self.metrics)
+        # Conversations saved across swaps on kv_keep instances (control/kv/), their slot
+        # books shared among replicas (cluster/kv_slots.py)
+        shared_slots = SharedSlots(self.cluster) if self.cluster else None
+        self.kv = KvKeeper(self._control, self.metrics, shared=shared_slots)
         self.kv.configure(settings.instances)
         self.coordinator.keeper = self.kv
         # Each request's row, and the bodies captures want (docs/operations.md, "Activity")

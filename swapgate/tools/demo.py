@@ -15,7 +15,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from swapgate.config.settings import InstanceConfig, Settings
+from swapgate.config.settings import InstanceConfig, KvKeepConfig, Settings
 from swapgate.server.serve import serve
 from swapgate.tools.admin_cli import demo_token_path
 from swapgate.tools.processes import serving
@@ -36,6 +36,8 @@ def run_demo(
     (``llama-server``), each built once per machine (testbed/engines.py)."""
     with ExitStack() as stack:
         token = stack.enter_context(demo_admin_token(settings))
+        if engine == "llama-swap":
+            settings = keeping_kv(settings, stack.enter_context(_scratch()))
         for instance in settings.instances:
             if engine is None:
                 stack.enter_context(simulator(instance, load_time))
@@ -99,10 +101,26 @@ def llama_swap(instance: InstanceConfig, root: Path) -> Iterator[None]:
         )
     models = dict.fromkeys(instance.models or ("a",), DEFAULT_N_CTX)
     port = urlsplit(instance.url).port or 80
-    config = engine.write_config(root / f"llama-swap-{port}.yaml", models)
+    flags: tuple[str, ...] = ()
+    if instance.kv_folder is not None:  # its conversations survive its swaps (kv_keep)
+        instance.kv_folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        flags = ("--swa-full", "--slot-save-path", str(instance.kv_folder))
+    config = engine.write_config(root / f"llama-swap-{port}.yaml", models, flags=flags)
     log = subprocess.DEVNULL
     with serving(engine.command(config, port), instance.url + "/health", log=log):
         yield
+
+
+def keeping_kv(settings: Settings, root: Path) -> Settings:
+    """``settings`` with ``kv_keep`` on every llama-swap instance that has none, its folder
+    under ``root``: the demo's conversations survive their swaps (docs/kv-keep.md)."""
+    instances = [
+        inst.model_copy(update={"kv_keep": KvKeepConfig(dir=str(root / inst.name))})
+        if inst.kind == "llama-swap" and inst.kv_keep is None
+        else inst
+        for inst in settings.instances
+    ]
+    return settings.model_copy(update={"instances": instances})
 
 
 @contextmanager
@@ -165,6 +183,9 @@ def _instructions(
         if engine
         else f"simulated instances {names}; each load takes {load_time:g}s"
     )
+    keeps = any(i.kv_keep is not None for i in settings.instances)
+    kept = ", and conversations kept across swaps (kv_keep)" if keeps else ""
+    kv = "|kv_saves_total|kv_restores_total" if keeps else ""
     return f"""
 swapgate demo: {what}.
 
@@ -184,8 +205,8 @@ swapgate demo: {what}.
     -d '{{"model": "{first}", "max_tokens": 32, "stream": true,
          "messages": [{{"role": "user", "content": "hi"}}]}}'
 
-  # swap durations and warm state
-  curl -sS {base}/metrics | grep -E 'swapgate_(swap_duration_seconds_count|model_warm)'
+  # swap durations and warm state{kept}
+  curl -sS {base}/metrics | grep -E 'swapgate_(swap_duration_seconds_count|model_warm{kv})'
 
   # the admin API (token {token}): what is warm where, and a preload
   swapgate status

@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 from testbed.engines import (
+    CodingClients,
     LlamaCppEngine,
     LlamaSwapEngine,
+    ensure_clis,
     ensure_llama_cpp,
     ensure_llama_swap,
 )
@@ -43,6 +45,12 @@ class LlamaServer:
 @pytest.fixture(scope="session")
 def engine() -> LlamaCppEngine:
     return ensure_llama_cpp()
+
+
+@pytest.fixture(scope="session")
+def clis() -> CodingClients:
+    """Claude Code's and Codex's command-line clients (tests/engine/clis.py runs them)."""
+    return ensure_clis()
 
 
 @pytest.fixture(scope="session")

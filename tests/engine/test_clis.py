@@ -14,8 +14,6 @@ prompt (~1,900 tokens, not ~3,900, each read by the engine on a CPU core at ~240
 from __future__ import annotations
 
 import contextlib
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from testbed.engines import CodingClients, ensure_clis, ensure_llama_server
+from testbed.engines import CodingClients, ensure_llama_server
 from tests.e2e.nginx import nginx
 from tests.e2e.processes import (
     Gateway,
@@ -36,46 +34,9 @@ from tests.e2e.processes import (
     wait_for,
 )
 from tests.e2e.processes import wait_until_serving as serving
+from tests.engine.clis import claude, codex
 
 pytestmark = pytest.mark.engine
-QUIET = {
-    "DISABLE_TELEMETRY": "1",
-    "DISABLE_ERROR_REPORTING": "1",
-    "DISABLE_AUTOUPDATER": "1",
-    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-    "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "48",  # else it asks for 32,000 tokens
-}
-
-
-@pytest.fixture(scope="module")
-def clis() -> CodingClients:
-    return ensure_clis()
-
-
-def claude(
-    clis: CodingClients, url: str, model: str, home: Path, *options: str
-) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "ANTHROPIC_BASE_URL": url,
-           "ANTHROPIC_API_KEY": "local", **QUIET}  # fmt: skip
-    command = [str(clis.claude), "-p", "Say hi.", "--model", model, *options]
-    return subprocess.run(command, env=env, cwd=home, capture_output=True, text=True, timeout=240)
-
-
-def codex(
-    clis: CodingClients, url: str, model: str, home: Path
-) -> subprocess.CompletedProcess[str]:
-    (home / "config.toml").write_text(
-        f'model = "{model}"\nmodel_provider = "swapgate"\n\n[model_providers.swapgate]\n'
-        f'name = "swapgate"\nbase_url = "{url}/v1"\nenv_key = "SWAPGATE_KEY"\n'
-        'wire_api = "responses"\n'
-    )
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "CODEX_HOME": str(home),
-           "SWAPGATE_KEY": "local"}  # fmt: skip
-    command = [str(clis.codex), "exec", "--skip-git-repo-check", "Say hi."]
-    return subprocess.run(
-        command, env=env, cwd=home, capture_output=True, text=True, timeout=240,
-        stdin=subprocess.DEVNULL,
-    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 @dataclass(slots=True)
@@ -22,13 +23,30 @@ class _Slot:
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """A turn's slot, held until ``SlotBook.finish``. ``new``: the slot held another
-    conversation, or none: the turn's saved KV, if any, is restored into it first."""
+    """A turn's slot, held until it is finished with. ``new``: the slot held another
+    conversation, or none: the turn's saved KV, if any, is restored into it first. ``shared``:
+    claimed in the book the replicas share (swapgate/cluster/kv_slots.py), not in ``book``."""
 
     book: SlotBook
     slot: int
     key: str
     new: bool
+    shared: bool = False
+
+
+NO_SLOT = (-1, False)  # the shared book's answer when no slot is idle, or the own one is busy
+
+
+class SharedBook(Protocol):
+    """The slot books of replicas on one Redis: one claim at a time across them all. Each call
+    answers None when Redis does not: the replica then keeps its own book."""
+
+    async def claim(
+        self, instance: str, model: str, count: int, key: str
+    ) -> tuple[int, bool] | None: ...
+    async def finish(self, instance: str, model: str, slot: int, key: str) -> None: ...
+    async def held(self, instance: str, model: str) -> list[tuple[int, str]] | None: ...
+    async def clear(self, instance: str, model: str) -> None: ...
 
 
 @dataclass(eq=False)
@@ -36,6 +54,7 @@ class SlotBook:
     count: int
     clock: Callable[[], float]
     identity: str | None = None  # of the engine that holds these slots (docs/kv-keep.md)
+    where: tuple[str, str] = ("", "")  # (instance, model)
     _slots: list[_Slot] = field(default_factory=list)
 
     def __post_init__(self) -> None:

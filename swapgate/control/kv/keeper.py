@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from swapgate.config.settings import InstanceConfig, KvKeepConfig
-from swapgate.control.kv.book import Claim, SlotBook
+from swapgate.control.kv.book import NO_SLOT, Claim, SharedBook, SlotBook
 from swapgate.control.kv.files import Found, SavedFiles
 from swapgate.metrics import Metrics
 from swapgate.policy.conversation import scoped
@@ -62,10 +62,13 @@ class KvKeeper:
         client: httpx.AsyncClient,
         metrics: Metrics,
         clock: Callable[[], float] = time.monotonic,
+        shared: SharedBook | None = None,
     ) -> None:
+        """``shared``: the slot books replicas on Redis share (swapgate/cluster/kv_slots.py)."""
         self._client = client
         self._metrics = metrics
         self._clock = clock
+        self._shared = shared
         self._configs: dict[str, KvKeepConfig] = {}
         self._kinds: dict[str, str] = {}
         self._files: dict[str, SavedFiles] = {}
@@ -108,15 +111,20 @@ class KvKeeper:
 
     # -- around a model's load and unload --------------------------------------------------------
 
-    def loaded(self, instance: str, model: str) -> None:
+    async def loaded(self, instance: str, model: str) -> None:
         """``model`` was (re)started on ``instance``: its slots are empty."""
         self._books.pop((instance, model), None)
+        if self._shared is not None and self.keeps(instance):
+            await self._shared.clear(instance, model)
 
     async def save(self, instance: str, model: str, server: Server) -> None:
         """Before ``model`` leaves ``instance``: save the slots that hold a conversation, the
         most recently used first, until ``budget`` is written or ``save_timeout`` is spent."""
         book = self._books.pop((instance, model), None)
-        if book is None or not self.keeps(instance) or not book.held():
+        if book is None or not self.keeps(instance):
+            return
+        held = await self._held(instance, model, book)
+        if not held:
             return
         if book.identity is None:
             log.warning(
@@ -130,7 +138,7 @@ class KvKeeper:
         written, saved = 0, []
         try:
             async with asyncio.timeout(timeout):
-                for slot, key in book.held():
+                for slot, key in held:
                     if written >= files.budget:
                         break  # older conversations would only push newer ones out
                     size = await self._save(instance, model, slot, key, book.identity, server)
@@ -198,7 +206,7 @@ class KvKeeper:
             return None
         if not self._configs[instance].share_across_keys:
             key = scoped(key, tenant)
-        claim = book.claim(key)
+        claim = await self._claim(instance, model, book, key)
         if claim is None or not claim.new or book.identity is None:
             return claim
         found = self._files[instance].find(model, key, book.identity)
@@ -208,9 +216,32 @@ class KvKeeper:
             await self._restore(instance, model, claim, server)
         return claim
 
-    def finish(self, claim: Claim) -> None:
+    async def finish(self, claim: Claim) -> None:
         """The turn sent to ``claim``'s slot ended."""
-        claim.book.finish(claim)
+        if claim.shared and self._shared is not None:
+            await self._shared.finish(*claim.book.where, claim.slot, claim.key)
+        else:
+            claim.book.finish(claim)
+
+    async def _claim(self, instance: str, model: str, book: SlotBook, key: str) -> Claim | None:
+        """A slot of ``book``'s, in the book the replicas share where there is one."""
+        if self._shared is not None:
+            got = await self._shared.claim(instance, model, book.count, key)
+            if got == NO_SLOT:
+                return None
+            if got is not None:
+                return Claim(book, got[0], key, new=got[1], shared=True)
+        return book.claim(key)  # alone, or Redis does not answer
+
+    async def _held(self, instance: str, model: str, book: SlotBook) -> list[tuple[int, str]]:
+        """The conversations ``model``'s slots hold, most recently finished first: of every
+        replica where they share a book."""
+        if self._shared is not None:
+            held = await self._shared.held(instance, model)
+            await self._shared.clear(instance, model)
+            if held is not None:
+                return held
+        return book.held()
 
     async def _book(self, instance: str, model: str, server: Server) -> SlotBook | None:
         """The slots of ``model`` as loaded now: asked of its engine once per load."""
@@ -223,7 +254,7 @@ class KvKeeper:
             if book is None:
                 count = await self._count(server)
                 identity = await self._identity(instance, model, server) if count else None
-                book = self._books[where] = SlotBook(count or 0, self._clock, identity)
+                book = self._books[where] = SlotBook(count or 0, self._clock, identity, where)
         return book if book.count else None
 
     async def _restore(self, instance: str, model: str, claim: Claim, server: Server) -> None:

@@ -147,7 +147,7 @@ async def test_saves_go_most_recently_used_first_and_stop_at_the_budget(
         claim = await kv.prepare("node", "a", key, None, server)
         assert claim is not None
         clock.advance(1)
-        kv.finish(claim)
+        await kv.finish(claim)
     await kv.save("node", "a", server)  # before the unload; budget 1 MiB, 600 kB each
     assert saved == ["a--new.bin", "a--mid.bin"], "the oldest is not written at all"
     assert sorted(p.name for p in (tmp_path / "node").glob("*.bin")) == ["a--new.bin"]
@@ -175,11 +175,11 @@ async def test_a_file_made_by_another_model_is_never_restored_and_is_removed(
     saving(api, tmp_path / "node")
     claim = await kv.prepare("node", "a", "one", None, server)
     assert claim is not None
-    kv.finish(claim)
+    await kv.finish(claim)
     await kv.save("node", "a", server)
     assert (tmp_path / "node" / "a--one.bin").exists()
     api.get("/props").respond(json={**PROPS, "model_path": "/m/other.gguf"})  # a new command
-    kv.loaded("node", "a")
+    await kv.loaded("node", "a")
     restore = api.post("/slots/0", params={"action": "restore"}).respond(json={})
     assert await kv.prepare("node", "a", "one", None, server) is not None
     assert not restore.called, "another model's KV is never restored"
@@ -197,9 +197,9 @@ async def test_one_keys_conversation_is_not_restored_for_another_key(
         saved = saving(api, root / "node")
         claim = await kv.prepare("node", "a", "same-prompt", "alice", server)
         assert claim is not None
-        kv.finish(claim)
+        await kv.finish(claim)
         await kv.save("node", "a", server)
-        kv.loaded("node", "a")
+        await kv.loaded("node", "a")
         restore = api.post(url__regex=r"/slots/\d+", params={"action": "restore"}).respond(json={})
         restore.reset()
         await kv.prepare("node", "a", "same-prompt", "bob", server)
@@ -220,7 +220,7 @@ async def test_a_server_without_a_save_path_is_warned_of_once_and_counted(
         for key in ("one", "two"):
             claim = await kv.prepare("node", "a", key, None, server)
             assert claim is not None
-            kv.finish(claim)
+            await kv.finish(claim)
         await kv.save("node", "a", server)
     assert counted(metrics, "swapgate_kv_saves_total", "unsupported") == 4
     assert sum("--slot-save-path" in r.getMessage() for r in caplog.records) == 1
