@@ -3,7 +3,11 @@
 1. **After a swap.** A ~3,000-token conversation on model a (llama-server, Gemma-3-270M, CPU),
    one request for b (a swap away) and a's next turn (a swap back): its time to first token,
    with and without ``kv_keep``, beside the same turn warm.
-2. **Among warm copies.** Two warm copies of one model, three conversations interleaved (each
+2. **Agents after a swap.** Three Anthropic-shaped conversations at once (a ~1,000-token system
+   prompt each, as coding agents send) on a 4-slot server, a swap away and back, and their next
+   turns sent together: their time to first token with and without ``kv_keep``, and the prompt
+   tokens the engine read for them.
+3. **Among warm copies.** Two warm copies of one model, three conversations interleaved (each
    round's turns 0.3 s apart, in an order that turns each round): the later turns' time to
    first token, p50, with prefix affinity (``affinity_slack: 2``) and without (``0``).
 
@@ -27,17 +31,25 @@ from bench import procs
 from bench.sections import replace_section
 from swapgate.tools.processes import free_port
 from testbed.engines import ensure_llama_server
+from testbed.served import engine_url, prompt_tokens_read
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 LONG = "You answer questions about birds of the northern lakes in one short sentence. " * 200
 SHORT = "You answer questions about birds in one short sentence. " * 40
 TOPICS = ("ducks", "geese", "swans")
+AGENTS = ("loons", "terns", "owls")
 
 
 def first_token(url: str, model: str, messages: list[dict[str, Any]]) -> tuple[float, str, int]:
     """Seconds to the first streamed token, the whole reply, and the prompt tokens read."""
-    body = {"model": model, "messages": messages, "max_tokens": 8, "stream": True,
-            "stream_options": {"include_usage": True}, "timings_per_token": False}  # fmt: skip
+    body = {
+        "model": model,
+        "messages": messages,
+        "max_tokens": 8,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "timings_per_token": False,
+    }
     started, first, reply, read = time.monotonic(), None, "", 0
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=300) as answer:
         for line in answer.iter_lines():
@@ -64,9 +76,12 @@ def commands(slots: int) -> dict[str, Any]:
 def after_swap(kept: bool, root: Path) -> dict[str, float]:
     base = commands(1)
     node: dict[str, Any] = {
-        "name": "node", "kind": "process", "capacity": 1, "start_port": free_port(),
+        "name": "node",
+        "kind": "process",
+        "capacity": 1,
+        "start_port": free_port(),
         "commands": {n: {**base, "cmd": base["cmd"].replace("{name}", n)} for n in ("a", "b")},
-    }  # fmt: skip
+    }
     if kept:
         node["kv_keep"] = {"dir": str(root / "kv"), "budget": "1GiB"}
     config = {"routing": {"min_residency": 0}, "instances": [node]}
@@ -83,15 +98,84 @@ def after_swap(kept: bool, root: Path) -> dict[str, float]:
     return figures
 
 
+def anthropic_first_token(
+    url: str, system: str, messages: list[dict[str, Any]]
+) -> tuple[float, str]:
+    """An Anthropic Messages turn, streamed: seconds to its first text, and its text."""
+    body = {
+        "model": "a",
+        "max_tokens": 8,
+        "stream": True,
+        "messages": messages,
+        "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+    }
+    started, first, reply = time.monotonic(), None, ""
+    with httpx.stream("POST", f"{url}/v1/messages", json=body, timeout=300) as answer:
+        for line in answer.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            delta = json.loads(line[6:]).get("delta") or {}
+            if delta.get("type") == "text_delta" and delta.get("text"):
+                first = first or time.monotonic() - started
+                reply += delta["text"]
+    return (first or time.monotonic() - started), reply or "."
+
+
+def agents(kept: bool, root: Path) -> dict[str, Any]:
+    """Three agents' conversations: turn 1 and 2 at once, a swap away and back, turn 3 at once."""
+    base = commands(4)
+    base = {**base, "cmd": base["cmd"] + " --metrics"}
+    node: dict[str, Any] = {
+        "name": "node",
+        "kind": "process",
+        "capacity": 1,
+        "start_port": free_port(),
+        "commands": {n: {**base, "cmd": base["cmd"].replace("{name}", n)} for n in ("a", "b")},
+    }
+    if kept:
+        node["kv_keep"] = {"dir": str(root / "kv-agents"), "budget": "1GiB"}
+    config = {"routing": {"min_residency": 0}, "instances": [node]}
+    systems = {t: f"You are a coding agent working on the {t} module. " * 90 for t in AGENTS}
+    history: dict[str, list[dict[str, Any]]] = {t: [] for t in AGENTS}
+    ttfts: list[float] = []
+
+    def turn(topic: str, number: int) -> None:
+        history[topic].append({"role": "user", "content": f"Step {number}: go on."})
+        seconds, reply = anthropic_first_token(gw.url, systems[topic], history[topic])
+        history[topic].append({"role": "assistant", "content": reply})
+        if number == 3:
+            ttfts.append(seconds)
+
+    with procs.swapgate_with(config) as gw:
+        for number in (1, 2, 3):
+            if number == 3:
+                first_token(gw.url, "b", [{"role": "user", "content": "Hi."}])
+            threads = [threading.Thread(target=turn, args=(t, number)) for t in AGENTS]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        read = prompt_tokens_read(engine_url(gw.process.pid, "a"))  # since the swap back
+    return {"ttfts": ttfts, "read": read}
+
+
 def sessions(slack: int) -> list[float]:
     base = commands(3)
     cmd = {**base, "cmd": base["cmd"].replace("{name}", "gemma")}
     config = {
         "server": {"admin_token_env": "BENCH_ADMIN"},
         "routing": {"min_residency": 0, "affinity_slack": slack},
-        "instances": [{"name": n, "kind": "process", "capacity": 1, "start_port": free_port(),
-                       "commands": {"gemma": cmd}} for n in ("node-1", "node-2")],
-    }  # fmt: skip
+        "instances": [
+            {
+                "name": n,
+                "kind": "process",
+                "capacity": 1,
+                "start_port": free_port(),
+                "commands": {"gemma": cmd},
+            }
+            for n in ("node-1", "node-2")
+        ],
+    }
     later: list[float] = []
     history = {t: [{"role": "system", "content": SHORT}] for t in TOPICS}
     with procs.swapgate_with(config, {"BENCH_ADMIN": "b"}) as gw:
@@ -123,9 +207,30 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as root:
         kept = after_swap(True, Path(root))
         lost = after_swap(False, Path(root))
+        agents_kept = agents(True, Path(root))
+        agents_lost = agents(False, Path(root))
     near = sessions(2)
     far = sessions(0)
-    print("kv_keep", kept, "without", lost, "affinity", near, "without", far, flush=True)
+    print(
+        "kv_keep",
+        kept,
+        "without",
+        lost,
+        "agents",
+        agents_kept,
+        "without",
+        agents_lost,
+        "affinity",
+        near,
+        "without",
+        far,
+        flush=True,
+    )
+    agent_rows = "\n".join(
+        f"| {name} | {statistics.median(a['ttfts']):.2f} s | {max(a['ttfts']):.2f} s "
+        f"| {a['read']} |"
+        for name, a in (("`kv_keep`", agents_kept), ("without", agents_lost))
+    )
     p50_near, p50_far = statistics.median(near), statistics.median(far)
     rows = "\n".join(
         f"| {name} | {f['first']:.2f} s | {f['warm']:.2f} s | **{f['after a swap']:.2f} s** | "
@@ -150,6 +255,16 @@ a request for b (a swap away), then a's next turn (a swap back, `capacity: 1`, `
 
 With `kv_keep` the turn after the swap waits for the swap back and reads only its new tokens;
 without, it reads its whole prompt again.
+
+**Agents after a swap.** Three Anthropic-shaped conversations at once (a ~1,000-token system
+prompt each) on a 4-slot server (`kind: process`), turns 1 and 2 sent together, a swap away and
+back, then their third turns sent together:
+
+| | third turns' time to first token, p50 | max | prompt tokens the engine read for them |
+|---|---|---|---|
+{agent_rows}
+
+Each conversation is restored into a slot of its own and reads only its new tokens.
 
 **Among warm copies.** Two warm copies of one model (3 slots each), three conversations of
 ~500-token prompts interleaved over four rounds: the later turns' time to first token, p50

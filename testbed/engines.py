@@ -469,8 +469,9 @@ class LlamaServerEngine:
         Gemma's GGUF carries no chat template: without one the model answers template junk.
         ``--chat-template gemma`` names llama.cpp's built-in template only without Jinja (on
         by default, where it would be taken as the literal template text "gemma")."""
-        sections = ["version = 1", "", "[*]", "t = 1", "np = 1", "stop-timeout = 5"]
-        sections += [f"{key} = {value}" for key, value in (every or {}).items()]
+        common = {"t": "1", "np": "1", "stop-timeout": "5", **(every or {})}
+        sections = ["version = 1", "", "[*]"]
+        sections += [f"{key} = {value}" for key, value in common.items()]
         for name, ctx in models.items():
             sections += ["", f"[{name}]", f"model = {self.gguf}", f"c = {ctx}"]
             sections += ["jinja = false", f"chat-template = {CHAT_FORMAT}"]

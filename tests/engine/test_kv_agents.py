@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,10 @@ import anthropic
 import httpx
 import pytest
 
+from bench.redis import redis_server
 from testbed.engines import LlamaServerEngine, LlamaSwapEngine, ensure_llama_server
+from testbed.served import engine_url, prompt_tokens_read
 from tests.e2e.processes import free_port, gateway, start, stop, wait_until_serving
-from tests.engine.served import engine_url, prompt_tokens_read
 
 pytestmark = pytest.mark.engine
 TOKEN = "kv-admin"
@@ -117,16 +119,17 @@ def test_three_anthropic_conversations_come_back_at_once_each_into_its_own_slot(
         client = anthropic.Anthropic(base_url=gw.url, api_key="local", max_retries=0)
         agents = [Conversation(client, topic) for topic in TOPICS]
         at_once([lambda agent=agent: agent.turn(1) for agent in agents])  # type: ignore[misc]
-        first = prompt_tokens_read(engine_url(gw, "a"))
+        first = prompt_tokens_read(engine_url(gw.process.pid, "a"))
         at_once([lambda agent=agent: agent.turn(2) for agent in agents])  # type: ignore[misc]
-        warm = prompt_tokens_read(engine_url(gw, "a")) - first
+        warm = prompt_tokens_read(engine_url(gw.process.pid, "a")) - first
         client.messages.create(
             model="b", max_tokens=4, messages=[{"role": "user", "content": "Hi."}]
         )
         at_once([lambda agent=agent: agent.turn(3) for agent in agents])  # type: ignore[misc]
-        after = prompt_tokens_read(engine_url(gw, "a"))  # a started again: since the swap back
-        saves = gw.metric("swapgate_kv_saves_total", result="ok")
-        restores = gw.metric("swapgate_kv_restores_total", result="ok")
+        # a started again: what it read since the swap back
+        after = prompt_tokens_read(engine_url(gw.process.pid, "a"))
+        saves = gw.metric("swapgate_kv_saves_total", model="a", result="ok")
+        restores = gw.metric("swapgate_kv_restores_total", model="a", result="ok")
     print(
         f"\nthree conversations: turn 1 read {first} tokens, turn 2 {warm}, turn 3 after a swap "
         f"away and back {after} ({saves:.0f} saved, {restores:.0f} restored)"
@@ -241,3 +244,58 @@ def test_through_llama_swap_a_conversation_survives_its_swap(
     assert first > 500
     assert restores == 1
     assert after < 40, "only its new tokens"
+
+
+def test_two_replicas_on_redis_in_front_of_one_router_keep_both_conversations(
+    engine: LlamaServerEngine, tmp_path: Path
+) -> None:
+    kv = tmp_path / "kv"
+    (kv / "router").mkdir(parents=True)
+    every = {"slot-save-path": str(kv / "router"), "swa-full": "true", "np": "2"}
+    preset = engine.write_preset(tmp_path / "models.ini", {"a": 8192, "b": 4096}, every)
+    port = free_port()
+    router = start(engine.router(preset, port, max_models=1), log=tmp_path / "router.log")
+    conversations = [
+        [
+            {"role": "system", "content": system_prompt(topic)},
+            {"role": "user", "content": "Question 1."},
+        ]
+        for topic in TOPICS[:2]
+    ]
+    try:
+        wait_until_serving(f"http://127.0.0.1:{port}/models", router, timeout=60)
+        config = {
+            "routing": {"min_residency": 0},
+            "instances": [
+                {
+                    "name": "router",
+                    "kind": "llama-router",
+                    "url": f"http://127.0.0.1:{port}",
+                    "models": ["a", "b"],
+                    "kv_keep": {"dir": str(kv), "budget": "1GiB"},
+                }
+            ],
+        }
+        with redis_server() as redis, ExitStack() as stack:
+            gws = [
+                stack.enter_context(
+                    gateway(
+                        config,
+                        {"SWAPGATE_REDIS_URL": redis.url, "SWAPGATE_CLUSTER__REPLICA_ID": name},
+                    )
+                )
+                for name in ("r1", "r2")
+            ]
+            pairs = list(zip(gws, conversations, strict=True))
+            at_once([lambda gw=gw, c=c: turn_of(gw.url, "a", c) for gw, c in pairs])  # type: ignore[misc]
+            swap_away_and_back(gws[0].url)  # r1 unloads a: both conversations saved
+            for conversation in conversations:
+                conversation.append({"role": "user", "content": "Question 2."})
+            read: list[int] = []
+            at_once([lambda gw=gw, c=c: read.append(turn_of(gw.url, "a", c)) for gw, c in pairs])  # type: ignore[misc]
+            restores = sum(gw.metric("swapgate_kv_restores_total", result="ok") for gw in gws)
+    finally:
+        stop(router)
+    print(f"\ntwo replicas: after the swap the turns read {read} tokens, {restores:.0f} restored")
+    assert restores == 2
+    assert max(read) < 40, f"each restored into its own slot: {read}"

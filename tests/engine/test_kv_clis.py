@@ -17,9 +17,9 @@ import httpx
 import pytest
 
 from testbed.engines import CodingClients, LlamaServerEngine, ensure_llama_server
+from testbed.served import engine_url, prompt_tokens_read
 from tests.e2e.processes import Gateway, free_port, gateway
 from tests.engine.clis import claude, codex
-from tests.engine.served import engine_url, prompt_tokens_read
 
 pytestmark = pytest.mark.engine
 
@@ -64,7 +64,7 @@ def read_per_turn(gw: Gateway, turns: list[Any]) -> list[int]:
             swap_away(gw)
             before = 0
         turn()
-        total = prompt_tokens_read(engine_url(gw, "a"))
+        total = prompt_tokens_read(engine_url(gw.process.pid, "a"))
         read.append(total - before)
         before = total
     return read
