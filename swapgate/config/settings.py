@@ -172,6 +172,9 @@ class RoutingConfig(_Section):
     # A request that has waited this fraction of max_wait for capacity closes a busy model;
     # unset: after its model's measured swap time, and never later than 0.25 of max_wait.
     starvation_after: Annotated[float, Field(gt=0, lt=1)] | None = None
+    # The longest a request waits behind another model's requests (their batch keeps that model
+    # busy) before that model closes for it; unset: as starvation_after says. Set, it wins.
+    max_passover: PositiveDuration | None = None
 
 
 StreamingKeepalive = Annotated[Literal["comment", "reasoning", "off"], BeforeValidator(_yaml_off)]

@@ -28,9 +28,12 @@ class Attempts:
         self._again = False  # the same instance was tried once more already
         self._limited_since: float | None = None  # when an instance first said 429 to it
         self.lease: Lease | None = None
+        # Open for its client until ``release``, in flight while it holds a lease
+        self._ticket = router.clients.began(want.client if want else None, model)
 
     async def first(self, progress: Progress) -> Lease:
         self.lease = await self._router.acquire(self._model, progress, self._want)
+        self._router.clients.flying(self._ticket, True)
         return self.lease
 
     def next(self) -> Lease | None:
@@ -72,6 +75,7 @@ class Attempts:
         since = self._limited_since = self._limited_since or now
         max_wait = self._router.max_wait(self._model)
         self.lease = None
+        self._router.clients.flying(self._ticket, False)
         if not self._router.limited(limited):
             await asyncio.sleep(pause)
         if time.monotonic() - since > max_wait:
@@ -81,9 +85,12 @@ class Attempts:
                 retry_after=max(1, round(pause)),
             )
         self.lease = await self._router.acquire(self._model, progress, self._want)
+        self._router.clients.flying(self._ticket, True)
         return self.lease
 
     def release(self) -> None:
+        """Give the lease back (once), and close the request for its client."""
         if self.lease is not None:
             self._router.release(self.lease)
             self.lease = None
+        self._router.clients.ended(self._ticket)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from swapgate.config.catalog import Catalog
 from swapgate.config.settings import InstanceConfig
 from swapgate.control.changes import Changes
+from swapgate.control.clients import Clients
 from swapgate.control.live_state import LiveState
 from swapgate.control.operator_marks import OperatorMarks, Shares
 from swapgate.control.peer_load import PeerLoad
@@ -47,6 +48,7 @@ class Registry:
         self.clock = clock  # the one clock of the live state: whatever reads it, reads this
         self.changes = Changes(clock)  # what waiting requests and preloads wait on
         self.queues = Queues(clock, on_arrival)  # arrivals, and the requests waiting now
+        self.clients = Clients(clock)  # who sends them: closed loops (agents) and the rest
         self.peer_load = PeerLoad()  # other replicas' requests in flight (their heartbeats)
         slots = {
             conf.name: self._slot(conf, _configured_models(conf, catalog)) for conf in instances
@@ -60,12 +62,14 @@ class Registry:
     def snapshot(self) -> Snapshot:
         now, live = self.clock(), self._live
         estimates = live.catalog.sizes
+        queued = self.queues.oldest()
         return Snapshot(
             now,
             tuple(i.view(now, estimates, self.peer_load.on(n)) for n, i in live.instances.items()),
             self.queues.arrivals(),
-            self.queues.oldest(),
+            queued,
             self.queues.classes(),
+            self.clients.unheld() if queued else frozenset(),  # it matters only to a queue
         )
 
     def names(self) -> list[str]:

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from swapgate.config.catalog import Catalog
 from swapgate.config.settings import Settings, secret
+from swapgate.control.clients import Clients
 from swapgate.control.registry import Registry
 from swapgate.control.swaps import Swaps
 from swapgate.control.waiter import Waiter, Waiting, Want
@@ -113,6 +114,11 @@ class Router:
             for name, relay in settings.relays.items()
         }
 
+    @property
+    def clients(self) -> Clients:
+        """Who sends the requests (swapgate/control/clients.py)."""
+        return self._registry.clients
+
     def check_speaks(self, model: str, protocol: str, path: str) -> None:
         """Refuse at once, before any swap, a request none of ``model``'s instances can take:
         its API spoken natively, or chat completions to translate it to (``openai``)."""
@@ -137,6 +143,7 @@ class Router:
         budget: float | None,
         priority: int = 0,
         conversation: str | None = None,
+        client: str | None = None,
     ) -> Want:
         """What a request asks for besides its model: its pool (by its prompt, docs/operations.md),
         its own wait budget (``x-swapgate-max-wait``, capped at the model's max_wait), its
@@ -148,7 +155,7 @@ class Router:
             pool = pools.choose(model, conf.pools, pools.prompt_tokens(payload), snap)
         max_wait = conf.max_wait or self._settings.routing.max_wait
         wait = min(budget, max_wait) if budget is not None else None
-        return Want(pool, wait, priority, conversation)
+        return Want(pool, wait, priority, conversation, client)
 
     def uses_conversations(self, model: str) -> bool:
         """Whether a request's conversation can change where it goes: ``model`` is served by a
@@ -332,7 +339,7 @@ class Router:
             return max(0.0, instance.swap_done_by - snap.now)
         eta = self._coordinator.eta(decision.instance, model)
         if isinstance(decision, Queue):
-            eta += max(0.0, frees_up_at(instance, snap.now, self._policy) - snap.now)
+            eta += max(0.0, frees_up_at(instance, snap.now, self._policy, snap.unheld) - snap.now)
         return eta
 
     def _over_budget(
@@ -396,7 +403,9 @@ def policy_for(settings: Settings, coordinator: Swaps) -> Policy:
 
 def starvation_point(settings: Settings, quickest: Callable[[str], float], model: str) -> float:
     """How long a request for ``model`` may wait for room before the starvation rule closes a
-    busy model for it: ``starvation_after`` of its ``max_wait``, or (unset) its quickest
-    expected swap, capped at a quarter of ``max_wait`` (swapgate/policy/timing.py)."""
+    busy model for it: ``max_passover``; else ``starvation_after`` of its ``max_wait``; else its
+    quickest expected swap, capped at a quarter of ``max_wait`` (swapgate/policy/timing.py)."""
+    if settings.routing.max_passover is not None:
+        return settings.routing.max_passover
     max_wait = settings.model_settings(model).max_wait or settings.routing.max_wait
     return timing.starvation_point(settings.routing.starvation_after, max_wait, quickest(model))

@@ -24,12 +24,13 @@ _STATES = {Serve: "waiting", Join: "loading", Swap: "loading", Queue: "queued", 
 class Want:
     """A request's own routing: the pool it may use (None: every instance), how long it
     may wait (None: the model's max_wait), its priority class (docs/keys.md) and the
-    conversation it belongs to (prefix affinity: swapgate/policy/affinity.py)."""
+    conversation it belongs to (docs/kv-keep.md) and who sent it."""
 
     pool: pools.Pool | None = None
     budget: float | None = None
     priority: int = 0
     conversation: str | None = None
+    client: str | None = None  # its client key's name (swapgate/control/clients.py)
 
     @property
     def slots(self) -> tuple[str, ...]:
@@ -97,7 +98,9 @@ class Waiter:
     def step(self) -> Lease | None:
         router, model, started = self._router, self._wait.model, self._wait.started
         want = self._wait.want
-        decision = self._first or router.place(model, want, started)
+        decision = self._first
+        if decision is None or isinstance(decision, Queue):  # queued now: placed again
+            decision = router.place(model, want, started)
         self._first = None
         held = decision.instance if isinstance(decision, Join | Swap | Full) else None
         self._await_swap_on(held, isinstance(decision, Full))

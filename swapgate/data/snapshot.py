@@ -97,6 +97,9 @@ class Snapshot:
     queued: Mapping[str, float] = field(default_factory=dict)
     # For each model with requests queued, the highest priority class among them.
     classes: Mapping[str, int] = field(default_factory=dict)
+    # Models whose residency holds them for nobody: every client that used them lately waits,
+    # with all it can have open, for other models (swapgate/control/clients.py).
+    unheld: frozenset[str] = frozenset()
 
     def instance(self, name: str) -> InstanceView:
         return next(i for i in self.instances if i.name == name)

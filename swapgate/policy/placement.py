@@ -12,7 +12,9 @@ The rules (docs/architecture.md), in order:
      capacity first; else one whose
      victims are evictable (not pinned, nothing in flight, no request waiting for it, and not
      used within its residency (``min_residency``, or its swap time when unset:
-     swapgate/policy/timing.py) (``lru``) or more likely gone than back (``demand``; the
+     swapgate/policy/timing.py), unless every client that used it lately waits, with all it
+     can have open, for other models (``snap.unheld``: swapgate/control/clients.py)
+     (``lru``) or more likely gone than back (``demand``; the
      longer this model's requests have queued, the likelier back a victim may be, up to any
      at the starvation rule's point)), the cheapest victims first: least recently used
      (``lru``), or least expected cost (``demand``): the chance of its next request within
@@ -143,7 +145,8 @@ def place(model: str, snap: Snapshot, policy: Policy, priority: int = 0) -> Deci
         return Unavailable(_why_unavailable(model, snap), _backing_off(model, snap))
     target = _swap_target(model, candidates, snap, policy)
     if target is None:
-        return Queue(min(candidates, key=lambda i: frees_up_at(i, snap.now, policy)).name)
+        frees = lambda i: frees_up_at(i, snap.now, policy, snap.unheld)  # noqa: E731
+        return Queue(min(candidates, key=frees).name)
     if _queued_earlier(model, target.instance, snap, policy, priority):
         return Queue(target.instance)
     return target
@@ -354,7 +357,7 @@ def _evictable(
         return m.waiting <= m.for_slot
     if m.inflight or m.waiting:
         return False
-    if m.closing or m.unwanted:
+    if m.closing or m.unwanted or name in snap.unheld:
         return True
     if policy.eviction == "demand":  # kept while it is likely back soon and warm nowhere else
         return _chance(instance, name, snap, policy) < room.bar or _elsewhere(instance, name, snap)
@@ -435,23 +438,29 @@ def _room_cost(
     return (sum(c[0] for c in costs), max(c[1] for c in costs))
 
 
-def frees_up_at(instance: InstanceView, now: float, policy: Policy) -> float:
+def frees_up_at(
+    instance: InstanceView, now: float, policy: Policy, unheld: frozenset[str] = frozenset()
+) -> float:
     """When the instance can next take a swap: its running swap's end, else the earliest
     residency expiry among its warm models (in-flight and pins only make it later; a model
     nobody wanted has none)."""
     if instance.swapping is not None:
         return instance.swap_done_by
     expiries = [
-        max(_residency_ends(instance, name, now, policy), m.pinned_until)
+        max(_residency_ends(instance, name, now, policy, unheld), m.pinned_until)
         for name, m in instance.models.items()
         if m.state is WarmState.WARM
     ]
     return min(expiries, default=now)
 
 
-def _residency_ends(instance: InstanceView, name: str, now: float, policy: Policy) -> float:
+def _residency_ends(
+    instance: InstanceView, name: str, now: float, policy: Policy, unheld: frozenset[str]
+) -> float:
     m = instance.models[name]
-    return now if m.unwanted else m.last_used + policy.residency(instance.name, name)
+    if m.unwanted or name in unheld:
+        return now
+    return m.last_used + policy.residency(instance.name, name)
 
 
 def _room_for(instance: InstanceView, model: str) -> bool:

@@ -123,7 +123,9 @@ class ProxyEndpoint:
             priority = self._auth.priority(caller, headers)
             conversation = await self._conversation(ex, request)
             budget = wait_budget(headers)
-            ex.want = self._router.want(ex.model, request.payload, budget, priority, conversation)
+            ex.want = self._router.want(
+                ex.model, request.payload, budget, priority, conversation, ex.key
+            )
             if stream:
                 ex.prompt_tokens = pools.prompt_tokens(request.payload)
             if ex.want.pool is not None:
