@@ -15,6 +15,10 @@ class Catalog:
 
     def __init__(self, settings: Settings) -> None:
         self.configured = frozenset(settings.models)
+        # Selectors (docs/configuration.md): a name whose requests go to one of its targets
+        self.selectors = {
+            name: conf.choose for name, conf in settings.models.items() if conf.choose is not None
+        }
         self._aliases = {
             alias: model for model, conf in settings.models.items() for alias in conf.aliases
         }

@@ -188,6 +188,22 @@ def _check_model(
         yield f"{where}.relay: no relay named {conf.relay!r} (relays: {known})"
     if conf.relay is None and conf.fallback_policy != "off":
         yield f"{where}.fallback: {conf.fallback!r} needs a relay; set {where}.relay"
+    if conf.choose is not None:
+        yield from _check_selector(model, conf, settings)
+
+
+def _check_selector(model: str, conf: ModelConfig, settings: Settings) -> Iterable[str]:
+    """A selector names models that instances serve, and is served by none itself."""
+    assert conf.choose is not None
+    where = f"models.{model}.choose"
+    served = {m for inst in settings.instances for m in inst.models or ()}
+    if model in served:
+        yield f"{where}: {model!r} is a model an instance serves; give the selector its own name"
+    for target in conf.choose.targets:
+        if target == model or settings.model_settings(target).choose is not None:
+            yield f"{where}.from: {target!r} is a selector; name the models it stands for"
+        elif served and target not in served and target not in settings.models:
+            yield f"{where}.from: no instance serves {target!r} (they serve {sorted(served)})"
 
 
 def _check_preload(index: int, job: PreloadConfig, settings: Settings) -> Iterable[str]:

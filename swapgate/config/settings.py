@@ -331,8 +331,21 @@ class PoolConfig(_Section):
     max_prompt_tokens: Annotated[int, Field(ge=1)] | None = None
 
 
+class ChooseConfig(_Section):
+    """A selector (docs/configuration.md, "Selectors"): a model name whose requests go to the
+    first of ``from`` that is warm (``warm``; then waking, then cached, else the first), or
+    always to the first (``first``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    targets: Annotated[list[str], Field(min_length=1, alias="from")]
+    strategy: Literal["warm", "first"] = "warm"
+
+
 class ModelConfig(SizeConfig):
     """A model's routing keys; its memory keys are ``SizeConfig``'s (docs/memory.md)."""
+
+    choose: ChooseConfig | None = None  # a selector: no instance serves it, its targets do
 
     aliases: list[str] = []
     upstream_names: dict[str, str] = {}

@@ -22,6 +22,7 @@ from swapgate.control.swaps import Swaps
 from swapgate.control.waiter import Waiter, Waiting, Want
 from swapgate.data.lease import Lease, Progress, Upstream
 from swapgate.data.snapshot import Snapshot
+from swapgate.data.warm import WarmState
 from swapgate.errors import NoCapacity, PathNotFound, QueueFull
 from swapgate.metrics import Metrics
 from swapgate.policy import affinity, pools, timing
@@ -42,6 +43,8 @@ from swapgate.policy.placement import (
     starvation_target,
 )
 
+_WARM = frozenset({WarmState.WARM})
+_WAKING = frozenset({WarmState.LOADING, WarmState.ASLEEP})
 # Conversations whose last copy is remembered for prefix affinity, the least recent forgotten
 CONVERSATIONS_KEPT = 10_000
 # A concurrency limit an instance showed (a 429) holds this long after its last 429; then more
@@ -156,6 +159,28 @@ class Router:
         max_wait = conf.max_wait or self._settings.routing.max_wait
         wait = min(budget, max_wait) if budget is not None else None
         return Want(pool, wait, priority, conversation, client)
+
+    def chosen(self, model: str) -> str:
+        """The model a request for ``model`` goes to: ``model`` itself, or, for a selector, the
+        first of its targets that is warm, then loading or asleep (waking), then with its
+        weights in RAM (cached); the first target when none is (docs/configuration.md)."""
+        choose = self._catalog.selectors.get(model)
+        if choose is None:
+            return model
+        targets = choose.targets
+        if choose.strategy == "first" or len(targets) == 1:
+            return targets[0]
+        snap = self._registry.snapshot()
+        states = {
+            target: {i.state_of(target) for i in snap.instances if i.available(snap.now)}
+            for target in targets
+        }
+        for tier in (_WARM, _WAKING):
+            for target in targets:
+                if states[target] & tier:
+                    return target
+        cached = [t for t in targets if self._coordinator.tiers(t) == "cached"]
+        return cached[0] if cached else targets[0]
 
     def uses_conversations(self, model: str) -> bool:
         """Whether a request's conversation can change where it goes: ``model`` is served by a

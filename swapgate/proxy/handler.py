@@ -112,9 +112,12 @@ class ProxyEndpoint:
             request = await read_request(receive, headers, endpoint, self._max_body)
             requested, stream = request.model, request.stream
             ex.stream = stream
-            ex.model = self._known(caller, requested)
+            named = self._known(caller, requested)
+            ex.model = self._router.chosen(named)
             if requested != ex.model:
                 request.rename(ex.model)
+            if named != ex.model:  # a selector chose: say which model answers
+                writer.headers.append((b"x-swapgate-model", ex.model.encode()))
             self._router.check_speaks(ex.model, endpoint.protocol, endpoint.path)
             if endpoint.protocol != "openai":  # for an upstream that speaks chat only
                 request.translation = Translated(endpoint, request.payload, ex.model)

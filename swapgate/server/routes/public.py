@@ -70,6 +70,7 @@ def model_listing(runtime: Runtime) -> list[dict[str, Any]]:
     created = int(time.time())
     entries = []
     aliases = runtime.configured.catalog.aliases
+    selectors = runtime.configured.catalog.selectors
     for name in sorted(runtime.registry.known_models() | aliases.keys()):
         model = aliases.get(name, name)
         where = {
@@ -83,6 +84,9 @@ def model_listing(runtime: Runtime) -> list[dict[str, Any]]:
         }
         if model != name:
             extra["alias_of"] = model
+        choose = selectors.get(model)
+        if choose is not None:  # a selector: it answers from one of these
+            extra["choose"] = {"from": list(choose.targets), "strategy": choose.strategy}
         entries.append(
             {
                 "id": name,

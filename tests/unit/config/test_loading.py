@@ -48,12 +48,26 @@ def test_bad_sizes_say_what_is_accepted(text: object) -> None:
 
 
 def test_a_process_instance_takes_its_models_from_its_commands() -> None:
-    settings = parse_config({"instances": [{
-        "name": "node", "kind": "process", "start_port": 6000,
-        "commands": {"a": "llama-server --port ${PORT}",
-                     "b": {"cmd": "vllm serve b --port ${PORT}", "recycle_rss": "20GiB",
-                           "ready": "/health", "stop_timeout": "30s"}},
-    }]})  # fmt: skip
+    settings = parse_config(
+        {
+            "instances": [
+                {
+                    "name": "node",
+                    "kind": "process",
+                    "start_port": 6000,
+                    "commands": {
+                        "a": "llama-server --port ${PORT}",
+                        "b": {
+                            "cmd": "vllm serve b --port ${PORT}",
+                            "recycle_rss": "20GiB",
+                            "ready": "/health",
+                            "stop_timeout": "30s",
+                        },
+                    },
+                }
+            ]
+        }
+    )
     (node,) = settings.instances
     assert node.models == ["a", "b"]
     assert node.url == "http://127.0.0.1"
@@ -66,13 +80,17 @@ def test_a_process_instance_takes_its_models_from_its_commands() -> None:
     ("instance", "message"),
     [
         ({"kind": "process"}, "kind: process needs commands"),
-        ({"kind": "process", "commands": {"a": {"cmd": "x", "recycle_rss": "big"}}},
-         "instances[0].commands.a.recycle_rss: not a size"),
-        ({"kind": "process", "commands": {"a": {"cmd": "x", "ready": "health"}}},
-         "instances[0].commands.a.ready"),
+        (
+            {"kind": "process", "commands": {"a": {"cmd": "x", "recycle_rss": "big"}}},
+            "instances[0].commands.a.recycle_rss: not a size",
+        ),
+        (
+            {"kind": "process", "commands": {"a": {"cmd": "x", "ready": "health"}}},
+            "instances[0].commands.a.ready",
+        ),
         ({"url": "http://127.0.0.1:1", "commands": {"a": "x"}}, "for kind: process only"),
     ],
-)  # fmt: skip
+)
 def test_process_instances_say_what_is_wrong(instance: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         parse_config({"instances": [{"name": "node", **instance}]})
@@ -149,8 +167,11 @@ def test_auto_preloads_need_no_cron_and_no_name() -> None:
     settings = parse_config({"instances": one, "preloads": [{"model": "org/m", "auto": True}]})
     assert settings.preloads[0].name == "auto-org-m"
     assert settings.preloads[0].cron is None
-    jobs = [{"model": "m", "auto": True, "cron": "0 8 * * *"}, {"name": "p", "model": "m"},
-            {"name": "auto-m", "model": "m", "cron": "0 8 * * *"}]  # fmt: skip
+    jobs = [
+        {"model": "m", "auto": True, "cron": "0 8 * * *"},
+        {"name": "p", "model": "m"},
+        {"name": "auto-m", "model": "m", "cron": "0 8 * * *"},
+    ]
     with pytest.raises(ConfigError) as failure:
         parse_config({"instances": one, "preloads": jobs})
     assert failure.value.problems == [
@@ -245,3 +266,36 @@ def test_protocols_default_to_openai_and_name_what_is_known() -> None:
         parse_config({"instances": [{"name": "x", "url": "http://x", "protocols": ["grpc"]}]})
     with pytest.raises(ConfigError, match=re.escape("instances[0].protocols: List should have")):
         parse_config({"instances": [{"name": "x", "url": "http://x", "protocols": []}]})
+
+
+@pytest.mark.parametrize(
+    ("choose", "message"),
+    [
+        ({"from": ["a", "nope"]}, "models.coder.choose.from: no instance serves 'nope'"),
+        ({"from": ["coder"]}, "models.coder.choose.from: 'coder' is a selector"),
+        ({"from": []}, "models.coder.choose.from: List should have at least 1 item"),
+        ({"from": ["a"], "strategy": "best"}, "models.coder.choose.strategy: Input should be"),
+    ],
+)
+def test_a_selector_names_served_models_and_says_what_is_wrong(
+    choose: dict[str, object], message: str
+) -> None:
+    config = {
+        "instances": [{"name": "x", "url": "http://x", "models": ["a", "b"]}],
+        "models": {"coder": {"choose": choose}},
+    }
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_config(config)
+
+
+def test_a_selector_is_no_model_an_instance_serves() -> None:
+    config = {
+        "instances": [{"name": "x", "url": "http://x", "models": ["a", "coder"]}],
+        "models": {"coder": {"choose": {"from": ["a"]}}},
+    }
+    with pytest.raises(ConfigError, match="'coder' is a model an instance serves"):
+        parse_config(config)
+    ok = parse_config({**config, "instances": [{"name": "x", "url": "http://x", "models": ["a"]}]})
+    choose = ok.models["coder"].choose
+    assert choose is not None
+    assert (choose.targets, choose.strategy) == (["a"], "warm")
