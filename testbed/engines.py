@@ -672,14 +672,22 @@ class LlamaSwapEngine:
         extra: dict[str, object] | None = None,
         options: dict[str, dict[str, object]] | None = None,
         flags: Sequence[str] = (),
+        load_time: float = 0.0,
     ) -> Path:
         """A llama-swap config serving Gemma under each name of ``models`` (its context size)
         with llama-server; ``options``: more keys for some models (``ttl``,
         ``concurrencyLimit``), ``extra``: top-level ones (``groups``, ``apiKeys``,
-        ``sendLoadingState``); ``flags``: more for every llama-server (``--slot-save-path``)."""
+        ``sendLoadingState``); ``flags``: more for every llama-server (``--slot-save-path``);
+        ``load_time``: seconds each model takes to start before its server does (a larger
+        model's load, for benchmarks)."""
+
+        def command(name: str, ctx: int) -> str:
+            line = " ".join([*self.server.single(name, "${PORT}", ctx), *flags])
+            return f"sh -c 'sleep {load_time:g}; exec {line}'" if load_time else line
+
         entries = {
             name: {
-                "cmd": " ".join([*self.server.single(name, "${PORT}", ctx), *flags]),
+                "cmd": command(name, ctx),
                 "proxy": "http://127.0.0.1:${PORT}",
                 "checkEndpoint": "/health",
                 **(options or {}).get(name, {}),

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 WINDOW = 120.0  # seconds over which a client's concurrency and the models it used are learned
-STEADY = 3  # a concurrency is learned once this many times as many requests came without a rise
+STEADY = 1  # a concurrency is learned once as many requests as it came again without a rise
 ANONYMOUS = ""  # the one client there is where no client keys are configured
 
 

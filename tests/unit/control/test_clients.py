@@ -45,10 +45,13 @@ def test_a_client_whose_concurrency_still_grows_is_not_taken_as_closed() -> None
     clock = FakeClock()
     clients = Clients(clock)
     rounds(clients, clock, "planner", agents=1, count=2)
-    rounds(clients, clock, "planner", agents=2, count=1)  # more at once than before
-    for _ in range(3):
-        clients.began("team", "coder")
-    assert clients.unheld() == frozenset(), "arrivals that do not wait for answers"
+    rounds(clients, clock, "planner", agents=2, count=1)
+    clients.began("team", "coder")
+    assert clients.unheld() == frozenset(), "one of two open: the other may ask for anything"
+    clients.began("team", "coder")
+    assert clients.unheld() == {"planner"}, "two at once as often as it rose to two: learned"
+    clients.began("team", "coder")
+    assert clients.unheld() == frozenset(), "three at once: still growing, not a closed loop"
 
 
 def test_another_client_that_used_the_model_lately_keeps_it() -> None:
@@ -99,9 +102,10 @@ async def test_independent_traffic_keeps_the_residency() -> None:
     clock = FakeClock()
     w = world(one_gpu(), clock=clock)
     w.warm("gpu", "planner")
-    await agent_turns(w, "planner", 1)  # one request: and what is one request?
-    await agent_turns(w, "planner", 2)  # two at once: arrivals that do not wait for answers
-    waiting = asyncio.create_task(agent_turns(w, "coder", 2))
+    await agent_turns(w, "planner", 1)
+    await agent_turns(w, "planner", 2)
+    # More at once than ever: arrivals that do not wait for answers, not a closed loop
+    waiting = asyncio.create_task(agent_turns(w, "coder", 3))
     await asyncio.sleep(0.2)
     assert not waiting.done(), "the planner is held for its residency"
     clock.advance(31)
