@@ -73,18 +73,25 @@ def commands(slots: int) -> dict[str, Any]:
     return {"cmd": line, "ready": "/health"}
 
 
-def after_swap(kept: bool, root: Path) -> dict[str, float]:
-    base = commands(1)
+def two_models(slots: int, kv: Path | None, flags: str = "") -> dict[str, Any]:
+    """A gateway's config: models a and b on one process instance (one at a time), with
+    ``kv_keep`` in ``kv`` if given."""
+    base = commands(slots)
+    line = base["cmd"] + flags
     node: dict[str, Any] = {
         "name": "node",
         "kind": "process",
         "capacity": 1,
         "start_port": free_port(),
-        "commands": {n: {**base, "cmd": base["cmd"].replace("{name}", n)} for n in ("a", "b")},
+        "commands": {n: {**base, "cmd": line.replace("{name}", n)} for n in ("a", "b")},
     }
-    if kept:
-        node["kv_keep"] = {"dir": str(root / "kv"), "budget": "1GiB"}
-    config = {"routing": {"min_residency": 0}, "instances": [node]}
+    if kv is not None:
+        node["kv_keep"] = {"dir": str(kv), "budget": "1GiB"}
+    return {"routing": {"min_residency": 0}, "instances": [node]}
+
+
+def after_swap(kept: bool, root: Path) -> dict[str, float]:
+    config = two_models(1, root / "kv" if kept else None)
     history: list[dict[str, Any]] = [{"role": "system", "content": LONG}]
     figures = {}
     with procs.swapgate_with(config) as gw:
@@ -123,18 +130,7 @@ def anthropic_first_token(
 
 def agents(kept: bool, root: Path) -> dict[str, Any]:
     """Three agents' conversations: turn 1 and 2 at once, a swap away and back, turn 3 at once."""
-    base = commands(4)
-    base = {**base, "cmd": base["cmd"] + " --metrics"}
-    node: dict[str, Any] = {
-        "name": "node",
-        "kind": "process",
-        "capacity": 1,
-        "start_port": free_port(),
-        "commands": {n: {**base, "cmd": base["cmd"].replace("{name}", n)} for n in ("a", "b")},
-    }
-    if kept:
-        node["kv_keep"] = {"dir": str(root / "kv-agents"), "budget": "1GiB"}
-    config = {"routing": {"min_residency": 0}, "instances": [node]}
+    config = two_models(4, root / "kv-agents" if kept else None, " --metrics")
     systems = {t: f"You are a coding agent working on the {t} module. " * 90 for t in AGENTS}
     history: dict[str, list[dict[str, Any]]] = {t: [] for t in AGENTS}
     ttfts: list[float] = []

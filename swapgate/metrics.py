@@ -282,6 +282,11 @@ class Metrics:
         these metrics and so is not imported here)."""
         self.registry.register(_StateCollector(snapshot, queue_depths))
 
+    def watch_progress(self, ratios: Callable[[], dict[tuple[str, str], float]]) -> None:
+        """Export how far each running load has got at every scrape
+        (swapgate/control/load_progress.py)."""
+        self.registry.register(_ProgressCollector(ratios))
+
     def watch_decay(self, rows: Callable[[], list[EngineRow]], states: Sequence[str]) -> None:
         """Export each warm engine's decay figures at every scrape (swapgate/control/decay.py,
         which counts with these metrics and so is not imported here)."""
@@ -291,6 +296,24 @@ class Metrics:
 # One engine's decay figures at a scrape: instance, model, TTFT drift (None: too few samples),
 # memory slope in bytes per hour (None: not a process, or too short), its diagnosis.
 EngineRow = tuple[str, str, float | None, float | None, str]
+
+
+class _ProgressCollector(Collector):
+    def __init__(self, ratios: Callable[[], dict[tuple[str, str], float]]) -> None:
+        self._ratios = ratios
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        ratio = GaugeMetricFamily(
+            "swapgate_load_progress_ratio",
+            "How far each running load has got, 0 to 1: its weights read, else its time share",
+            labels=["instance", "model"],
+        )
+        for (instance, model), value in self._ratios().items():
+            ratio.add_metric([instance, model], value)
+        yield ratio
 
 
 class _DecayCollector(Collector):

@@ -179,6 +179,8 @@ class RoutingConfig(_Section):
 
 StreamingKeepalive = Annotated[Literal["comment", "reasoning", "off"], BeforeValidator(_yaml_off)]
 NonStreamingKeepalive = Annotated[Literal["whitespace", "off"], BeforeValidator(_yaml_off)]
+# What a streamed chat completion waiting for a swap is told (docs/operations.md, "Load progress")
+ProgressMode = Annotated[Literal["off", "reasoning"], BeforeValidator(_yaml_off)]
 
 
 class KeepaliveConfig(_Section):
@@ -186,6 +188,14 @@ class KeepaliveConfig(_Section):
     interval: PositiveDuration = 5.0
     streaming: StreamingKeepalive = "comment"
     non_streaming: NonStreamingKeepalive = "whitespace"
+    # reasoning: a streamed chat completion waiting for a swap gets the load's progress as
+    # reasoning_content; per model (models.NAME.progress), per key, per request too
+    progress: ProgressMode = "off"
+
+    @property
+    def progress_mode(self) -> ProgressMode:
+        """``progress``, where ``streaming: reasoning`` (before progress existed) means it."""
+        return "reasoning" if self.streaming == "reasoning" else self.progress
 
 
 class KeepaliveOverride(_Section):
@@ -195,6 +205,7 @@ class KeepaliveOverride(_Section):
     interval: PositiveDuration | None = None
     streaming: StreamingKeepalive | None = None
     non_streaming: NonStreamingKeepalive | None = None
+    progress: ProgressMode | None = None
 
 
 class ProcessCommand(_Section):
@@ -346,6 +357,7 @@ class ModelConfig(SizeConfig):
     """A model's routing keys; its memory keys are ``SizeConfig``'s (docs/memory.md)."""
 
     choose: ChooseConfig | None = None  # a selector: no instance serves it, its targets do
+    progress: ProgressMode | None = None  # the load's progress told while waiting; None: global
 
     aliases: list[str] = []
     upstream_names: dict[str, str] = {}
@@ -452,6 +464,7 @@ class KeyConfig(_Section):
     # Whether x-swapgate-priority may raise a request above the key's own class (lowering
     # it is always allowed)
     priority_header: bool = False
+    progress: ProgressMode | None = None  # what its waiting streams are told; None: the model's
     rpm: Annotated[int, Field(ge=1)] | None = None  # requests per minute
     concurrency: Annotated[int, Field(ge=1)] | None = None  # requests at once
     expires: date | None = None  # the last day it works (UTC)
@@ -546,10 +559,16 @@ class Settings(BaseSettings):
         return self.models.get(model) or _DEFAULT_MODEL
 
     def keepalive_for(self, model: str) -> KeepaliveConfig:
-        override = self.model_settings(model).keepalive
-        if override is None:
-            return self.keepalive
-        return self.keepalive.model_copy(update=override.model_dump(exclude_none=True))
+        """The model's keep-alive settings: the global ones, its ``keepalive`` over them, and
+        its ``progress`` over that."""
+        conf = self.model_settings(model)
+        merged = self.keepalive
+        if conf.keepalive is not None:
+            merged = merged.model_copy(update=conf.keepalive.model_dump(exclude_none=True))
+        if conf.progress is not None:
+            streaming = "comment" if merged.streaming == "reasoning" else merged.streaming
+            merged = merged.model_copy(update={"progress": conf.progress, "streaming": streaming})
+        return merged
 
 
 _DEFAULT_MODEL = ModelConfig()

@@ -28,6 +28,14 @@ if sys.platform == "linux":
     _libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
 
 
+def size(path: Path) -> int | None:
+    """Bytes of ``path``; None if it cannot be read."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
 def resident(path: Path) -> int | None:
     """Bytes of ``path`` in the page cache now (``mincore`` over a read-only mapping that
     touches nothing); None where it cannot be told (not Linux, no such file)."""

@@ -16,7 +16,9 @@ from typing import Any, Literal, Protocol
 
 from swapgate.config.catalog import Catalog
 from swapgate.config.settings import EvictionMode
+from swapgate.control import pages
 from swapgate.control.kv import KvKeeper
+from swapgate.control.load_progress import LoadProgress
 from swapgate.control.registry import Registry
 from swapgate.control.swaplog import SwapLog, eviction_reason
 from swapgate.data.warm import WarmState
@@ -148,6 +150,8 @@ class SwapCoordinator:
         self._backoff = Backoff(self._clock, backoff_window)
         self._eviction = eviction
         self.log = SwapLog()  # the last swaps, for operators
+        # How far each running load has got, as a real figure (control/load_progress.py)
+        self.progress = LoadProgress(self._clock, catalog.weights, pages.resident, pages.size)
 
     def start(self, instance: str, model: str, victims: tuple[str, ...] = ()) -> bool:
         """Begin swapping ``model`` onto ``instance`` unless a swap runs there already."""
@@ -163,6 +167,7 @@ class SwapCoordinator:
             self._metrics.thrash.labels(instance, model).inc()
         reason = eviction_reason(view, victims, self._eviction)
         self.log.begin(instance, model, kind, victims, reason, eta)
+        self.progress.began(instance, model, eta, waking=kind == "wake")
         self._registry.swap_marks.begin_swap(instance, model, eta)
         self._occupy(instance, self._swap(instance, model, victims), "swap")
         return True
@@ -248,6 +253,7 @@ class SwapCoordinator:
     ) -> None:
         """Take a reloaded config; swaps already running finish with what they started with."""
         self._drivers, self._catalog, self._swap_timeout = drivers, catalog, swap_timeout
+        self.progress.reconfigure(catalog.weights)
         self.times.expected = expected_swap
         self._eviction = eviction
         self._backoff.window = backoff_window
@@ -435,6 +441,7 @@ class SwapCoordinator:
         record = self.log.running_on(instance)
         if record is not None:
             self.log.end(record, result, elapsed, error)
+        self.progress.ended(instance, model)
         if result == "abandoned" and not warm:  # stopped, not failed: no backoff
             self._registry.swap_marks.end_swap(instance, model, ok=False)
         else:

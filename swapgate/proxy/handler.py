@@ -42,7 +42,17 @@ from swapgate.proxy.auth import Caller, ClientAuth
 from swapgate.proxy.endpoints import ENDPOINTS
 from swapgate.proxy.exchange import Exchange
 from swapgate.proxy.headers import DROP_RESPONSE, route_headers, upstream_headers, wait_budget
-from swapgate.proxy.keepalive import OPT_OUT_HEADER, KeepalivePlan, Pinger, plan_keepalive
+from swapgate.proxy.keepalive import (
+    OPT_OUT_HEADER,
+    PROGRESS_HEADER,
+    Figures,
+    KeepalivePlan,
+    Pinger,
+    Pinging,
+    no_figure,
+    plan_keepalive,
+    progress_mode,
+)
 from swapgate.proxy.records import RequestRecords
 from swapgate.proxy.request import Request, read_request, with_fields
 from swapgate.proxy.request_id import request_id
@@ -50,7 +60,6 @@ from swapgate.proxy.translate.translated import CHAT_PATH, Translated
 from swapgate.proxy.upload import PLAIN_FORMATS
 from swapgate.proxy.upstream import UpstreamClient, UpstreamResponse
 from swapgate.proxy.writer import BodyMode, ResponseWriter, until_disconnect
-from swapgate.tasks import stop
 
 # Set in a request's scope by the server when its read timeout cut the request's body
 # (swapgate/server/connections.py): counted as 408, not as a client that went away.
@@ -75,8 +84,11 @@ class ProxyEndpoint:
         kv: KvKeeper | None = None,
         activity: ActivityLog | None = None,
         captures: Captures | None = None,
+        figures: Figures | None = None,
     ) -> None:
-        """``activity`` and ``captures``: what each request leaves behind (proxy/records.py)."""
+        """``activity`` and ``captures``: what each request leaves behind (proxy/records.py);
+        ``figures``: how far a running load has got, for the clients told its progress."""
+        self._figures = figures or no_figure
         self._registry = registry
         self._records = RequestRecords(registry, metrics, decay, activity, captures)
         self._client = client
@@ -134,7 +146,7 @@ class ProxyEndpoint:
             if ex.want.pool is not None:
                 writer.headers.append((b"x-swapgate-pool", ex.want.pool.name.encode()))
             ex.capture = self._records.capture_for(ex, headers, request)
-            plan = self._plan(scope, ex, request, stream)
+            plan = self._plan(scope, ex, request, stream, caller)
             work = self._forward(scope, ex, request, writer, plan)
             await until_disconnect(request.after_body(receive), work)
         except SwapgateError as exc:
@@ -185,17 +197,18 @@ class ProxyEndpoint:
         return catalog.known(requested, self._registry.known_models(), visible)
 
     def _plan(
-        self, scope: Scope, ex: Exchange, request: Request, stream: bool
+        self, scope: Scope, ex: Exchange, request: Request, stream: bool, caller: Caller
     ) -> KeepalivePlan | None:
-        opted_out = any(
-            name == OPT_OUT_HEADER and value.strip().lower() == b"off"
-            for name, value in scope["headers"]
-        )
+        headers = scope["headers"]
+        opted_out = header(headers, OPT_OUT_HEADER) == b"off"
         endpoint = ex.endpoint
         if request.upload and request.upload.fields.get("response_format") in PLAIN_FORMATS:
             endpoint = replace(endpoint, json_answer=False)  # text, SRT or WebVTT: no whitespace
         config = self._keepalive(ex.model)
-        return plan_keepalive(config, stream=stream, endpoint=endpoint, opted_out=opted_out)
+        progress = progress_mode(header(headers, PROGRESS_HEADER), caller.key, config)
+        return plan_keepalive(
+            config, stream=stream, endpoint=endpoint, opted_out=opted_out, progress=progress
+        )
 
     async def _forward(
         self,
@@ -206,21 +219,21 @@ class ProxyEndpoint:
         plan: KeepalivePlan | None,
     ) -> None:
         progress = ex.progress = Progress()
-        pinger = (
-            Pinger(plan, writer, ex.model, progress, self._registry, self._metrics)
-            if plan
-            else None
-        )
-        pinging = asyncio.create_task(pinger.run()) if pinger else None
+        pinging = None
+        if plan is not None:
+            pinger = Pinger(
+                plan, writer, ex.model, progress, self._registry, self._metrics, self._figures
+            )
+            pinging = Pinging(pinger)
         attempts = Attempts(self._router, ex.model, ex.want)
         try:
             try:
                 response = await self._open(scope, ex, request, attempts, progress)
             except BaseException:
-                await stop(pinging)
+                await _stop(pinging)
                 raise
             if not (writer.started and response.ok):
-                await stop(pinging)
+                await _stop(pinging)
                 pinging = None
             # Else keep-alives go on until the engine's first byte: it may have sent its
             # headers and still be reading a long prompt.
@@ -228,7 +241,7 @@ class ProxyEndpoint:
             try:
                 await self._answer(response, writer, ex, attempts.lease, pinging)
             finally:
-                await stop(pinging)
+                await _stop(pinging)
                 response.close()
         finally:
             attempts.release()
@@ -262,8 +275,9 @@ class ProxyEndpoint:
                 failed, next_lease = lease.route, attempts.next()
                 if next_lease is None:
                     raise
-                log.warning("%s failed (%s); %s goes to %s", failed, exc, ex.request_id,
-                            next_lease.route)  # fmt: skip
+                log.warning(
+                    "%s failed (%s); %s goes to %s", failed, exc, ex.request_id, next_lease.route
+                )
                 lease = next_lease
                 continue
             if response.status == 429 and lease.kind == "instance" and request.replayable:
@@ -289,7 +303,7 @@ class ProxyEndpoint:
         writer: ResponseWriter,
         ex: Exchange,
         lease: Lease,
-        pinging: asyncio.Task[None] | None,
+        pinging: Pinging | None,
     ) -> None:
         """Pass the upstream's answer on: its status and headers if none went out yet, else
         (after keep-alives committed a 200) its body, or its failure in-band."""
@@ -383,7 +397,7 @@ class ProxyEndpoint:
         writer: ResponseWriter,
         ex: Exchange,
         lease: Lease,
-        pinging: asyncio.Task[None] | None,
+        pinging: Pinging | None,
     ) -> None:
         """Copy the upstream's body; keep-alives still ``pinging`` stop at its first byte. An
         upstream that breaks off or stalls past ``stream_idle_timeout`` after the status went
@@ -400,9 +414,11 @@ class ProxyEndpoint:
                     if lease.kind == "instance" and response.is_event_stream:
                         self._first_token(lease, ex)
                 if pinging is not None:
-                    await stop(pinging)
+                    farewell = await pinging.stop()
                     pinging = None
                     writer.upstream_body(writer.mode == "pings")
+                    if farewell:  # the wait's total, to a client told the load's progress
+                        await writer.write(farewell)
                 if translation is not None:
                     chunk = translation.feed(chunk)
                     if not chunk:
@@ -472,3 +488,16 @@ def _refused_key(lease: Lease, status: int) -> str:
         else "it wants a key: set api_key_env for it"
     )
     return f"{lease.route} refused swapgate's key ({status}); the operator should {fix}"
+
+
+async def _stop(pinging: Pinging | None) -> None:
+    if pinging is not None:
+        await pinging.stop()
+
+
+def header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    """The value of header ``name`` (lower-case), trimmed and lower-cased; None if absent."""
+    for key, value in headers:
+        if key == name:
+            return value.strip().lower()
+    return None

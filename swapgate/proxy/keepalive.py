@@ -2,8 +2,11 @@
 
 When the upstream's headers have not arrived ``early_headers_after`` into a request, the
 ``Pinger`` commits ``200`` with its own headers and then writes one keep-alive every ``interval``:
-an SSE comment (Anthropic's ``ping`` event on its endpoints), a chat chunk with
-``reasoning_content``, or a newline before a JSON body. From then on a failure can only be told
+an SSE comment (Anthropic's ``ping`` event on its endpoints), or a newline before a JSON body.
+A streamed chat completion whose client asked for the load's progress (``progress:
+reasoning``) gets it instead as chat chunks with ``reasoning_content``, at most one a second and
+only when the text changes (comments keep it alive between), then the wait's total before the
+engine's first byte. From then on a failure can only be told
 in-band, in the endpoint's dialect: one error event, or an error object as the JSON body. The
 upstream's bytes, when they come, follow unchanged.
 """
@@ -14,10 +17,12 @@ import asyncio
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from swapgate.config.settings import KeepaliveConfig
+from swapgate.config.settings import KeepaliveConfig, KeyConfig, ProgressMode
+from swapgate.control.load_progress import Figure
 from swapgate.control.registry import Registry
 from swapgate.data.lease import Progress
 from swapgate.metrics import Metrics
@@ -25,9 +30,19 @@ from swapgate.policy import timing
 from swapgate.proxy.endpoints import Endpoint
 from swapgate.proxy.headers import route_headers
 from swapgate.proxy.writer import BodyMode, ResponseWriter
+from swapgate.tasks import stop
+
+Figures = Callable[[str, str], Figure | None]  # (instance, model): how far its load has got
+PROGRESS_EVERY = 1.0  # seconds between progress lines, at most
+
+
+def no_figure(instance: str, model: str) -> Figure | None:
+    return None
+
 
 Kind = Literal["comment", "ping", "reasoning", "whitespace"]
 OPT_OUT_HEADER = b"x-swapgate-keepalive"
+PROGRESS_HEADER = b"x-swapgate-progress"  # off | reasoning: what this request is told
 _VERBS = {
     "loading": "loading", "waking": "waking", "queued": "queued for", "waiting": "waiting for",
 }  # fmt: skip
@@ -50,19 +65,41 @@ class KeepalivePlan:
         return self.kind != "whitespace"
 
 
+def progress_mode(
+    asked: bytes | None, key: KeyConfig | None, config: KeepaliveConfig
+) -> ProgressMode:
+    """What a request is told of the load: its own ``x-swapgate-progress``, else its key's
+    ``progress``, else its model's (``config``, the model's keep-alive settings)."""
+    if asked in (b"off", b"reasoning"):
+        return "reasoning" if asked == b"reasoning" else "off"
+    if key is not None and key.progress is not None:
+        return key.progress
+    return config.progress_mode
+
+
 def plan_keepalive(
-    config: KeepaliveConfig, *, stream: bool, endpoint: Endpoint, opted_out: bool
+    config: KeepaliveConfig,
+    *,
+    stream: bool,
+    endpoint: Endpoint,
+    opted_out: bool,
+    progress: ProgressMode | None = None,
 ) -> KeepalivePlan | None:
     """The keep-alive a request gets, or None when it waits silently: an answer that is not
-    JSON (audio, plain text) cannot take leading whitespace."""
+    JSON (audio, plain text) cannot take leading whitespace. ``progress``: what the client asked
+    to be told of the load (only a streamed chat completion has a place for it); None: what
+    ``config`` says."""
     if opted_out:
         return None
+    progress = progress or config.progress_mode
     kind: Kind
     if stream:
-        if config.streaming == "off":
+        if progress == "reasoning" and endpoint.chat:
+            kind = "reasoning"
+        elif config.streaming == "off":
             return None
-        reasoning = config.streaming == "reasoning" and endpoint.chat
-        kind = "reasoning" if reasoning else endpoint.dialect.ping_kind
+        else:
+            kind = endpoint.dialect.ping_kind
     else:
         if config.non_streaming == "off" or not endpoint.json_answer:
             return None
@@ -81,8 +118,12 @@ class Pinger:
         progress: Progress,
         registry: Registry,
         metrics: Metrics,
+        figures: Figures = no_figure,
     ) -> None:
+        """``figures``: how far a running load has got (swapgate/control/load_progress.py)."""
         self.plan = plan
+        self._figures = figures
+        self._told = ""  # the last progress line written
         self._writer = writer
         self._model = model
         self._progress = progress
@@ -95,10 +136,53 @@ class Pinger:
         await asyncio.sleep(self.plan.early)
         mode: BodyMode = "whitespace" if self.plan.kind == "whitespace" else "pings"
         await self._writer.start(200, self._headers(), mode)
+        if self.plan.kind == "reasoning":
+            await self._tell_progress()
         while True:
             await self._writer.write(self.ping())
             self._counter.inc()
             await asyncio.sleep(self.plan.interval)
+
+    async def _tell_progress(self) -> None:
+        """A line whenever the progress text changes, at most one a second; a comment every
+        ``interval`` while it does not."""
+        quiet = 0.0
+        while True:
+            text = self.progress_text()
+            if text != self._told:
+                self._told = text
+                await self._writer.write(self._reasoning(text))
+                quiet = 0.0
+            elif quiet >= self.plan.interval:
+                await self._writer.write(b": swapgate waiting\n\n")
+                quiet = 0.0
+            self._counter.inc()
+            await asyncio.sleep(PROGRESS_EVERY)
+            quiet += PROGRESS_EVERY
+
+    def last_words(self) -> bytes:
+        """What goes out just before the engine's first byte: the wait's total, to a client
+        that was told the progress."""
+        if not self._told:
+            return b""
+        waited = time.monotonic() - self._started
+        return self._reasoning(f"{self._model} answers after {waited:.1f} s.")
+
+    def progress_text(self) -> str:
+        """Where the request stands, with a real figure where a load runs."""
+        state, instance = self._progress.state, self._progress.instance or "an instance"
+        if state in ("loading", "waking"):
+            figure = self._figures(instance, self._model)
+            verb = "Waking" if state == "waking" else "Loading"
+            told = f": {figure.text}" if figure is not None else "…"
+            return f"{verb} {self._model} on {instance}{told}"
+        if state == "queued":
+            waiting = self._registry.queues.depths().get(self._model, 1)
+            ahead = f", {waiting - 1} ahead" if waiting > 1 else ""
+            return f"Queued for {self._model} on {instance}{ahead}…"
+        if state == "waiting":
+            return f"{self._model} on {instance} reads the prompt…"
+        return f"Finding a place for {self._model}…"
 
     def ping(self) -> bytes:
         if self.plan.kind == "whitespace":
@@ -140,13 +224,9 @@ class Pinger:
         return timing.remaining(view.swap_done_by, began, snap.now)
 
     def _reasoning_chunk(self) -> bytes:
-        elapsed = math.floor(time.monotonic() - self._started)
-        eta = self._eta()
-        instance = self._progress.instance or "an instance"
-        verb = "Waking" if self._progress.state == "waking" else "Loading"
-        text = f"{verb} {self._model} on {instance}… {elapsed}s"
-        if eta is not None:
-            text += f" (eta {eta}s)"
+        return self._reasoning(self.progress_text())
+
+    def _reasoning(self, text: str) -> bytes:
         chunk = {
             "id": self._chunk_id,
             "object": "chat.completion.chunk",
@@ -157,3 +237,19 @@ class Pinger:
             ],
         }
         return b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\n"
+
+
+class Pinging:
+    """A running ``Pinger``: stopped at the upstream's first byte (or the request's end)."""
+
+    def __init__(self, pinger: Pinger) -> None:
+        self.pinger = pinger
+        self._task: asyncio.Task[None] | None = asyncio.create_task(pinger.run())
+
+    async def stop(self) -> bytes:
+        """Stop it (once); its last words, if any, to write before the upstream's first byte."""
+        if self._task is None:
+            return b""
+        await stop(self._task)
+        self._task = None
+        return self.pinger.last_words()

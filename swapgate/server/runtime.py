@@ -111,6 +111,7 @@ class Runtime:
             if self.cluster and shares
             else SwapCoordinator(*parts, timeout, eviction=eviction, backoff_window=window)
         )  # fmt: skip
+        self.metrics.watch_progress(self.coordinator.progress.ratios)
         self.upstream = UpstreamClient(settings.routing.stream_idle_timeout)
         # Each key's use (docs/keys.md): outlives reloads, counted across replicas in Redis.
         self._shared_counts = SharedCounts(self.cluster) if self.cluster else None
@@ -147,7 +148,7 @@ class Runtime:
             registry=self.registry, client=self.upstream, metrics=self.metrics,
             limits=self.limits, decay=self.decay, kv=self.kv,
             activity=self.activity if settings.activity.enabled else None,
-            captures=self.captures,
+            captures=self.captures, figures=self.coordinator.progress.figure,
         )  # fmt: skip
 
     def _drivers(self, settings: Settings) -> dict[str, Driver]:

@@ -39,3 +39,24 @@ def test_a_selector_answers_from_the_warm_target_and_loads_the_first_once_when_n
             assert sim.stats()["loads"] == {"big": 1, "small": 1}, "no swap for the selector"
             direct = chat(gw.url, "big")
             assert "x-swapgate-model" not in direct.headers, "only a selector says"
+
+
+def test_v1_models_says_loading_during_a_swap_and_loaded_once_warm() -> None:
+    """Each entry's ``status`` as llama.cpp's router writes it, which Open WebUI reads."""
+    with simulator(models=("big", "small"), load_time=1.5) as sim:
+        config = {"routing": {"min_residency": 0}, "instances": [instance("gpu", sim, capacity=1)]}
+        with gateway(config) as gw:
+
+            def statuses() -> dict[str, str]:
+                data = httpx.get(f"{gw.url}/v1/models").json()["data"]
+                return {m["id"]: m["status"]["value"] for m in data}
+
+            assert statuses() == {"big": "unloaded", "small": "unloaded"}
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                answer = pool.submit(chat, gw.url, "big")
+                seen = set()
+                while not answer.done():
+                    seen.add(statuses()["big"])
+                assert answer.result().status_code == 200
+            assert "loading" in seen, seen
+            assert statuses() == {"big": "loaded", "small": "unloaded"}

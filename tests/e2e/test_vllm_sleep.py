@@ -32,6 +32,11 @@ def test_two_servers_on_one_gpu_take_turns_by_waking_never_loading(level: int) -
         with gateway(config, {"SWAPGATE_ADMIN_TOKEN": TOKEN}) as gw:
             state = _state(gw.url)
             assert _models(state) == {"a": "warm", "b": "asleep"}
+            listed = httpx.get(f"{gw.url}/v1/models").json()["data"]
+            assert {m["id"]: m["status"]["value"] for m in listed} == {
+                "a": "loaded",
+                "b": "sleeping",
+            }, "as llama.cpp's router writes it"
             for model in ("a", "b", "a", "b"):
                 answer = chat(gw.url, model)
                 assert answer.status_code == 200, answer.text

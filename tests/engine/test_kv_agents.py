@@ -54,19 +54,24 @@ def node(
         }
         for name in ("a", "b")
     }
+    return kept_node(commands, {"dir": str(kv), "budget": "1GiB", **keep})
+
+
+def kept_node(commands: dict[str, Any], kv_keep: dict[str, Any]) -> dict[str, Any]:
+    """A gateway's config: one process instance running ``commands`` one at a time, with
+    ``kv_keep``."""
+    node = {
+        "name": "node",
+        "kind": "process",
+        "capacity": 1,
+        "start_port": free_port(),
+        "commands": commands,
+        "kv_keep": kv_keep,
+    }
     return {
         "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
         "routing": {"min_residency": 0},
-        "instances": [
-            {
-                "name": "node",
-                "kind": "process",
-                "capacity": 1,
-                "start_port": free_port(),
-                "commands": commands,
-                "kv_keep": {"dir": str(kv), "budget": "1GiB", **keep},
-            }
-        ],
+        "instances": [node],
     }
 
 

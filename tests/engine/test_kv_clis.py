@@ -18,8 +18,9 @@ import pytest
 
 from testbed.engines import CodingClients, LlamaServerEngine, ensure_llama_server
 from testbed.served import engine_url, prompt_tokens_read
-from tests.e2e.processes import Gateway, free_port, gateway
+from tests.e2e.processes import Gateway, gateway
 from tests.engine.clis import claude, codex
+from tests.engine.test_kv_agents import kept_node
 
 pytestmark = pytest.mark.engine
 
@@ -35,19 +36,7 @@ def node(engine: LlamaServerEngine, kv: Path, slots: int) -> dict[str, Any]:
         }
         for name in ("a", "b")
     }
-    return {
-        "routing": {"min_residency": 0},
-        "instances": [
-            {
-                "name": "node",
-                "kind": "process",
-                "capacity": 1,
-                "start_port": free_port(),
-                "commands": commands,
-                "kv_keep": {"dir": str(kv), "budget": "2GiB"},
-            }
-        ],
-    }
+    return kept_node(commands, {"dir": str(kv), "budget": "2GiB"})
 
 
 def swap_away(gw: Gateway) -> None:

@@ -64,8 +64,23 @@ def public_routes(runtime: Runtime) -> APIRouter:
     return router
 
 
+# llama.cpp's router's words for a model's state (Open WebUI reads them), warmest first
+_STATUS = (
+    (WarmState.WARM, "loaded"),
+    (WarmState.LOADING, "loading"),
+    (WarmState.ASLEEP, "sleeping"),
+)
+
+
+def status(states: set[WarmState]) -> str:
+    """What ``/v1/models`` says of a model whose copies are in ``states``: its warmest."""
+    return next((word for state, word in _STATUS if state in states), "unloaded")
+
+
 def model_listing(runtime: Runtime) -> list[dict[str, Any]]:
-    """Every servable model and alias, with where swapgate sees it warm or loading."""
+    """Every servable model, alias and selector, with its status as llama.cpp's router writes
+    it (its warmest copy; a selector's warmest target) and where swapgate sees it warm or
+    loading."""
     snap = runtime.registry.snapshot()
     created = int(time.time())
     entries = []
@@ -87,12 +102,16 @@ def model_listing(runtime: Runtime) -> list[dict[str, Any]]:
         choose = selectors.get(model)
         if choose is not None:  # a selector: it answers from one of these
             extra["choose"] = {"from": list(choose.targets), "strategy": choose.strategy}
+        states = {
+            i.state_of(t) for i in snap.instances for t in (choose.targets if choose else [model])
+        }
         entries.append(
             {
                 "id": name,
                 "object": "model",
                 "created": created,
                 "owned_by": "swapgate",
+                "status": {"value": status(states)},
                 "swapgate": extra,
             }
         )

@@ -2,19 +2,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import MutableMapping
 from typing import Any
 
 import pytest
 
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import parse_config
-from swapgate.config.settings import KeepaliveConfig
+from swapgate.config.settings import KeepaliveConfig, KeyConfig
+from swapgate.control.load_progress import Figure
 from swapgate.control.registry import Registry
 from swapgate.data.lease import Progress
 from swapgate.errors import SwapFailed
 from swapgate.metrics import Metrics
+from swapgate.proxy import keepalive
 from swapgate.proxy.endpoints import ANTHROPIC, ENDPOINTS, RESPONSES, Dialect, Endpoint
-from swapgate.proxy.keepalive import KeepalivePlan, Pinger, plan_keepalive
+from swapgate.proxy.keepalive import KeepalivePlan, Pinger, plan_keepalive, progress_mode
 from swapgate.proxy.writer import BodyMode, ResponseWriter
 
 DEFAULT = KeepaliveConfig()
@@ -96,7 +99,7 @@ def test_reasoning_pings_are_chat_chunks() -> None:
     assert chunk["object"] == "chat.completion.chunk"
     assert chunk["model"] == "m"
     assert {"id", "created"} <= chunk.keys()
-    assert chunk["choices"][0]["delta"]["reasoning_content"] == "Loading m on gpu-a… 0s (eta 28s)\n"
+    assert chunk["choices"][0]["delta"]["reasoning_content"] == "Loading m on gpu-a…\n"
 
 
 def test_whitespace_pings_and_errors() -> None:
@@ -189,3 +192,62 @@ def test_a_json_body_mentioning_done_is_whole_only_once_ended() -> None:
         return before, writer.whole
 
     assert asyncio.run(body()) == (False, True)
+
+
+def _told(chunk: bytes) -> str:
+    text: str = json.loads(chunk.removeprefix(b"data: "))["choices"][0]["delta"][
+        "reasoning_content"
+    ]
+    return text
+
+
+@pytest.mark.parametrize(
+    ("header", "key", "model", "told"),
+    [
+        (None, None, "off", "off"),
+        (None, None, "reasoning", "reasoning"),
+        (None, "reasoning", "off", "reasoning"),
+        (b"off", "reasoning", "reasoning", "off"),
+        (b"reasoning", None, "off", "reasoning"),
+        (b"nonsense", None, "off", "off"),
+    ],
+)
+def test_a_request_header_over_its_key_over_its_model_says_what_it_is_told(
+    header: bytes | None, key: str | None, model: str, told: str
+) -> None:
+    keyed = KeyConfig(name="k", sha256="0" * 64, progress=key)
+    config = KeepaliveConfig(progress=model)
+    assert progress_mode(header, keyed, config) == told
+    assert progress_mode(None, None, KeepaliveConfig(streaming="reasoning")) == "reasoning"
+
+
+async def test_progress_lines_come_once_a_tick_at_most_and_only_when_they_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(keepalive, "PROGRESS_EVERY", 0.01)  # a second, quicker: ticks count
+    sent: list[bytes] = []
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        if message.get("body"):
+            sent.append(message["body"])
+
+    settings = parse_config({"instances": [{"name": "gpu-a", "url": "http://x"}]})
+    registry = Registry(settings.instances, Catalog(settings))
+    figures = iter(["1.0 of 4.0 GB read"] * 3 + ["2.5 of 4.0 GB read"] * 1000)
+
+    def figure(instance: str, model: str) -> Figure:
+        return Figure(0.5, next(figures))
+
+    plan = KeepalivePlan("reasoning", 0.0, 0.05)
+    progress = Progress("gpu-a", "loading")
+    pinger = Pinger(plan, ResponseWriter(send, []), "m", progress, registry, Metrics(), figure)
+    running = asyncio.create_task(pinger.run())
+    await asyncio.sleep(0.3)
+    running.cancel()
+    lines = [_told(c) for c in sent if c.startswith(b"data: ")]
+    assert lines == [
+        "Loading m on gpu-a: 1.0 of 4.0 GB read\n",
+        "Loading m on gpu-a: 2.5 of 4.0 GB read\n",
+    ], "only when it changes"
+    assert b": swapgate waiting\n\n" in sent, "comments keep it alive between"
+    assert _told(pinger.last_words()).startswith("m answers after ")
