@@ -40,6 +40,9 @@ AGENTS, LOOPS = 4, 4
 TURNS = ("planner", "coder", "coder", "coder")
 LOAD = 3.0  # seconds each model takes to start
 THINK = (0.0, 2.0)  # tool work between turns, seconds
+# Tokens an answer: short, so that a turn takes about what it takes on a GPU (a few tenths of
+# a second here, every agent in a slot of its own) and tool work, not the CPU, sets the pace
+TOKENS = 2
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 POOL = """
   upstream pool {{
@@ -140,7 +143,9 @@ def llama_swaps(engine: LlamaSwapEngine, root: Path, count: int) -> Iterator[lis
         for _ in range(count):
             port = free_port()
             models = {"planner": 2048, "coder": 2048}
-            config = engine.write_config(root / f"ls-{port}.yaml", models, load_time=LOAD)
+            config = engine.write_config(
+                root / f"ls-{port}.yaml", models, flags=("-np", str(AGENTS)), load_time=LOAD
+            )
             url = f"http://127.0.0.1:{port}"
             command = engine.command(config, port)
             process = stack.enter_context(serving(command, f"{url}/health", log=subprocess.DEVNULL))
@@ -215,11 +220,12 @@ def main() -> None:
         f"""
 ## Coding agents on one GPU and on two (`python -m bench.agents`)
 
-{AGENTS} agents, each looping {LOOPS} times over one planner turn and three coder turns (8
-tokens each), against the real llama-swap v250 (llama-server, Gemma-3-270M on the CPU) whose
-models take {LOAD:g} s to start; each instance holds one model at a time. In lockstep, every
-turn follows the last at once; with tool work, 0–2 s (seeded) pass between turns. Swaps are the
-servers llama-swap started. One run, side by side, on this 2-core machine.
+{AGENTS} agents, each looping {LOOPS} times over one planner turn and three coder turns
+({TOKENS} tokens each, a slot per agent), against the real llama-swap v250 (llama-server,
+Gemma-3-270M on the CPU) whose models take {LOAD:g} s to start; each instance holds one model
+at a time. In lockstep, every turn follows the last at once; with tool work, 0–2 s (seeded)
+pass between turns. Swaps are the servers llama-swap started. One run, side by side, on this
+2-core machine.
 
 | instances | front | lockstep: swaps | makespan | p95 | tool work: swaps | makespan | p95 |
 |---|---|---|---|---|---|---|---|

@@ -14,6 +14,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from swapgate.control.load_progress import Figure
 from swapgate.server.runtime import Runtime
 from swapgate.server.state_view import describe_state
 
@@ -31,11 +32,14 @@ def dashboard_state(runtime: Runtime) -> dict[str, Any]:
     now = time.time()
     for model, info in state["models"].items():
         info["demand"] = runtime.demand.describe(model, now)
+    loads = runtime.coordinator.progress
     state["swaps"] = {
         "running": [
             {
                 **record.describe(),
                 "waiters": registry.traffic.waiting_on(record.instance, record.model),
+                # How far it has got, as the person waiting is told (docs/operations.md)
+                "figure": _figure(loads.figure(record.instance, record.model)),
             }
             for record in swaps.running()
         ],
@@ -52,6 +56,10 @@ def dashboard_state(runtime: Runtime) -> dict[str, Any]:
     state["replica"] = cluster.replica if cluster is not None else None
     state["now"] = now
     return state
+
+
+def _figure(figure: Figure | None) -> dict[str, Any] | None:
+    return {"ratio": round(figure.ratio, 3), "text": figure.text} if figure else None
 
 
 def _counts(counter: Counter, label: str) -> dict[str, float]:

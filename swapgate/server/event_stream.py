@@ -236,7 +236,9 @@ def _model(
     etas = state["models"].get(model, {}).get("eta_seconds", {})
     eta = swap["eta_seconds"] if swap else etas.get(instance)
     progress = None
-    if swap and swap["eta_seconds"] > 0:
+    if swap and swap.get("figure"):  # the real figure: the weights read, or the time share
+        progress = swap["figure"]["ratio"]
+    elif swap and swap["eta_seconds"] > 0:
         progress = round(min(0.99, (state["now"] - swap["started_at"]) / swap["eta_seconds"]), 3)
     return {"instance": instance, "model": model, "state": view["state"] if view else "cold",
             "since": view["since"] if view else None, "eta": eta, "progress": progress}  # fmt: skip

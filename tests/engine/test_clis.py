@@ -42,11 +42,17 @@ pytestmark = pytest.mark.engine
 @pytest.fixture(scope="module")
 def behind_nginx() -> Iterator[tuple[Gateway, str]]:
     """Two models on one simulated llama-swap instance, a 2.5 s swap, nginx giving up after 1 s
-    of silence in front."""
+    of silence in front, load progress on for every request."""
     with simulator(load_time=2.5) as sim:
         config = {
             "routing": {"min_residency": 0},
-            "keepalive": {"early_headers_after": "300ms", "interval": "300ms"},
+            # Progress on: Messages and Responses streams have no place for it, and keep their
+            # own keep-alives (docs/operations.md, "Load progress")
+            "keepalive": {
+                "early_headers_after": "300ms",
+                "interval": "300ms",
+                "progress": "reasoning",
+            },
             "instances": [instance("sim", sim)],
         }
         with gateway(config) as gw, nginx({"swapgate": gw.url}, read_timeout="1s") as front:

@@ -237,6 +237,7 @@ function cell(inst, model) {
   if (st === "loading") {
     const eta = running ? running.eta_seconds : state.models[model] && state.models[model].eta_seconds[inst.name];
     out.push(el("div", { class: "small" }, ago(view.since) + " of ~" + Math.round(eta || 0) + " s"));
+    if (running && running.figure) out.push(el("div", { class: "small" }, running.figure.text));
   }
   if (view && view.inflight) out.push(el("div", { class: "small" }, view.inflight + " in flight"));
   // Its weights in the host's page cache: a swap of it then reads RAM, not disk (docs/host-cache.md)
@@ -309,6 +310,7 @@ function drawRunning() {
     el("strong", {}, r.model), " → " + r.instance + " (" + r.kind + ") · ",
     ago(new Date(r.started_at * 1000).toISOString()) + " of ~" + Math.round(r.eta_seconds) + " s · ",
     r.waiters + " waiting",
+    r.figure ? el("div", { class: "small", "data-figure": String(r.figure.ratio) }, r.figure.text) : null,
     r.victims.length ? el("div", { class: "small" }, "evicting " + r.victims.join(", ") + " (" + r.reason + ")") : null));
   $("running").replaceChildren(...(items.length ? items : [el("li", { class: "small" }, "none")]));
 }
