@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
+from pathlib import Path
 
 from swapgate.config.settings import Settings
 from swapgate.config.sizes import WeightFiles, sizes
@@ -56,6 +57,17 @@ class Catalog:
                 f"model {requested!r} does not exist here; known models: {names}", param="model"
             )
         return model
+
+    def weight_bytes(self) -> dict[str, int]:
+        """The bytes of each model's weight files, where they can be read (a first swap's
+        estimate: swapgate/control/swaps.py)."""
+        found = {}
+        for model, files in self.weights.items():
+            try:
+                found[model] = sum(Path(f).stat().st_size for f in files)
+            except OSError:
+                continue
+        return found
 
     def upstream_name(self, instance: str, model: str) -> str:
         return self._upstream.get((instance, model), model)

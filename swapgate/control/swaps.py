@@ -60,10 +60,14 @@ class SwapTimes:
     asleep) of (instance, model), by where its weights were read from (``cached``: the page
     cache; ``cold``: disk; ``unknown``), else of its loads from anywhere. Before one was
     measured: ``expected`` (the operator's ``expected_swap``) if set, else what was measured
-    nearest to it (swapgate/policy/timing.py)."""
+    nearest to it (swapgate/policy/timing.py): its loads elsewhere; else, where its weights'
+    size is known and so is the rate other loads read theirs at, that size over that rate;
+    else the other loads on its instance, else any."""
 
-    def __init__(self, expected: float | None) -> None:
+    def __init__(self, expected: float | None, sizes: Mapping[str, int] | None = None) -> None:
+        """``sizes``: the bytes of each model's weights, where known (catalog.weight_bytes)."""
         self.expected = expected
+        self.sizes = dict(sizes or {})
         self._recent: dict[tuple[str, str, Kind, str], deque[float]] = {}
         self._latest: dict[tuple[str, str, Kind], float] = {}
 
@@ -99,11 +103,13 @@ class SwapTimes:
         loads = {
             (i, m): seconds for (i, m, kind), seconds in self._latest.items() if kind == "load"
         }
-        for near in (
-            [t for (_, m), t in loads.items() if m == model],
-            [t for (i, _), t in loads.items() if i == instance],
-            list(loads.values()),
-        ):
+        elsewhere = [t for (_, m), t in loads.items() if m == model]
+        if elsewhere:
+            return statistics.median(elsewhere)
+        rates = [self.sizes[m] / t for (_, m), t in loads.items() if self.sizes.get(m) and t > 0]
+        if self.sizes.get(model) and rates:  # its bytes at the rate the others read theirs
+            return self.sizes[model] / statistics.median(rates)
+        for near in ([t for (i, _), t in loads.items() if i == instance], list(loads.values())):
             if near:
                 return statistics.median(near)
         return EXPECTED_SWAP

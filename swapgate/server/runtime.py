@@ -101,7 +101,7 @@ class Runtime:
             settings.instances, catalog, clock, on_arrival=self.demand.arrived, shares=shares
         )
         self.metrics.watch(self.registry.snapshot, self.registry.queues.depths)
-        times = SwapTimes(settings.routing.expected_swap)
+        times = SwapTimes(settings.routing.expected_swap, catalog.weight_bytes())
         parts = (self.registry, self.drivers, catalog, times, self.metrics)
         timeout = settings.routing.swap_timeout
         eviction, window = settings.routing.eviction, settings.routing.backoff_window

@@ -61,6 +61,14 @@ def test_an_unmeasured_swap_is_expected_to_take_what_the_nearest_measured_ones_d
     assert times.eta("x", "a", "wake") == 1.0  # a wake never takes longer than a load
 
 
+def test_a_first_swap_is_expected_from_its_weights_at_the_rate_others_read_theirs() -> None:
+    times = SwapTimes(expected=None, sizes={"small": 2_000_000_000, "big": 14_000_000_000})
+    assert times.eta("x", "big") == timing.EXPECTED_SWAP, "no rate known yet"
+    times.record("x", "small", 4.0)  # 2 GB in 4 s: 0.5 GB/s
+    assert times.eta("x", "big") == pytest.approx(28.0), "14 GB at 0.5 GB/s, not small's 4 s"
+    assert times.eta("x", "unsized") == 4.0, "no size known: the instance's other swaps"
+
+
 def test_a_set_expected_swap_is_used_until_measured() -> None:
     times = SwapTimes(expected=12.0)
     times.record("y", "a", 1.0)
