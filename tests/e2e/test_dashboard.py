@@ -12,22 +12,16 @@ import hashlib
 import json
 import os
 import shlex
-import shutil
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
-from selenium import webdriver
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
-from selenium.webdriver.chrome.options import Options
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
@@ -38,26 +32,6 @@ from tests.e2e.test_process import process_config, sim_command
 TOKEN = "dashboard-secret-token"
 ENV = {"SWAPGATE_ADMIN_TOKEN": TOKEN}
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
-
-
-@pytest.fixture
-def browser() -> Iterator[WebDriver]:
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    assert chromium, "the dashboard tests need Debian's chromium (.ci/ensure-packages)"
-    assert driver, "the dashboard tests need Debian's chromium-driver (.ci/ensure-packages)"
-    options = Options()
-    options.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1280,1100"):  # fmt: skip
-        options.add_argument(flag)
-    page = webdriver.Chrome(service=Service(driver), options=options)
-    try:
-        yield page
-    finally:
-        page.quit()
-        executor = page.command_executor
-        if not isinstance(executor, str):
-            executor.close()  # type: ignore[no-untyped-call]  # its pooled connections too
 
 
 def log_in(page: WebDriver, gw: Gateway, token: str = TOKEN) -> None:
