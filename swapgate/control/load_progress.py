@@ -8,7 +8,10 @@ The figure is the best the engine offers, in this order:
    command's ``-m``, a model's ``weights`` or ``gguf``) and they were not already in the page
    cache when the load began: their resident bytes (``mincore``) over their size, "7.4 of
    14.2 GB read";
-2. otherwise the **elapsed share of the measured load** (or wake) for that tier: "about 6 s
+2. the **engine's own load stages**, where it announces them (llama.cpp's router on
+   ``/models/sse``: its stages and the share of each one's tensors loaded), "stage 1 of 2,
+   42%";
+3. otherwise the **elapsed share of the measured load** (or wake) for that tier: "about 6 s
    left", or, past it, "2 s longer than its usual 8 s".
 """
 
@@ -20,10 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from swapgate.config.sizes import WeightFiles
+from swapgate.data.warm import Stage
 
 ALREADY_READ = 0.9  # of the weights resident as a load begins: bytes say nothing, time does
 SHOWN = 0.99  # a figure never says "done" while the load still runs
 FRESH = 0.5  # seconds a figure is told again before it is measured anew
+
+
+def _no_stage(instance: str, model: str) -> Stage | None:
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +57,13 @@ class LoadProgress:
         weights: Mapping[str, WeightFiles],
         resident: Callable[[Path], int | None],
         size: Callable[[Path], int | None],
+        stage: Callable[[str, str], Stage | None] = _no_stage,
     ) -> None:
         """``weights``: each model's files; ``resident``/``size``: their bytes in the page
-        cache and in all (swapgate/control/pages.py, os.stat)."""
+        cache and in all (swapgate/control/pages.py, os.stat); ``stage``: (instance, model)'s
+        load stage as its engine announces it (Driver.load_stage)."""
         self._clock = clock
+        self._stage = stage
         self._weights = dict(weights)
         self._resident = resident
         self._size = size
@@ -95,15 +106,19 @@ class LoadProgress:
         last = self._last.get((instance, model))
         if last is not None and now - last[0] < FRESH:  # many waiters ask: mincore once
             return last[1]
-        figure = self._measure(load, now)
+        figure = self._measure(load, now, self._stage(instance, model))
         self._last[instance, model] = (now, figure)
         return figure
 
-    def _measure(self, load: _Load, now: float) -> Figure:
+    def _measure(self, load: _Load, now: float, stage: Stage | None) -> Figure:
         if load.by_bytes:
             read = min(self._read(load.files), load.total)
             ratio = min(SHOWN, read / load.total)
             return Figure(ratio, f"{_gb(read)} of {_gb(load.total)} GB read")
+        if stage is not None and not load.waking:
+            ratio = min(SHOWN, (stage.number - 1 + stage.value) / stage.count)
+            share = f"{stage.value:.0%}"
+            return Figure(ratio, f"stage {stage.number} of {stage.count} ({stage.name}), {share}")
         elapsed = now - load.began
         ratio = min(SHOWN, elapsed / load.expected)
         left = load.expected - elapsed

@@ -21,7 +21,7 @@ from swapgate.control.kv import KvKeeper
 from swapgate.control.load_progress import LoadProgress
 from swapgate.control.registry import Registry
 from swapgate.control.swaplog import SwapLog, eviction_reason
-from swapgate.data.warm import WarmState
+from swapgate.data.warm import Stage, WarmState
 from swapgate.drivers import Driver
 from swapgate.errors import DriverError, shown_to_clients
 from swapgate.metrics import Metrics
@@ -157,7 +157,9 @@ class SwapCoordinator:
         self._eviction = eviction
         self.log = SwapLog()  # the last swaps, for operators
         # How far each running load has got, as a real figure (control/load_progress.py)
-        self.progress = LoadProgress(self._clock, catalog.weights, pages.resident, pages.size)
+        self.progress = LoadProgress(
+            self._clock, catalog.weights, pages.resident, pages.size, self._load_stage
+        )
 
     def start(self, instance: str, model: str, victims: tuple[str, ...] = ()) -> bool:
         """Begin swapping ``model`` onto ``instance`` unless a swap runs there already."""
@@ -238,6 +240,12 @@ class SwapCoordinator:
         """Wait for the swap running on ``instance``; True when it made its model warm."""
         task = self._running.get(instance)
         return await asyncio.shield(task) if task else False
+
+    def _load_stage(self, instance: str, model: str) -> Stage | None:
+        """How far ``model``'s load on ``instance`` has got, as its engine announces it."""
+        driver = self._drivers.get(instance)
+        upstream = self._catalog.upstream_name(instance, model)
+        return driver.load_stage(upstream) if driver is not None else None
 
     def busy(self, instance: str) -> bool:
         return instance in self._running

@@ -35,3 +35,14 @@ class InstanceReport:
     # Models whose own server does not answer (vLLM's sleep mode: a server per model), and why:
     # each is down alone; the instance serves its others.
     unreachable: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """A load's stage as its engine reports it: ``number`` of ``count`` (named ``name``), and
+    how far into it, 0 to 1."""
+
+    number: int
+    count: int
+    name: str
+    value: float

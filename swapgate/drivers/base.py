@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import httpx
 
 from swapgate.config.settings import InstanceKind
-from swapgate.data.warm import InstanceReport, WarmState
+from swapgate.data.warm import InstanceReport, Stage, WarmState
 from swapgate.errors import DriverError, DriverTimeout
 
 # A poll that takes longer than this says the instance is not healthy.
@@ -83,6 +83,11 @@ class Driver(ABC):
     def model_url(self, model: str) -> str | None:
         """Where requests for ``model`` go, when not to the instance's ``url`` (``process``
         instances run a server per model, each on a port of its own)."""
+        return None
+
+    def load_stage(self, model: str) -> Stage | None:
+        """How far the engine says its load of ``model`` has got, where it says (llama.cpp's
+        router on ``/models/sse``); None for the others."""
         return None
 
     async def changes(self) -> AsyncIterator[None]:

@@ -22,7 +22,9 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from swapgate.data.warm import InstanceReport, WarmState
+import httpx
+
+from swapgate.data.warm import InstanceReport, Stage, WarmState
 from swapgate.drivers.base import LOAD_TIMEOUT, Driver
 from swapgate.drivers.children import exit_name
 from swapgate.errors import DriverError
@@ -48,6 +50,12 @@ class LlamaRouterDriver(Driver):
     # --models-max, read from GET /props once (and again after the router was unreachable)
     _max_models: int | None = None
     _max_read = False
+
+    def __init__(
+        self, url: str, client: httpx.AsyncClient, api_key: str | None = None, discover: bool = True
+    ) -> None:
+        super().__init__(url, client, api_key, discover)
+        self._stages: dict[str, Stage] = {}  # each loading model's stage, as last announced
 
     async def state(self) -> InstanceReport:
         entries = await self._models()
@@ -98,8 +106,25 @@ class LlamaRouterDriver(Driver):
 
     def changes(self) -> AsyncIterator[None]:
         """Yields at every status change the router announces on ``GET /models/sse``, so a
-        model loaded or unloaded there by hand shows at once; reconnects when it breaks."""
-        return self._follow("/models/sse")
+        model loaded or unloaded there by hand shows at once; reconnects when it breaks. Its
+        load stages are kept for ``load_stage`` on the way."""
+        return self._follow("/models/sse", self._heard)
+
+    def load_stage(self, model: str) -> Stage | None:
+        return self._stages.get(model)
+
+    def _heard(self, event: dict[str, Any]) -> bool:
+        """Keep a load's stage (``{"status": "loading", "progress": {"stages", "current",
+        "value"}}``); every event is a change."""
+        model, data = str(event.get("model")), event.get("data") or {}
+        progress = data.get("progress") if isinstance(data, dict) else None
+        if data.get("status") != "loading":
+            self._stages.pop(model, None)
+        elif isinstance(progress, dict):
+            stage = _stage(progress)
+            if stage is not None:
+                self._stages[model] = stage
+        return True
 
     async def _models(self) -> dict[str, dict[str, Any]]:
         try:
@@ -133,3 +158,15 @@ class LlamaRouterDriver(Driver):
         if "model limit reached" in response.text:
             raise LimitReached(f"POST {path} {model!r}: the router runs --models-max models")
         raise DriverError(f"POST {path} {model!r} answered {response.status_code}: {response.text}")
+
+
+def _stage(progress: dict[str, Any]) -> Stage | None:
+    """The router's ``{"stages": [...], "current": name, "value": 0..1}``, as a ``Stage``."""
+    stages, current = progress.get("stages"), progress.get("current")
+    if not isinstance(stages, list) or current not in stages:
+        return None  # a stage named alone ({"stage": "mmproj_model"}): nothing to count
+    try:
+        value = float(progress.get("value", 0.0))
+    except (TypeError, ValueError):
+        return None
+    return Stage(stages.index(current) + 1, len(stages), str(current), min(1.0, max(0.0, value)))

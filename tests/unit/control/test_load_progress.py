@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from swapgate.control.load_progress import LoadProgress
+from swapgate.data.warm import Stage
 from tests.unit.fakes import FakeClock
 
 WEIGHTS = {"big": ("/m/big.gguf",)}
@@ -62,3 +63,13 @@ def test_many_waiters_read_the_pages_once_in_a_while() -> None:
     clock.advance(0.6)
     loads.figure("gpu", "big")
     assert len(reads) - before == 2
+
+
+def test_the_engines_own_load_stages_come_before_the_time_share() -> None:
+    clock = FakeClock()
+    stages = {("router", "gemma"): Stage(1, 2, "text_model", 0.5)}
+    loads = LoadProgress(clock, {}, lambda p: None, lambda p: None, lambda i, m: stages.get((i, m)))
+    loads.began("router", "gemma", expected=8.0)
+    figure = loads.figure("router", "gemma")
+    assert figure is not None
+    assert (figure.text, figure.ratio) == ("stage 1 of 2 (text_model), 50%", 0.25)

@@ -5,6 +5,7 @@ standing in for the server. The real router is met in tests/engine/test_llama_se
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -149,3 +150,39 @@ async def test_changes_yield_at_each_event_of_the_routers_stream(api, client) ->
         if seen == 2:
             break
     assert seen == 2
+
+
+async def test_the_load_stages_the_router_announces_are_kept_while_it_loads(api, client) -> None:
+    """Events as the router writes them on /models/sse (tools/server/server-models.cpp)."""
+    events = [
+        {"model": "a", "event": "model_status", "data": {"status": "loading"}},
+        {
+            "model": "a",
+            "event": "status_change",
+            "data": {
+                "status": "loading",
+                "progress": {
+                    "stages": ["text_model", "mmproj_model"],
+                    "current": "text_model",
+                    "value": 0.42,
+                },
+            },
+        },
+        {
+            "model": "a",
+            "event": "status_change",
+            "data": {"status": "loading", "progress": {"stage": "mmproj_model"}},
+        },
+    ]
+    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events)
+    api.get("/models/sse").respond(text=body, headers={"content-type": "text/event-stream"})
+    driver = LlamaRouterDriver(URL, client)
+    heard = driver.changes()
+    for _ in events:
+        await anext(heard)
+    stage = driver.load_stage("a")
+    assert stage is not None
+    assert (stage.number, stage.count, stage.name, stage.value) == (1, 2, "text_model", 0.42)
+    driver._heard({"model": "a", "event": "status_change", "data": {"status": "loaded"}})
+    assert driver.load_stage("a") is None, "loaded: no stage"
+    await heard.aclose()  # type: ignore[attr-defined]
