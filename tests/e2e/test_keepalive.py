@@ -136,6 +136,7 @@ def test_a_non_streaming_request_gets_newlines_then_the_json_body(fleet) -> None
 
 
 def test_reasoning_mode_chunks_parse_in_the_openai_sdk(fleet) -> None:
+    """``streaming: reasoning``, from before ``progress``, means ``progress: reasoning``."""
     gw, _ = fleet
     with gw.sdk() as client:
         reasoning, content = [], []
@@ -149,7 +150,8 @@ def test_reasoning_mode_chunks_parse_in_the_openai_sdk(fleet) -> None:
                 assert chunk.id
             content.append(delta.content or "")
     assert reasoning
-    assert reasoning[0].startswith("Loading r on gpu-a… 0s")
+    assert reasoning[0].startswith("Loading r on gpu-a: "), reasoning  # the load's progress
+    assert reasoning[-1].startswith("r answers after "), reasoning  # the wait's total
     assert "".join(content) == "Hello from r."
 
 
