@@ -7,6 +7,7 @@ chat UI's own server would be.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -55,7 +56,7 @@ SERVER = """
   server {{
     listen 127.0.0.1:{port};
     location = / {{ root {page}; try_files /chat.html =404; }}
-    location /sdk/ {{ alias {sdk}/; types {{ text/javascript mjs; }} }}
+    location /sdk/ {{ alias {sdk}/; types {{ text/javascript mjs js; }} }}
     location /v1/ {{
       proxy_pass {gateway};
       proxy_http_version 1.1;
@@ -74,7 +75,9 @@ def chat_site(gateway_url: str) -> Iterator[str]:
         (Path(root) / "chat.html").write_text(PAGE)
         server = SERVER.format(port=port, page=root, sdk=sdk, gateway=gateway_url)
         config = Path(root) / "nginx.conf"
-        config.write_text(NGINX_MAIN.format(root=root, servers=server))
+        # Its workers read the page and the SDK where they lie (a folder of root's, 0700)
+        user = "user root;\n" if os.geteuid() == 0 else ""
+        config.write_text(user + NGINX_MAIN.format(root=root, servers=server))
         process = subprocess.Popen(
             [NGINX, "-c", str(config), "-p", root], preexec_fn=die_with_parent
         )
