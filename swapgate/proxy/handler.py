@@ -136,11 +136,9 @@ class ProxyEndpoint:
             if caller.key is not None:
                 ex.admission = await self._limits.admit(caller.key)
             priority = self._auth.priority(caller, headers)
-            conversation = await self._conversation(ex, request)
+            turn = await self._conversation(ex, request)
             budget = wait_budget(headers)
-            ex.want = self._router.want(
-                ex.model, request.payload, budget, priority, conversation, ex.key
-            )
+            ex.want = self._router.want(ex.model, request.payload, budget, priority, turn, ex.key)
             if stream:
                 ex.prompt_tokens = pools.prompt_tokens(request.payload)
             if ex.want.pool is not None:
