@@ -18,7 +18,7 @@ from bench.redis import redis_server
 from swapgate.cluster.kv_slots import SharedSlots
 from swapgate.cluster.store import Cluster
 from swapgate.config.loading import parse_config
-from swapgate.control.kv import KvKeeper
+from swapgate.control.kv import Claim, KvKeeper
 from swapgate.metrics import Metrics
 
 pytestmark = pytest.mark.e2e
@@ -73,12 +73,16 @@ async def test_two_replicas_never_share_a_slot_and_the_unloader_saves_both(tmp_p
         saved = engine(mock, tmp_path / "router")
         async with replicas(redis.url, tmp_path) as (one, two):
             server = one.server("router", URL, "a")
-            claims = await asyncio.gather(
-                one.prepare("router", "a", "c1", None, server),
-                two.prepare("router", "a", "c2", None, server),
-                one.prepare("router", "a", "c3", None, server),
-                two.prepare("router", "a", "c4", None, server),
-            )
+            first = await one.prepare("router", "a", "c1", None, server)
+            assert first is not None
+            claims: list[Claim | None] = [
+                first,
+                *await asyncio.gather(
+                    two.prepare("router", "a", "c2", None, server),
+                    one.prepare("router", "a", "c3", None, server),
+                    two.prepare("router", "a", "c4", None, server),
+                ),
+            ]
             slots = [c.slot for c in claims if c is not None]
             assert sorted(slots) == [0, 1, 2], f"three slots, each taken once: {slots}"
             again = await two.prepare("router", "a", "c1", None, server)
@@ -88,7 +92,7 @@ async def test_two_replicas_never_share_a_slot_and_the_unloader_saves_both(tmp_p
                     await (one if claim.key in ("c1", "c3") else two).finish(claim)
             mine = await two.prepare("router", "a", "c1", None, server)
             assert mine is not None
-            assert (mine.slot, mine.new) == (slots[0], False), "its slot, through either replica"
+            assert (mine.slot, mine.new) == (first.slot, False), "its slot, through either replica"
             await two.finish(mine)
             await one.save("router", "a", server)  # the replica that unloads a
         assert sorted(saved) == sorted(f"a--{c.key}.bin" for c in claims if c is not None)

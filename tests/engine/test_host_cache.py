@@ -4,6 +4,7 @@ a file swapgate did not bring in is never dropped; the budget is never exceeded.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import threading
@@ -21,6 +22,10 @@ from tests.e2e.processes import free_port, gateway
 pytestmark = pytest.mark.engine
 TOKEN = "host-cache-admin"
 HELLO = [{"role": "user", "content": "Say hello."}]
+
+
+def as_team(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +54,11 @@ def test_a_queued_models_weights_are_in_ram_before_its_swap_within_the_budget(
     budget = size + 16 * 2**20  # one model's weights
     config: dict[str, Any] = {
         "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
-        # a, once used, stays 4 s: a request for b queues behind it meanwhile
+        # a, once used, stays 4 s: a request for b queues behind it meanwhile (they are two
+        # teams' requests: a request for a could still come, docs/configuration.md)
         "routing": {"min_residency": "4s", "poll_interval": "1s"},
+        "auth": {"keys": [{"name": team, "sha256": hashlib.sha256(team.encode()).hexdigest()}
+                          for team in ("team-a", "team-b")]},
         "host_cache": {"budget": budget, "read_rate": "256MiB/s", "interval": "200ms"},
         "models": {"other": {"weights": str(files["other"])}},
         "instances": [{"name": "node", "kind": "process", "capacity": 1, "start_port": free_port(),
@@ -61,7 +69,7 @@ def test_a_queued_models_weights_are_in_ram_before_its_swap_within_the_budget(
     with gateway(config, {"TEST_ADMIN_TOKEN": TOKEN}) as gw:
         chat = f"{gw.url}/v1/chat/completions"
         assert httpx.post(chat, json={"model": "a", "messages": HELLO, "max_tokens": 4},
-                          timeout=60).status_code == 200  # fmt: skip
+                          headers=as_team("team-a"), timeout=60).status_code == 200  # fmt: skip
         done = threading.Event()
 
         def watch() -> None:
@@ -81,7 +89,7 @@ def test_a_queued_models_weights_are_in_ram_before_its_swap_within_the_budget(
         try:
             started = time.monotonic()
             answer = httpx.post(chat, json={"model": "b", "messages": HELLO, "max_tokens": 4},
-                                timeout=60)  # fmt: skip
+                                headers=as_team("team-b"), timeout=60)  # fmt: skip
             waited = time.monotonic() - started
         finally:
             done.set()

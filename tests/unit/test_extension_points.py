@@ -19,7 +19,7 @@ COLLECTED = {
     "swapgate_swaps_in_progress", "swapgate_model_warm", "swapgate_queue_depth",
     "swapgate_inflight_requests", "swapgate_instance_up", "swapgate_cluster_up",
     "swapgate_process_rss_slope_bytes_per_hour", "swapgate_ttft_drift_ratio",
-    "swapgate_engine_diagnosis",
+    "swapgate_engine_diagnosis", "swapgate_load_progress_ratio",
 }  # fmt: skip
 
 
