@@ -120,8 +120,10 @@ def at_once(work: list[Callable[[], None]]) -> None:
 def test_three_anthropic_conversations_come_back_at_once_each_into_its_own_slot(
     engine: LlamaServerEngine, tmp_path: Path
 ) -> None:
-    with gateway(node(engine, tmp_path / "kv", slots=4), {"TEST_ADMIN_TOKEN": TOKEN}) as gw:
-        client = anthropic.Anthropic(base_url=gw.url, api_key="local", max_retries=0)
+    with (
+        gateway(node(engine, tmp_path / "kv", slots=4), {"TEST_ADMIN_TOKEN": TOKEN}) as gw,
+        anthropic.Anthropic(base_url=gw.url, api_key="local", max_retries=0) as client,
+    ):
         agents = [Conversation(client, topic) for topic in TOPICS]
         at_once([lambda agent=agent: agent.turn(1) for agent in agents])  # type: ignore[misc]
         first = prompt_tokens_read(engine_url(gw.process.pid, "a"))

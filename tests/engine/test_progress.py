@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from testbed.engines import LlamaServerEngine, ensure_llama_server
@@ -135,8 +134,7 @@ def test_a_waiting_stream_is_told_the_bytes_read_then_the_answer(
 def test_the_openai_sdk_reads_every_chunk_of_a_stream_with_progress(
     engine: LlamaServerEngine, tmp_path: Path
 ) -> None:
-    with gateway(config(engine, tmp_path)) as gw:
-        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0)
+    with gateway(config(engine, tmp_path)) as gw, gw.sdk() as client:
         chunks = list(
             client.chat.completions.create(
                 model="a",
