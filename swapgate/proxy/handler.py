@@ -41,7 +41,13 @@ from swapgate.policy.timing import retry_after
 from swapgate.proxy.auth import Caller, ClientAuth
 from swapgate.proxy.endpoints import ENDPOINTS
 from swapgate.proxy.exchange import Exchange
-from swapgate.proxy.headers import DROP_RESPONSE, route_headers, upstream_headers, wait_budget
+from swapgate.proxy.headers import (
+    DROP_RESPONSE,
+    header,
+    route_headers,
+    upstream_headers,
+    wait_budget,
+)
 from swapgate.proxy.keepalive import (
     OPT_OUT_HEADER,
     PROGRESS_HEADER,
@@ -491,11 +497,3 @@ def _refused_key(lease: Lease, status: int) -> str:
 async def _stop(pinging: Pinging | None) -> None:
     if pinging is not None:
         await pinging.stop()
-
-
-def header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
-    """The value of header ``name`` (lower-case), trimmed and lower-cased; None if absent."""
-    for key, value in headers:
-        if key == name:
-            return value.strip().lower()
-    return None

@@ -94,3 +94,11 @@ def wait_budget(headers: list[tuple[bytes, bytes]]) -> float | None:
                     f"x-swapgate-max-wait: {text!r} is not a duration; send e.g. 5s or 500ms"
                 ) from None
     return None
+
+
+def header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    """The value of header ``name`` (lower-case), trimmed and lower-cased; None if absent."""
+    for key, value in headers:
+        if key == name:
+            return value.strip().lower()
+    return None
