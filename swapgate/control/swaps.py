@@ -268,6 +268,7 @@ class SwapCoordinator:
         """Take a reloaded config; swaps already running finish with what they started with."""
         self._drivers, self._catalog, self._swap_timeout = drivers, catalog, swap_timeout
         self.progress.reconfigure(catalog.weights)
+        self.times.sizes = catalog.weight_bytes()  # a reload may name other weights
         self.times.expected = expected_swap
         self._eviction = eviction
         self._backoff.window = backoff_window

@@ -188,7 +188,7 @@ class Pinger:
         if self.plan.kind == "whitespace":
             return b"\n"
         if self.plan.kind == "reasoning":
-            return self._reasoning_chunk()
+            return self._reasoning(self.progress_text())
         return self._writer.dialect.ping(self._status())
 
     def _headers(self) -> list[tuple[bytes, bytes]]:
@@ -222,9 +222,6 @@ class Pinger:
         swap = view.models.get(view.swapping)
         began = swap.since if swap is not None else snap.now
         return timing.remaining(view.swap_done_by, began, snap.now)
-
-    def _reasoning_chunk(self) -> bytes:
-        return self._reasoning(self.progress_text())
 
     def _reasoning(self, text: str) -> bytes:
         chunk = {

@@ -82,15 +82,8 @@ class SlotBook:
         slot = self._slots[claim.slot]
         slot.busy, slot.finished = False, self.clock()
 
-    def forget(self, claim: Claim) -> None:
-        """The claimed slot's contents are not the conversation's (its restore failed midway)."""
-        slot = self._slots[claim.slot]
-        if slot.key == claim.key:
-            slot.key = None
-
     def held(self) -> list[tuple[int, str]]:
         """(slot, conversation) of every slot holding one, most recently finished first: the
         order they are saved in within a budget."""
-        holding = [(n, s) for n, s in enumerate(self._slots) if s.key is not None]
-        holding.sort(key=lambda pair: pair[1].finished, reverse=True)
-        return [(n, s.key) for n, s in holding if s.key is not None]
+        holding = [(s.finished, n, s.key) for n, s in enumerate(self._slots) if s.key is not None]
+        return [(n, key) for _, n, key in sorted(holding, key=lambda h: h[0], reverse=True)]
