@@ -12,12 +12,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from testbed.engines import (
     CodingClients,
     LlamaCppEngine,
+    LlamaServerEngine,
     LlamaSwapEngine,
     ensure_clis,
     ensure_llama_cpp,
@@ -82,14 +84,27 @@ def llama_server(
         stop(process)
 
 
-def process_node(commands: dict[str, object]) -> dict[str, object]:
-    """A gateway config with one ``kind: process`` instance of capacity 1 running ``commands``."""
+def process_node(commands: dict[str, Any], **instance: Any) -> dict[str, Any]:
+    """A gateway config with one ``kind: process`` instance of capacity 1 running ``commands``;
+    ``instance``: more of its keys (``kv_keep``)."""
     return {
         "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
         "routing": {"min_residency": 0, "poll_interval": "500ms"},
         "instances": [{"name": "node", "kind": "process", "capacity": 1,
-                       "start_port": free_port(), "commands": commands}],
+                       "start_port": free_port(), "commands": commands, **instance}],
     }  # fmt: skip
+
+
+@contextmanager
+def router_serving(engine: LlamaServerEngine, preset: Path, root: Path) -> Iterator[str]:
+    """A real llama-server router over ``preset``, one model at a time: its URL."""
+    port = free_port()
+    router = start(engine.router(preset, port, max_models=1), log=root / "router.log")
+    try:
+        wait_until_serving(f"http://127.0.0.1:{port}/models", router, timeout=60)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(router)
 
 
 def swap_on_request(name: str, server: LlamaServer, models: list[str]) -> dict[str, object]:

@@ -25,6 +25,7 @@ from bench.redis import redis_server
 from testbed.engines import LlamaServerEngine, LlamaSwapEngine, ensure_llama_server
 from testbed.served import engine_url, prompt_tokens_read
 from tests.e2e.processes import free_port, gateway, start, stop, wait_until_serving
+from tests.engine.conftest import process_node, router_serving
 
 pytestmark = pytest.mark.engine
 TOKEN = "kv-admin"
@@ -54,25 +55,7 @@ def node(
         }
         for name in ("a", "b")
     }
-    return kept_node(commands, {"dir": str(kv), "budget": "1GiB", **keep})
-
-
-def kept_node(commands: dict[str, Any], kv_keep: dict[str, Any]) -> dict[str, Any]:
-    """A gateway's config: one process instance running ``commands`` one at a time, with
-    ``kv_keep``."""
-    node = {
-        "name": "node",
-        "kind": "process",
-        "capacity": 1,
-        "start_port": free_port(),
-        "commands": commands,
-        "kv_keep": kv_keep,
-    }
-    return {
-        "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
-        "routing": {"min_residency": 0},
-        "instances": [node],
-    }
+    return process_node(commands, kv_keep={"dir": str(kv), "budget": "1GiB", **keep})
 
 
 class Conversation:
@@ -260,8 +243,6 @@ def test_two_replicas_on_redis_in_front_of_one_router_keep_both_conversations(
     (kv / "router").mkdir(parents=True)
     every = {"slot-save-path": str(kv / "router"), "swa-full": "true", "np": "2"}
     preset = engine.write_preset(tmp_path / "models.ini", {"a": 8192, "b": 4096}, every)
-    port = free_port()
-    router = start(engine.router(preset, port, max_models=1), log=tmp_path / "router.log")
     conversations = [
         [
             {"role": "system", "content": system_prompt(topic)},
@@ -269,40 +250,36 @@ def test_two_replicas_on_redis_in_front_of_one_router_keep_both_conversations(
         ]
         for topic in TOPICS[:2]
     ]
-    try:
-        wait_until_serving(f"http://127.0.0.1:{port}/models", router, timeout=60)
+    with (
+        router_serving(engine, preset, tmp_path) as url,
+        redis_server() as redis,
+        ExitStack() as stack,
+    ):
         config = {
             "routing": {"min_residency": 0},
             "instances": [
                 {
                     "name": "router",
                     "kind": "llama-router",
-                    "url": f"http://127.0.0.1:{port}",
+                    "url": url,
                     "models": ["a", "b"],
                     "kv_keep": {"dir": str(kv), "budget": "1GiB"},
                 }
             ],
         }
-        with redis_server() as redis, ExitStack() as stack:
-            gws = [
-                stack.enter_context(
-                    gateway(
-                        config,
-                        {"SWAPGATE_REDIS_URL": redis.url, "SWAPGATE_CLUSTER__REPLICA_ID": name},
-                    )
-                )
-                for name in ("r1", "r2")
-            ]
-            pairs = list(zip(gws, conversations, strict=True))
-            at_once([lambda gw=gw, c=c: turn_of(gw.url, "a", c) for gw, c in pairs])  # type: ignore[misc]
-            swap_away_and_back(gws[0].url)  # r1 unloads a: both conversations saved
-            for conversation in conversations:
-                conversation.append({"role": "user", "content": "Question 2."})
-            read: list[int] = []
-            at_once([lambda gw=gw, c=c: read.append(turn_of(gw.url, "a", c)) for gw, c in pairs])  # type: ignore[misc]
-            restores = sum(gw.metric("swapgate_kv_restores_total", result="ok") for gw in gws)
-    finally:
-        stop(router)
+        cluster = {"SWAPGATE_REDIS_URL": redis.url}
+        gws = [
+            stack.enter_context(gateway(config, {**cluster, "SWAPGATE_CLUSTER__REPLICA_ID": name}))
+            for name in ("r1", "r2")
+        ]
+        pairs = list(zip(gws, conversations, strict=True))
+        at_once([lambda gw=gw, c=c: turn_of(gw.url, "a", c) for gw, c in pairs])  # type: ignore[misc]
+        swap_away_and_back(gws[0].url)  # r1 unloads a: both conversations saved
+        for conversation in conversations:
+            conversation.append({"role": "user", "content": "Question 2."})
+        read: list[int] = []
+        at_once([lambda gw=gw, c=c: read.append(turn_of(gw.url, "a", c)) for gw, c in pairs])  # type: ignore[misc]
+        restores = sum(gw.metric("swapgate_kv_restores_total", result="ok") for gw in gws)
     print(f"\ntwo replicas: after the swap the turns read {read} tokens, {restores:.0f} restored")
     assert restores == 2
     assert max(read) < 40, f"each restored into its own slot: {read}"

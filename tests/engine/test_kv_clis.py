@@ -20,7 +20,7 @@ from testbed.engines import CodingClients, LlamaServerEngine, ensure_llama_serve
 from testbed.served import engine_url, prompt_tokens_read
 from tests.e2e.processes import Gateway, gateway
 from tests.engine.clis import claude, codex
-from tests.engine.test_kv_agents import kept_node
+from tests.engine.conftest import process_node
 
 pytestmark = pytest.mark.engine
 
@@ -36,7 +36,7 @@ def node(engine: LlamaServerEngine, kv: Path, slots: int) -> dict[str, Any]:
         }
         for name in ("a", "b")
     }
-    return kept_node(commands, {"dir": str(kv), "budget": "2GiB"})
+    return process_node(commands, kv_keep={"dir": str(kv), "budget": "2GiB"})
 
 
 def swap_away(gw: Gateway) -> None:

@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from testbed.engines import LlamaServerEngine, ensure_llama_server
-from tests.e2e.processes import free_port, gateway, start, stop, wait_until_serving
+from tests.e2e.processes import free_port, gateway
+from tests.engine.conftest import router_serving
 
 pytestmark = pytest.mark.engine
 # ~1,100 tokens of Gemma's: the bench (bench/conversations.py) runs ~2,800
@@ -51,10 +52,20 @@ def after_a_swap(url: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, An
 
 
 def process_node(engine: LlamaServerEngine, kv: Path | None) -> dict[str, Any]:
-    commands = {name: {"cmd": " ".join([*engine.single(name, "${PORT}", ctx=4096), *SLOT]),
-                       "ready": "/health"} for name in ("a", "b")}  # fmt: skip
-    node: dict[str, Any] = {"name": "node", "kind": "process", "capacity": 1,
-                            "start_port": free_port(), "commands": commands}  # fmt: skip
+    commands = {
+        name: {
+            "cmd": " ".join([*engine.single(name, "${PORT}", ctx=4096), *SLOT]),
+            "ready": "/health",
+        }
+        for name in ("a", "b")
+    }
+    node: dict[str, Any] = {
+        "name": "node",
+        "kind": "process",
+        "capacity": 1,
+        "start_port": free_port(),
+        "commands": commands,
+    }
     if kv is not None:
         node["kv_keep"] = {"dir": str(kv), "budget": "1GiB"}
     return {
@@ -75,9 +86,11 @@ def test_process_a_conversations_next_turn_after_a_swap(
         restores = gw.metric("swapgate_kv_restores_total", result="ok")
         with gw.admin(TOKEN) as admin:
             saved = admin.get("/admin/state").json()["instances"][0]["kv_saved"]
-    print(f"\nprocess, kv_keep {kept}: turn after the swap read {after['prompt_n']} tokens in "
-          f"{after['prompt_ms']:.0f} ms (warm: {warm['prompt_n']} in {warm['prompt_ms']:.0f} ms, "
-          f"first: {first['prompt_n']} in {first['prompt_ms']:.0f} ms)")  # fmt: skip
+    print(
+        f"\nprocess, kv_keep {kept}: turn after the swap read {after['prompt_n']} tokens in "
+        f"{after['prompt_ms']:.0f} ms (warm: {warm['prompt_n']} in {warm['prompt_ms']:.0f} ms, "
+        f"first: {first['prompt_n']} in {first['prompt_ms']:.0f} ms)"
+    )
     assert first["prompt_n"] > 800, first
     assert warm["prompt_n"] < 40, warm
     if kept:
@@ -99,21 +112,22 @@ def test_router_a_conversations_next_turn_after_a_swap(
     (kv / "router").mkdir(parents=True)
     every = {"slot-save-path": str(kv / "router"), "swa-full": "true", "np": "1"}
     preset = engine.write_preset(tmp_path / "models.ini", {"a": 4096, "b": 4096}, every)
-    port = free_port()
-    router = start(engine.router(preset, port, max_models=1), log=tmp_path / "router.log")
-    try:
-        wait_until_serving(f"http://127.0.0.1:{port}/models", router, timeout=60)
+    with router_serving(engine, preset, tmp_path) as url:
         config = {
             "routing": {"min_residency": 0},
-            "instances": [{"name": "router", "kind": "llama-router",
-                           "url": f"http://127.0.0.1:{port}", "models": ["a", "b"],
-                           "kv_keep": {"dir": str(kv), "budget": "1GiB"}}],
-        }  # fmt: skip
+            "instances": [
+                {
+                    "name": "router",
+                    "kind": "llama-router",
+                    "url": url,
+                    "models": ["a", "b"],
+                    "kv_keep": {"dir": str(kv), "budget": "1GiB"},
+                }
+            ],
+        }
         with gateway(config) as gw:
             first, warm, after = after_a_swap(gw.url)
             restores = gw.metric("swapgate_kv_restores_total", result="ok")
-    finally:
-        stop(router)
     print(
         f"\nrouter: turn after the swap read {after['prompt_n']} tokens in "
         f"{after['prompt_ms']:.0f} ms (warm: {warm['prompt_n']} in {warm['prompt_ms']:.0f} ms)"

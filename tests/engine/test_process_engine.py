@@ -214,7 +214,7 @@ def test_an_engine_that_dies_at_start_takes_none_of_its_neighbours_down(
     commands: dict[str, object] = {"gemma-a": engine_command(engine, "gemma-a"),
                 "broken": f"{sys.executable} {crash} --port ${{PORT}}"}  # fmt: skip
     config = process_node(commands)
-    config["instances"][0]["capacity"] = 2  # type: ignore[index]
+    config["instances"][0]["capacity"] = 2
     url = "/v1/chat/completions"
     with gateway(config, ENV) as gw:
         assert httpx.post(gw.url + url, json={"model": "gemma-a", **CHAT}, timeout=120).is_success

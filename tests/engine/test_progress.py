@@ -21,7 +21,8 @@ import httpx
 import pytest
 
 from testbed.engines import LlamaServerEngine, ensure_llama_server
-from tests.e2e.processes import free_port, gateway
+from tests.e2e.processes import gateway
+from tests.engine.conftest import process_node
 
 pytestmark = pytest.mark.engine
 READER = """
@@ -52,18 +53,10 @@ def config(engine: LlamaServerEngine, root: Path) -> dict[str, Any]:
         "a": {"cmd": f"sh -c '{read}; exec {server.replace('${MODEL}', 'a')}'", "ready": "/health"},
         "b": {"cmd": server.replace("${MODEL}", "b"), "ready": "/health"},
     }
+    keepalive = {"early_headers_after": "300ms", "interval": "1s"}
     return {
-        "routing": {"min_residency": 0},
-        "keepalive": {"early_headers_after": "300ms", "interval": "1s"},
-        "instances": [
-            {
-                "name": "node",
-                "kind": "process",
-                "capacity": 1,
-                "start_port": free_port(),
-                "commands": commands,
-            }
-        ],
+        **process_node(commands),
+        "keepalive": keepalive,
         "models": {"a": {"weights": str(weights)}},
     }
 
