@@ -90,23 +90,55 @@ def process_node(commands: dict[str, Any], **instance: Any) -> dict[str, Any]:
     return {
         "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
         "routing": {"min_residency": 0, "poll_interval": "500ms"},
-        "instances": [{"name": "node", "kind": "process", "capacity": 1,
-                       "start_port": free_port(), "commands": commands, **instance}],
-    }  # fmt: skip
+        "instances": [
+            {
+                "name": "node",
+                "kind": "process",
+                "capacity": 1,
+                "start_port": free_port(),
+                "commands": commands,
+                **instance,
+            }
+        ],
+    }
 
 
 @contextmanager
-def router_serving(engine: LlamaServerEngine, preset: Path, root: Path) -> Iterator[str]:
-    """A real llama-server router over ``preset``, one model at a time: its URL."""
+def kv_router(
+    engine: LlamaServerEngine, root: Path, slots: int, ctx: int
+) -> Iterator[dict[str, Any]]:
+    """A real llama-server router serving a and b one at a time, each with ``slots`` slots of
+    ``ctx`` tokens saved into ``root/kv/router``: the gateway config of a ``kv_keep`` instance in
+    front of it."""
+    kv = root / "kv"
+    (kv / "router").mkdir(parents=True)
+    every = {"slot-save-path": str(kv / "router"), "swa-full": "true", "np": str(slots)}
+    preset = engine.write_preset(root / "models.ini", {"a": ctx, "b": ctx}, every)
     port = free_port()
     router = start(engine.router(preset, port, max_models=1), log=root / "router.log")
     try:
         wait_until_serving(f"http://127.0.0.1:{port}/models", router, timeout=60)
-        yield f"http://127.0.0.1:{port}"
+        yield {
+            "routing": {"min_residency": 0},
+            "instances": [
+                {
+                    "name": "router",
+                    "kind": "llama-router",
+                    "url": f"http://127.0.0.1:{port}",
+                    "models": ["a", "b"],
+                    "kv_keep": {"dir": str(kv), "budget": "1GiB"},
+                }
+            ],
+        }
     finally:
         stop(router)
 
 
 def swap_on_request(name: str, server: LlamaServer, models: list[str]) -> dict[str, object]:
-    return {"name": name, "kind": "swap-on-request", "url": server.url, "models": models,
-            "capacity": 1}  # fmt: skip
+    return {
+        "name": name,
+        "kind": "swap-on-request",
+        "url": server.url,
+        "models": models,
+        "capacity": 1,
+    }

@@ -25,7 +25,7 @@ from bench.redis import redis_server
 from testbed.engines import LlamaServerEngine, LlamaSwapEngine, ensure_llama_server
 from testbed.served import engine_url, prompt_tokens_read
 from tests.e2e.processes import free_port, gateway, start, stop, wait_until_serving
-from tests.engine.conftest import process_node, router_serving
+from tests.engine.conftest import kv_router, process_node
 
 pytestmark = pytest.mark.engine
 TOKEN = "kv-admin"
@@ -239,10 +239,6 @@ def test_through_llama_swap_a_conversation_survives_its_swap(
 def test_two_replicas_on_redis_in_front_of_one_router_keep_both_conversations(
     engine: LlamaServerEngine, tmp_path: Path
 ) -> None:
-    kv = tmp_path / "kv"
-    (kv / "router").mkdir(parents=True)
-    every = {"slot-save-path": str(kv / "router"), "swa-full": "true", "np": "2"}
-    preset = engine.write_preset(tmp_path / "models.ini", {"a": 8192, "b": 4096}, every)
     conversations = [
         [
             {"role": "system", "content": system_prompt(topic)},
@@ -251,22 +247,10 @@ def test_two_replicas_on_redis_in_front_of_one_router_keep_both_conversations(
         for topic in TOPICS[:2]
     ]
     with (
-        router_serving(engine, preset, tmp_path) as url,
+        kv_router(engine, tmp_path, slots=2, ctx=8192) as config,
         redis_server() as redis,
         ExitStack() as stack,
     ):
-        config = {
-            "routing": {"min_residency": 0},
-            "instances": [
-                {
-                    "name": "router",
-                    "kind": "llama-router",
-                    "url": url,
-                    "models": ["a", "b"],
-                    "kv_keep": {"dir": str(kv), "budget": "1GiB"},
-                }
-            ],
-        }
         cluster = {"SWAPGATE_REDIS_URL": redis.url}
         gws = [
             stack.enter_context(gateway(config, {**cluster, "SWAPGATE_CLUSTER__REPLICA_ID": name}))

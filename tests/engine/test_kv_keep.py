@@ -14,7 +14,7 @@ import pytest
 
 from testbed.engines import LlamaServerEngine, ensure_llama_server
 from tests.e2e.processes import free_port, gateway
-from tests.engine.conftest import router_serving
+from tests.engine.conftest import kv_router
 
 pytestmark = pytest.mark.engine
 # ~1,100 tokens of Gemma's: the bench (bench/conversations.py) runs ~2,800
@@ -108,26 +108,9 @@ def test_process_a_conversations_next_turn_after_a_swap(
 def test_router_a_conversations_next_turn_after_a_swap(
     engine: LlamaServerEngine, tmp_path: Path
 ) -> None:
-    kv = tmp_path / "kv"
-    (kv / "router").mkdir(parents=True)
-    every = {"slot-save-path": str(kv / "router"), "swa-full": "true", "np": "1"}
-    preset = engine.write_preset(tmp_path / "models.ini", {"a": 4096, "b": 4096}, every)
-    with router_serving(engine, preset, tmp_path) as url:
-        config = {
-            "routing": {"min_residency": 0},
-            "instances": [
-                {
-                    "name": "router",
-                    "kind": "llama-router",
-                    "url": url,
-                    "models": ["a", "b"],
-                    "kv_keep": {"dir": str(kv), "budget": "1GiB"},
-                }
-            ],
-        }
-        with gateway(config) as gw:
-            first, warm, after = after_a_swap(gw.url)
-            restores = gw.metric("swapgate_kv_restores_total", result="ok")
+    with kv_router(engine, tmp_path, slots=1, ctx=4096) as config, gateway(config) as gw:
+        first, warm, after = after_a_swap(gw.url)
+        restores = gw.metric("swapgate_kv_restores_total", result="ok")
     print(
         f"\nrouter: turn after the swap read {after['prompt_n']} tokens in "
         f"{after['prompt_ms']:.0f} ms (warm: {warm['prompt_n']} in {warm['prompt_ms']:.0f} ms)"
