@@ -76,6 +76,9 @@ class Catalog:
         return self._client.get((instance, upstream), upstream)
 
 
+SHELLS = ("sh", "bash", "dash", "zsh")
+
+
 def weight_paths(settings: Settings) -> dict[str, WeightFiles]:
     """Where each model's weights lie, where the config says (docs/host-cache.md): its
     ``weights`` files or folder, else its ``gguf``, else the file a ``process`` command loads
@@ -96,11 +99,14 @@ def weight_paths(settings: Settings) -> dict[str, WeightFiles]:
 
 def command_weights(cmd: str) -> str | None:
     """The weights file a server command loads: what follows ``-m`` or ``--model`` (llama.cpp's
-    ``llama-server``, llama-cpp-python), when it is an absolute path."""
+    ``llama-server``, llama-cpp-python), when it is an absolute path; in ``sh -c 'SCRIPT'``,
+    what follows it in the script."""
     try:
         words = shlex.split(cmd)
     except ValueError:
         return None
+    if len(words) > 2 and Path(words[0]).name in SHELLS and words[1] == "-c":
+        return command_weights(words[2])
     for index, word in enumerate(words):
         value = None
         if word in ("-m", "--model") and index + 1 < len(words):

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -153,6 +154,34 @@ def test_reasoning_mode_chunks_parse_in_the_openai_sdk(fleet) -> None:
     assert reasoning[0].startswith("Loading r on gpu-a: "), reasoning  # the load's progress
     assert reasoning[-1].startswith("r answers after "), reasoning  # the wait's total
     assert "".join(content) == "Hello from r."
+
+
+def test_anthropic_and_responses_streams_with_progress_on_get_none_and_parse_in_the_sdks(
+    fleet,
+) -> None:
+    """Messages and Responses streams have no place for progress a client tolerates: through a
+    swap with it on, each SDK reads every event, and none is swapgate's."""
+    gw, _ = fleet
+    httpx.post(gw.url + CHAT, json=_body("a", False), timeout=30)  # r is not warm
+    hello: list[anthropic.types.MessageParam] = [{"role": "user", "content": "hello"}]
+    with (
+        anthropic.Anthropic(base_url=gw.url, api_key="x", max_retries=0) as claude,
+        claude.messages.stream(model="r", max_tokens=5, messages=hello) as stream,
+    ):
+        kinds = [event.type for event in stream]
+        message = stream.get_final_message()
+    assert [block.type for block in message.content] == ["text"], "no thinking block"
+    assert message.content[0].text.startswith("Hello from r.")  # type: ignore[union-attr]
+    assert kinds[0] == "message_start", kinds
+    assert kinds[-1] == "message_stop", kinds
+    httpx.post(gw.url + CHAT, json=_body("a", False), timeout=30)
+    with gw.sdk() as client:
+        events = list(client.responses.create(model="r", input="hello", stream=True))
+    done = events[-1]
+    assert done.type == "response.completed", [e.type for e in events]
+    assert [item.type for item in done.response.output] == ["message"], "no reasoning item"
+    assert done.response.output_text.startswith("Hello from r.")
+    assert not any("reasoning" in event.type for event in events)
 
 
 def test_max_wait_after_the_commit_is_an_in_band_error(fleet) -> None:

@@ -3,37 +3,29 @@ llama-server (``kind: process``): a streamed chat completion with ``progress: re
 told how many of its model's weight bytes are read, in lines that grow, then the answer; the
 same request without it gets the keep-alive comments it always got and no line of progress.
 
-The model's weights are a 1 GiB file (``weights``), not in the page cache when the load begins,
-read by the command before it starts llama-server at 300 MB/s, as from a network volume: this
-machine's own disk reads 1 GiB in about half a second, too fast to watch.
+The model is a real GGUF of 1.08 GB (Gemma-3-270M in F32, testbed/big_gguf.py), out of the page
+cache when the load begins, which llama-server itself reads from a disk held to 300 MB/s (a
+``blkio`` cgroup), as from a network volume: this machine's own disk reads it in about 0.6 s,
+too fast to watch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
 import re
-import sys
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
+from testbed.big_gguf import SlowReads, drop_pages, ensure_f32_gemma, slow_reads
 from testbed.engines import LlamaServerEngine, ensure_llama_server
 from tests.e2e.processes import gateway
 from tests.engine.conftest import process_node
 
 pytestmark = pytest.mark.engine
-READER = """
-import sys, time
-path, rate, chunk = sys.argv[1], float(sys.argv[2]), 16 << 20
-started, done = time.monotonic(), 0
-with open(path, "rb", buffering=0) as handle:
-    while data := handle.read(chunk):
-        done += len(data)
-        time.sleep(max(0.0, done / rate - (time.monotonic() - started)))
-"""
 READ = re.compile(r"([\d.]+) of ([\d.]+) GB read")
 
 
@@ -42,23 +34,22 @@ def engine() -> LlamaServerEngine:
     return ensure_llama_server()
 
 
-def config(engine: LlamaServerEngine, root: Path) -> dict[str, Any]:
-    weights = root / "weights.bin"
-    with weights.open("wb") as handle:
-        handle.truncate(1 << 30)  # a hole: no page of it is in the cache until it is read
-    (root / "reader.py").write_text(READER)
-    server = " ".join(engine.single("${MODEL}", "${PORT}"))
-    read = f"{sys.executable} {root / 'reader.py'} {weights} 300e6"
+@pytest.fixture(scope="module")
+def big(engine: LlamaServerEngine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlowReads]:
+    gguf = ensure_f32_gemma(engine)
+    with slow_reads(gguf, 300e6, tmp_path_factory.mktemp("reads")) as reads:
+        yield reads
+
+
+def config(engine: LlamaServerEngine, big: SlowReads) -> dict[str, Any]:
+    """a: the 1.08 GB GGUF, read slowly; b: the usual small one."""
+    f32 = dataclasses.replace(engine, gguf=big.path)
     commands = {
-        "a": {"cmd": f"sh -c '{read}; exec {server.replace('${MODEL}', 'a')}'", "ready": "/health"},
-        "b": {"cmd": server.replace("${MODEL}", "b"), "ready": "/health"},
+        "a": {"cmd": big.join(f32.single("a", "${PORT}", ctx=512)), "ready": "/health"},
+        "b": {"cmd": " ".join(engine.single("b", "${PORT}", ctx=512)), "ready": "/health"},
     }
     keepalive = {"early_headers_after": "300ms", "interval": "1s"}
-    return {
-        **process_node(commands),
-        "keepalive": keepalive,
-        "models": {"a": {"weights": str(weights)}},
-    }
+    return {**process_node(commands), "keepalive": keepalive}
 
 
 def stream(url: str, progress: str | None) -> list[bytes]:
@@ -67,6 +58,7 @@ def stream(url: str, progress: str | None) -> list[bytes]:
         "model": "a",
         "stream": True,
         "max_tokens": 4,
+        "temperature": 0,
         "messages": [{"role": "user", "content": "Hi."}],
     }
     headers = {"x-swapgate-progress": progress} if progress else {}
@@ -86,26 +78,25 @@ def told(lines: list[bytes]) -> list[str]:
     return said
 
 
-def drop(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+def answer(lines: list[bytes]) -> str:
+    """The text the model streamed."""
+    chunks = [json.loads(line[6:]) for line in lines if line.startswith(b"data: {")]
+    deltas = [c["choices"][0]["delta"] for c in chunks if c.get("choices")]
+    return "".join(d.get("content") or "" for d in deltas)
 
 
 def test_a_waiting_stream_is_told_the_bytes_read_then_the_answer(
-    engine: LlamaServerEngine, tmp_path: Path
+    engine: LlamaServerEngine, big: SlowReads
 ) -> None:
-    settings = config(engine, tmp_path)
-    with gateway(settings) as gw:
+    with gateway(config(engine, big)) as gw:
+        drop_pages(big.path)
         with_progress = stream(gw.url, "reasoning")
         httpx.post(
             f"{gw.url}/v1/chat/completions",
             timeout=120,
             json={"model": "b", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi."}]},
         )
-        drop(tmp_path / "weights.bin")  # a's weights leave the page cache with it
+        drop_pages(big.path)  # a's weights leave the page cache with it
         without = stream(gw.url, None)
     lines = told(with_progress)
     read = [float(m.group(1)) for line in lines if (m := READ.search(line))]
@@ -114,20 +105,19 @@ def test_a_waiting_stream_is_told_the_bytes_read_then_the_answer(
     assert read == sorted(read), f"the figures grow: {read}"
     assert read[-1] > read[0]
     assert lines[-1].startswith("a answers after "), lines
-    answer = [
-        line for line in with_progress if line.startswith(b"data: {") and b'"content"' in line
-    ]
-    assert answer, "then the model's answer"
+    assert answer(with_progress), "then the model's answer"
     assert told(without) == [], "not asked: no progress"
-    kept_alive = [line for line in without if line.startswith(b": swapgate")]
-    assert kept_alive, "the keep-alive comments it always got"
-    assert all(not line.startswith(b"data: {") or b"swapgate" not in line for line in without)
+    assert answer(without) == answer(with_progress), "the same answer (temperature 0)"
+    ours = [line for line in without if not line.startswith(b"data: ")]
+    assert ours, "the keep-alive comments it always got"
+    assert all(line.startswith(b": swapgate") for line in ours), "and nothing else of ours"
 
 
 def test_the_openai_sdk_reads_every_chunk_of_a_stream_with_progress(
-    engine: LlamaServerEngine, tmp_path: Path
+    engine: LlamaServerEngine, big: SlowReads
 ) -> None:
-    with gateway(config(engine, tmp_path)) as gw, gw.sdk() as client:
+    drop_pages(big.path)
+    with gateway(config(engine, big)) as gw, gw.sdk() as client:
         chunks = list(
             client.chat.completions.create(
                 model="a",
