@@ -16,6 +16,7 @@
     ├── RateLimited             429 rate_limited           a key's limit (+ Retry-After)
     ├── UpstreamError           502 upstream_error
     │   ├── UpstreamUnreachable     the connection failed before any byte was sent
+    │   │   └── UpstreamClosed          it closed after the request went out, with no answer
     │   └── UpstreamRefusedKey      the instance answered 401/403 to swapgate's own key
     ├── NoCapacity              503 no_capacity            (+ Retry-After)
     │   ├── SwapFailed          503 swap_failed            the swap a request waited for failed
@@ -141,6 +142,11 @@ class UpstreamError(SwapgateError):
 
 class UpstreamUnreachable(UpstreamError):
     pass
+
+
+class UpstreamClosed(UpstreamUnreachable):
+    """The connection closed after the request went out, with no answer: a kept-alive
+    connection the upstream was closing, or an engine that died while it held the request."""
 
 
 class UpstreamRefusedKey(UpstreamError):

@@ -85,7 +85,7 @@ class Router:
     ) -> None:
         self._settings = settings
         self._registry = registry
-        self._clock = registry.clock
+        self.clock = registry.clock
         self._coordinator = coordinator
         self._catalog = catalog
         self._metrics = metrics
@@ -204,7 +204,7 @@ class Router:
     ) -> Lease:
         """Wait until ``model`` is warm somewhere (starting at most one swap), then lease it;
         or lease its relay when the fallback policy says so."""
-        started = self._clock()
+        started = self.clock()
         progress = progress or Progress()
         want = want or Want()
         self._registry.queues.arrived(model)
@@ -273,7 +273,7 @@ class Router:
         if conf.relay is None or not allows(conf.fallback_policy, reason):
             return None
         self._metrics.fallbacks.labels(model, conf.relay, reason).inc()
-        waited = self._clock() - started if started is not None else 0.0
+        waited = self.clock() - started if started is not None else 0.0
         upstream_model = conf.relay_model or model
         return Lease("relay", conf.relay, model, upstream_model, self._relays[conf.relay], waited)
 
@@ -396,7 +396,7 @@ class Router:
         """Lease ``instance``; ``started`` is when the request began waiting, None if it did not."""
         self._registry.traffic.begin_request(instance, model, priority)
         upstream_model = self._catalog.upstream_name(instance, model)
-        waited = self._clock() - started if started is not None else 0.0
+        waited = self.clock() - started if started is not None else 0.0
         upstream = self._upstreams[instance]
         address = self._addresses.get(instance)
         url = address.model_url(upstream_model) if address else None

@@ -30,6 +30,7 @@ from swapgate.errors import (
     InternalError,
     ShuttingDown,
     SwapgateError,
+    UpstreamClosed,
     UpstreamError,
     UpstreamRefusedKey,
     UpstreamTimeout,
@@ -37,6 +38,7 @@ from swapgate.errors import (
 )
 from swapgate.metrics import Metrics
 from swapgate.policy import conversation, pools
+from swapgate.policy.retry import Failure, Next
 from swapgate.policy.timing import retry_after
 from swapgate.proxy.auth import Caller, ClientAuth
 from swapgate.proxy.endpoints import ENDPOINTS
@@ -71,7 +73,6 @@ from swapgate.proxy.writer import BodyMode, ResponseWriter, until_disconnect
 # (swapgate/server/connections.py): counted as 408, not as a client that went away.
 TIMED_OUT = "swapgate.request_timed_out"
 log = logging.getLogger("swapgate.access")
-RETRYABLE_STATUS = frozenset({502, 503})
 # A body this large (an image in its first message, say) has its conversation read in a thread:
 # hashing 30 MB holds the event loop for ~0.2 s
 OFF_LOOP_BYTES = 256 * 1024
@@ -260,7 +261,8 @@ class ProxyEndpoint:
         progress: Progress,
     ) -> UpstreamResponse:
         """Send the request to the lease's upstream; a failure before any byte reached the
-        client goes on to the next attempt (swapgate/control/failover.py)."""
+        client goes where the retry rule says (swapgate/policy/retry.py, applied by
+        swapgate/control/failover.py)."""
         lease = await attempts.first(progress)
         while True:
             ex.route, ex.waited = lease.route, ex.waited + lease.waited
@@ -272,34 +274,38 @@ class ProxyEndpoint:
                 if request.upload is not None and request.upload.gone:
                     raise ConnectionAbortedError("the client went away during its upload") from exc
                 self._metrics.upstream_errors.labels(lease.name, _error_kind(exc)).inc()
-                if isinstance(exc, UpstreamUnreachable) and lease.kind == "instance":
+                failed_with = _failure(exc)
+                if failed_with is Failure.REFUSED and lease.kind == "instance":
                     self._registry.polls.mark_down(lease.name)  # the next poll brings it back
-                if request.upload is not None and request.upload.started:
-                    raise  # its bytes went to this upstream: there is no second copy
-                failed, next_lease = lease.route, attempts.next()
-                if next_lease is None:
+                failed = lease.route
+                if attempts.after(failed_with, self._held(ex), request.replayable) is None:
                     raise
-                log.warning(
-                    "%s failed (%s); %s goes to %s", failed, exc, ex.request_id, next_lease.route
-                )
-                lease = next_lease
+                assert attempts.lease is not None
+                lease = attempts.lease
+                said = "%s failed (%s); %s goes to %s"
+                log.warning(said, failed, exc, ex.request_id, lease.route)
                 continue
-            if response.status == 429 and lease.kind == "instance" and request.replayable:
-                # The instance's own concurrency limit: backpressure, never the client's 429
+            failure = _status_failure(response)
+            if failure is None:
+                self._metrics.first_byte(ex.model, ex.route, time.perf_counter() - ex.started)
+                return response
+            place = attempts.after(failure, self._held(ex), request.replayable)
+            if place is None:
+                self._metrics.first_byte(ex.model, ex.route, time.perf_counter() - ex.started)
+                return response
+            response.close()
+            if place is Next.WAIT:  # backpressure, never the client's 429
                 pause = retry_after(response.header("retry-after"))
-                response.close()
-                lease = await attempts.after_limit(progress, pause)
+                lease = await attempts.wait_for_room(progress, pause)
                 continue
-            if response.status in RETRYABLE_STATUS and request.replayable:
-                failed_name = lease.name
-                next_lease = attempts.next() or attempts.again()
-                if next_lease is not None:
-                    self._metrics.upstream_errors.labels(failed_name, "http").inc()
-                    response.close()
-                    lease = next_lease
-                    continue
-            self._metrics.first_byte(ex.model, ex.route, time.perf_counter() - ex.started)
-            return response
+            self._metrics.upstream_errors.labels(lease.name, "http").inc()
+            assert attempts.lease is not None
+            lease = attempts.lease
+
+    @staticmethod
+    def _held(ex: Exchange) -> float:
+        """Seconds the upstream has held the request so far."""
+        return time.perf_counter() - ex.sent
 
     async def _answer(
         self,
@@ -476,6 +482,21 @@ def _query(scope: Scope, extra: str = "") -> str:
     query = scope.get("query_string", b"").decode("latin-1")
     both = "&".join(q for q in (query, extra) if q)
     return "?" + both if both else ""
+
+
+def _failure(exc: UpstreamError) -> Failure:
+    if isinstance(exc, UpstreamRefusedKey):
+        return Failure.KEY
+    return Failure.CLOSED if isinstance(exc, UpstreamClosed) else Failure.REFUSED
+
+
+def _status_failure(response: UpstreamResponse) -> Failure | None:
+    """What an upstream's answer says for the retry rule; None: it is the answer."""
+    if response.status == 429:
+        return Failure.LIMITED
+    if response.status not in (502, 503):
+        return None
+    return Failure.BODILESS if response.header("content-length") == "0" else Failure.REFUSAL
 
 
 def _error_kind(exc: UpstreamError) -> str:

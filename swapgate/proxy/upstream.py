@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
-from functools import partial
 
 import aiohttp
 
-from swapgate.errors import UpstreamError, UpstreamTimeout, UpstreamUnreachable
+from swapgate.errors import UpstreamClosed, UpstreamError, UpstreamTimeout, UpstreamUnreachable
 
 Headers = Sequence[tuple[str, str]]
 Body = bytes | AsyncIterable[bytes]  # an upload streams through
@@ -108,30 +107,16 @@ class UpstreamClient:
             timeout = aiohttp.ClientTimeout(
                 total=None, sock_connect=CONNECT_TIMEOUT, sock_read=read_timeout
             )
+        assert self._session is not None, "UpstreamClient.start() was not awaited"
         try:
-            response = await self._send(method, url, headers, body, timeout)
+            response = await self._session.request(
+                method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout
+            )
         except aiohttp.ClientConnectorError as exc:
             raise UpstreamUnreachable(f"cannot connect to {url}: {exc.strerror}") from exc
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
             raise UpstreamTimeout(f"{url} sent no answer in time") from exc
         except aiohttp.ClientError as exc:
-            raise UpstreamUnreachable(f"{url} failed: {type(exc).__name__}") from exc
+            # Sent again or not by the one retry rule (swapgate/policy/retry.py)
+            raise UpstreamClosed(f"{url} closed with no answer ({type(exc).__name__})") from exc
         return UpstreamResponse(response)
-
-    async def _send(
-        self, method: str, url: str, headers: Headers, body: Body, timeout: aiohttp.ClientTimeout
-    ) -> aiohttp.ClientResponse:
-        """Send once; once more if a pooled connection the server closed as the request went out
-        brought no answer (completions have no side effects; the pool dropped that connection).
-        An upload streams once: it is not sent again."""
-        assert self._session is not None, "UpstreamClient.start() was not awaited"
-        send = partial(
-            self._session.request,
-            method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout,
-        )  # fmt: skip
-        try:
-            return await send()
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            if isinstance(exc, aiohttp.ClientConnectorError) or not isinstance(body, bytes):
-                raise  # nothing listens, or the body is gone: no second try
-            return await send()

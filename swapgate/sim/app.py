@@ -10,6 +10,8 @@ rehearsals; ``POST /sim/faults`` changes the fault rates and load time of a runn
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -33,6 +35,9 @@ FAULTS = (
     "crash_mid_stream_rate",
     "hang_rate",
     "bad_gateway_next",
+    "bad_gateway_hold",
+    "crash_on",
+    "crash_after",
     "load_time",
     "ttft",
     "prefill",
@@ -122,6 +127,8 @@ class SimServer:
             return refused
         if self.config.bad_gateway_next > 0:
             self.config.bad_gateway_next -= 1
+            self.backend.counters["requests"] += 1
+            await asyncio.sleep(self.config.bad_gateway_hold)
             return Response(status_code=502)
         async with _request_body(request, kind) as body:
             if body is None or "model" not in body:
@@ -132,6 +139,9 @@ class SimServer:
                 return _error_for(kind, 404, "model_not_found", f"model {model!r} not found")
             counters = self.backend.counters
             counters["requests"] += 1
+            if self.config.crash_on and self.config.crash_on in json.dumps(body):
+                await asyncio.sleep(self.config.crash_after)
+                os._exit(70)  # as a crashed engine dies: at once, mid-request
             if self.config.grow_rss:
                 self.backend.leaked.append(b"\x01" * self.config.grow_rss)  # written: resident
             try:

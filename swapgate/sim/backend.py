@@ -33,6 +33,11 @@ class SimConfig:
     # The next N requests answered 502 with no body, as a proxy in front of an engine answers
     # when its kept-alive connection to it was closed under it (Go's httputil.ReverseProxy)
     bad_gateway_next: int = 0
+    bad_gateway_hold: float = 0.0  # seconds each of them is held first (an engine that died)
+    # A request whose body holds this text is held ``crash_after`` s, then the simulator exits,
+    # as an engine that the request crashes
+    crash_on: str = ""
+    crash_after: float = 3.0
     api_key: str | None = None
     seed: int | None = None
     grow_rss: int = 0  # bytes it keeps resident per request: a leak, to test recycling

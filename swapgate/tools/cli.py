@@ -122,6 +122,15 @@ def _sim_arguments(sim: argparse.ArgumentParser) -> None:
     sim.add_argument("--crash-mid-stream-rate", type=float, default=0.0)
     sim.add_argument("--hang-rate", type=float, default=0.0)
     sim.add_argument(
+        "--crash-on",
+        default="",
+        help="a request with this text is held --crash-after, then it dies",
+    )
+    sim.add_argument("--crash-after", type=duration, default=3.0)
+    sim.add_argument(
+        "--bad-gateway-hold", type=duration, default=0.0, help="each faulted 502 is held so long"
+    )
+    sim.add_argument(
         "--grow-rss", type=size, default=0, help="bytes kept per request (e.g. 20MiB): a leak"
     )
     sim.add_argument(

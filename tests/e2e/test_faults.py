@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import pytest
 
-from tests.e2e.processes import gateway, instance, simulator, wait_for
+from tests.e2e.processes import Sim, gateway, instance, simulator, wait_for
 from tests.e2e.wire import post
 
 pytestmark = pytest.mark.e2e
@@ -57,6 +58,59 @@ def test_one_bodiless_502_from_the_only_instance_is_tried_again_there_two_are_to
     assert again.headers["x-swapgate-route"] == "instance/gpu-a"
     assert twice.status_code == 502, "once more, not forever"
     assert 'swapgate_upstream_errors_total{instance="gpu-a",kind="http"} 2.0' in metrics
+
+
+def _two_warm(one: Sim, two: Sim) -> dict[str, Any]:
+    for node in (one, two):  # each has a warm before the gateway starts
+        httpx.get(f"{node.url}/upstream/a/health", timeout=5).raise_for_status()
+    return {"instances": [instance("gpu-a", one), instance("gpu-b", two)]}
+
+
+def test_a_request_that_crashes_its_engine_is_sent_once_and_the_other_copy_is_untouched() -> None:
+    """A poison request: the engine it reaches holds it 1.5 s and dies. It is not sent again,
+    neither to the other warm copy nor back: one instance down, not two."""
+    with (
+        simulator(models=("a",), load_time=0.1, crash_on="POISON", crash_after=1.5) as one,
+        simulator(models=("a",), load_time=0.1, crash_on="POISON", crash_after=1.5) as two,
+        gateway(_two_warm(one, two)) as gw,
+    ):
+        poison = {**CHAT, "messages": [{"role": "user", "content": "POISON"}]}
+        answer = httpx.post(
+            f"{gw.url}/v1/chat/completions",
+            json=poison,
+            headers={"x-swapgate-keepalive": "off"},
+            timeout=30,
+        )
+        wait_for(lambda: one.process.poll() is not None or two.process.poll() is not None)
+        alive = [sim for sim in (one, two) if sim.process.poll() is None]
+        assert len(alive) == 1, "the one that took it died, the other did not"
+        assert alive[0].stats()["requests"] == 0, "the poison never reached the other copy"
+        after = httpx.post(f"{gw.url}/v1/chat/completions", json=CHAT, timeout=30)
+    assert answer.status_code == 502, answer.text
+    assert answer.json()["error"]["code"] == "upstream_error"
+    assert after.status_code == 200, "the other copy answers the next request"
+
+
+def test_a_bodiless_502_after_a_hold_is_sent_once_not_to_every_copy() -> None:
+    """What llama-swap answers when its engine crashed mid-request: a bodiless 502, after
+    holding it. Before the one retry rule, two such copies had the one request sent three
+    times."""
+    with (
+        simulator(models=("a",), load_time=0.1, bad_gateway_hold=1.5) as one,
+        simulator(models=("a",), load_time=0.1, bad_gateway_hold=1.5) as two,
+        gateway(_two_warm(one, two)) as gw,
+    ):
+        for sim in (one, two):
+            sim.faults(bad_gateway_next=5)
+        answer = httpx.post(
+            f"{gw.url}/v1/chat/completions",
+            json=CHAT,
+            headers={"x-swapgate-keepalive": "off"},
+            timeout=30,
+        )
+        sent = one.stats()["requests"] + two.stats()["requests"]
+    assert answer.status_code == 502
+    assert sent == 1, f"sent {sent} times"
 
 
 def test_an_upstream_that_refuses_swapgates_key_is_a_502_naming_the_instance_and_its_env() -> None:

@@ -22,6 +22,7 @@ from swapgate.drivers import make_driver
 from swapgate.errors import NoCapacity, QueueFull
 from swapgate.errors import PathNotFound as NotFound
 from swapgate.metrics import Metrics
+from swapgate.policy.retry import MAY_HAVE_RUN, Failure, Next
 from swapgate.proxy.handler import _query
 from tests.unit.fakes import FakeClock, eventually, recheck_at_once, world
 
@@ -158,15 +159,16 @@ async def test_failover_tries_one_other_warm_instance_then_the_relay_then_gives_
     w.warm("y", "a")
     attempts = Attempts(w.router, "a")
     first = await attempts.first(Progress())
-    second = attempts.next()
+    assert attempts.after(Failure.REFUSED, 0.0, True) is Next.OTHER
+    second = attempts.lease
     assert second is not None
     assert {first.name, second.name} == {"x", "y"}
     inflight = {i.name: i.inflight for i in w.registry.snapshot().instances}
     assert inflight == {first.name: 0, second.name: 1}  # the failed lease went back
-    third = attempts.next()
-    assert third is not None
-    assert third.route == "relay/hosted"
-    assert attempts.next() is None  # nothing after the relay
+    assert attempts.after(Failure.REFUSAL, 0.0, True) is Next.RELAY
+    assert attempts.lease is not None
+    assert attempts.lease.route == "relay/hosted"
+    assert attempts.after(Failure.REFUSAL, 0.0, True) is None  # nothing after the relay
     attempts.release()
     assert all(i.inflight == 0 for i in w.registry.snapshot().instances)
 
@@ -176,11 +178,32 @@ async def test_failover_without_a_relay_keeps_the_failed_lease_until_released() 
     w.warm("x", "a")  # y has nothing warm: no other instance to try
     attempts = Attempts(w.router, "a")
     first = await attempts.first(Progress())
-    assert attempts.next() is None
+    assert attempts.after(Failure.REFUSED, 0.0, True) is None
     assert attempts.lease == first
     attempts.release()
     attempts.release()  # once only
     assert w.registry.snapshot().instance("x").inflight == 0
+
+
+async def test_a_request_that_may_have_crashed_its_engine_goes_nowhere_else() -> None:
+    """Held past MAY_HAVE_RUN, then closed: not to the other warm copy, not back; closed at
+    once: back to its own instance once (a kept-alive connection closed under it)."""
+    w = world(two_instances(relay="hosted", fallback="error"))
+    w.warm("x", "a")
+    w.warm("y", "a")
+    slow = Attempts(w.router, "a")
+    first = await slow.first(Progress())
+    assert slow.after(Failure.CLOSED, MAY_HAVE_RUN + 1, True) is None
+    assert slow.lease == first
+    slow.release()
+    quick = Attempts(w.router, "a")
+    first = await quick.first(Progress())
+    assert quick.after(Failure.BODILESS, 0.01, True) is Next.SAME
+    assert quick.lease is not None
+    assert quick.lease.name == first.name
+    assert quick.after(Failure.BODILESS, 0.01, True) is None, "once more, not forever"
+    quick.release()
+    assert all(i.inflight == 0 for i in w.registry.snapshot().instances)
 
 
 async def test_a_preload_waits_out_min_residency_and_fails_at_swap_timeout() -> None:

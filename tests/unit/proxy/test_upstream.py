@@ -1,11 +1,16 @@
 """The data plane's client against a real socket server that drops kept-alive connections the way
-uvicorn does after its idle timeout: a request caught by that race must still get its answer."""
+uvicorn does after its idle timeout: a request caught by that race fails at once as closed, the
+retry rule sends it to the same upstream again (swapgate/policy/retry.py), and it gets its
+answer there on a new connection."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
-from swapgate.proxy.upstream import UpstreamClient
+from swapgate.errors import UpstreamClosed
+from swapgate.policy.retry import Failure, Next, Outcome, after
+from swapgate.proxy.upstream import UpstreamClient, UpstreamResponse
 
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
 
@@ -26,9 +31,22 @@ async def test_a_request_on_a_connection_the_server_just_closed_is_sent_again() 
     port = server.sockets[0].getsockname()[1]
     client = UpstreamClient(idle_timeout=5.0)
     await client.start()
+    closed = 0
+
+    async def send() -> UpstreamResponse:
+        nonlocal closed
+        sent = time.perf_counter()
+        try:
+            return await client.open("POST", f"http://127.0.0.1:{port}/v1/x", [], b"{}")
+        except UpstreamClosed:
+            closed += 1
+            held = time.perf_counter() - sent
+            assert after(Outcome(Failure.CLOSED, held, resendable=True)) == (Next.SAME,)
+            return await client.open("POST", f"http://127.0.0.1:{port}/v1/x", [], b"{}")
+
     try:
         for _ in range(3):
-            response = await client.open("POST", f"http://127.0.0.1:{port}/v1/x", [], b"{}")
+            response = await send()
             assert response.status == 200
             assert b"".join([chunk async for chunk in response.chunks()]) == b"{}"
             response.release()
@@ -36,6 +54,7 @@ async def test_a_request_on_a_connection_the_server_just_closed_is_sent_again() 
         await client.aclose()
         server.close()
     assert connections == 3  # each dropped connection was replaced by a new one
+    assert closed == 2  # the second and third requests met a closing connection
 
 
 async def _read_request(reader: asyncio.StreamReader) -> None:
