@@ -23,7 +23,7 @@ import httpx
 
 from bench import procs, random_gguf
 from bench.sections import replace_section
-from swapgate.control import pages
+from swapgate.control.memory import pages
 from swapgate.tools.processes import free_port
 from testbed.engines import cache_root, ensure_llama_server
 

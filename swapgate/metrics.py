@@ -284,11 +284,11 @@ class Metrics:
 
     def watch_progress(self, ratios: Callable[[], dict[tuple[str, str], float]]) -> None:
         """Export how far each running load has got at every scrape
-        (swapgate/control/load_progress.py)."""
+        (swapgate/control/swaps/load_progress.py)."""
         self.registry.register(_ProgressCollector(ratios))
 
     def watch_decay(self, rows: Callable[[], list[EngineRow]], states: Sequence[str]) -> None:
-        """Export each warm engine's decay figures at every scrape (swapgate/control/decay.py,
+        """Export each warm engine's decay figures at every scrape (swapgate/control/loops/decay.py,
         which counts with these metrics and so is not imported here)."""
         self.registry.register(_DecayCollector(rows, states))
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from swapgate.cluster.store import PREFIX, Cluster
-from swapgate.control.forecast import SLOTS, DayDemand, fold
+from swapgate.control.loops.forecast import SLOTS, DayDemand, fold
 
 log = logging.getLogger("swapgate.forecast")
 SYNC = 60.0

@@ -7,7 +7,7 @@ per admission, so that two replicas cannot both take the last slot.
   stops counting once its heartbeat's key expires (``REPLICA_TTL``): its field is dropped.
 
 Redis down: every call answers None and the caller counts on its own
-(swapgate/control/key_limits.py).
+(swapgate/control/routing/key_limits.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 
 from swapgate.cluster.store import PREFIX, Cluster
-from swapgate.control.key_limits import WINDOW
+from swapgate.control.routing.key_limits import WINDOW
 
 BUCKET = 5  # seconds a rate bucket covers
 _BUCKETS = int(WINDOW) // BUCKET

@@ -14,7 +14,7 @@ import json
 import time
 
 from swapgate.cluster.store import PREFIX, Cluster
-from swapgate.control.kv.book import NO_SLOT
+from swapgate.control.memory.kv.book import NO_SLOT
 
 BUSY_TTL = 900.0  # seconds a turn may hold its slot, in case its replica never says it ended
 KEPT = 86400 * 1000  # ms a model's book outlives its last claim (a model unloaded unseen)

@@ -33,7 +33,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeout
 
 from swapgate.cluster.messages import Beat, Event, Heard, decode, encode
-from swapgate.control.peer_load import REPLICA_TTL
+from swapgate.control.state.peer_load import REPLICA_TTL
 from swapgate.metrics import Metrics
 from swapgate.tasks import stop
 

@@ -39,8 +39,8 @@ from swapgate.cluster.messages import (
 from swapgate.cluster.store import Holder, Listener
 from swapgate.config.catalog import Catalog
 from swapgate.config.settings import EvictionMode
-from swapgate.control.registry import Registry
-from swapgate.control.swaps import SwapCoordinator, SwapTimes
+from swapgate.control.state.registry import Registry
+from swapgate.control.swaps.coordinator import SwapCoordinator, SwapTimes
 from swapgate.drivers import Driver
 from swapgate.metrics import Metrics
 from swapgate.policy.backoff import WINDOW
@@ -228,7 +228,7 @@ class SharedSwaps(SwapCoordinator):
 
 class OperatorShares:
     """Tells the other replicas of the pins and drains an operator set on this one
-    (swapgate/control/registry.py's ``Shares``): kept in Redis, for replicas that start later,
+    (swapgate/control/state/registry.py's ``Shares``): kept in Redis, for replicas that start later,
     and published, for those running now."""
 
     def __init__(self, cluster: Replicas, clock: Callable[[], float]) -> None:

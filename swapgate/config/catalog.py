@@ -60,7 +60,7 @@ class Catalog:
 
     def weight_bytes(self) -> dict[str, int]:
         """The bytes of each model's weight files, where they can be read (a first swap's
-        estimate: swapgate/control/swaps.py)."""
+        estimate: swapgate/control/swaps/coordinator.py)."""
         found = {}
         for model, files in self.weights.items():
             try:

@@ -1,7 +1,7 @@
 """Preload schedules (docs/operations.md): crontab's five fields, or six with seconds first.
 
 Its own module so that validating a config (swapgate/config/settings.py) and scheduling its jobs
-(swapgate/control/scheduler.py) read a schedule the same way, without the config importing the
+(swapgate/control/loops/scheduler.py) read a schedule the same way, without the config importing the
 scheduler.
 """
 

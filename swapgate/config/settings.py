@@ -403,7 +403,7 @@ class PreloadConfig(_Section):
     model: str
     cron: str | None = None
     # Instead of a cron: learn the model's time-of-day peaks and warm it shortly before each
-    # (swapgate/control/forecast.py); its name defaults to auto-MODEL.
+    # (swapgate/control/loops/forecast.py); its name defaults to auto-MODEL.
     auto: bool = False
     timezone: str = "UTC"
     instances: int = Field(1, ge=1)

@@ -65,7 +65,9 @@ class Lease:
     waited: float
     pulse: Pulse = field(default_factory=Pulse)  # the instance's: beats as the answer arrives
     priority: int = 0  # its request's class (docs/keys.md)
-    slot: int | None = None  # the engine's slot it is sent to (kv_keep: swapgate/control/kv.py)
+    slot: int | None = (
+        None  # the engine's slot it is sent to (kv_keep: swapgate/control/memory/kv/)
+    )
 
     @property
     def route(self) -> str:

@@ -98,7 +98,7 @@ class Snapshot:
     # For each model with requests queued, the highest priority class among them.
     classes: Mapping[str, int] = field(default_factory=dict)
     # Models whose residency holds them for nobody: every client that used them lately waits,
-    # with all it can have open, for other models (swapgate/control/clients.py).
+    # with all it can have open, for other models (swapgate/control/state/clients.py).
     unheld: frozenset[str] = frozenset()
 
     def instance(self, name: str) -> InstanceView:

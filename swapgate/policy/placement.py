@@ -13,7 +13,7 @@ The rules (docs/architecture.md), in order:
      victims are evictable (not pinned, nothing in flight, no request waiting for it, and not
      used within its residency (``min_residency``, or its swap time when unset:
      swapgate/policy/timing.py), unless every client that used it lately waits, with all it
-     can have open, for other models (``snap.unheld``: swapgate/control/clients.py)
+     can have open, for other models (``snap.unheld``: swapgate/control/state/clients.py)
      (``lru``) or more likely gone than back (``demand``; the
      longer this model's requests have queued, the likelier back a victim may be, up to any
      at the starvation rule's point)), the cheapest victims first: least recently used

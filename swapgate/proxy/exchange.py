@@ -8,9 +8,9 @@ import time
 from dataclasses import dataclass, field
 
 from swapgate.activity.records import Activity, Placement
-from swapgate.control.key_limits import Admission
-from swapgate.control.kv import Claim
-from swapgate.control.waiter import Want
+from swapgate.control.memory.kv import Claim
+from swapgate.control.routing.key_limits import Admission
+from swapgate.control.routing.waiter import Want
 from swapgate.data.lease import Progress
 from swapgate.errors import SwapgateError
 from swapgate.metrics import UNKNOWN

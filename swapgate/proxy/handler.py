@@ -19,12 +19,12 @@ from swapgate.activity.captures import Captures
 from swapgate.activity.log import ActivityLog
 from swapgate.config.catalog import Catalog
 from swapgate.config.settings import Settings
-from swapgate.control.decay import DecayWatch
-from swapgate.control.failover import Attempts
-from swapgate.control.key_limits import KeyLimits
-from swapgate.control.kv import KvKeeper
-from swapgate.control.registry import Registry
-from swapgate.control.router import Router
+from swapgate.control.loops.decay import DecayWatch
+from swapgate.control.memory.kv import KvKeeper
+from swapgate.control.routing.failover import Attempts
+from swapgate.control.routing.key_limits import KeyLimits
+from swapgate.control.routing.router import Router
+from swapgate.control.state.registry import Registry
 from swapgate.data.lease import Lease, Progress
 from swapgate.errors import (
     InternalError,
@@ -262,7 +262,7 @@ class ProxyEndpoint:
     ) -> UpstreamResponse:
         """Send the request to the lease's upstream; a failure before any byte reached the
         client goes where the retry rule says (swapgate/policy/retry.py, applied by
-        swapgate/control/failover.py)."""
+        swapgate/control/routing/failover.py)."""
         lease = await attempts.first(progress)
         while True:
             ex.route, ex.waited = lease.route, ex.waited + lease.waited
@@ -338,7 +338,7 @@ class ProxyEndpoint:
 
     async def _slotted(self, lease: Lease, ex: Exchange) -> Lease:
         """On a ``kv_keep`` instance, the slot this turn of its conversation goes to, its
-        saved KV restored there first (swapgate/control/kv/keeper.py)."""
+        saved KV restored there first (swapgate/control/memory/kv/keeper.py)."""
         await self._unslot(ex)  # a slot of the attempt before
         key = ex.want.conversation if ex.want is not None else None
         kv = self._kv
@@ -464,7 +464,7 @@ class ProxyEndpoint:
 
     def _first_token(self, lease: Lease, ex: Exchange) -> None:
         """A stream's first chunk from an instance: its TTFT, for the engine's decay
-        (swapgate/control/decay.py)."""
+        (swapgate/control/loops/decay.py)."""
         since = self._registry.warm_since(lease.name, lease.model)
         if since is not None:
             ttft = time.perf_counter() - ex.sent

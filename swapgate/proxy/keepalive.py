@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from swapgate.config.settings import KeepaliveConfig, KeyConfig, ProgressMode
-from swapgate.control.load_progress import Figure
-from swapgate.control.registry import Registry
+from swapgate.control.state.registry import Registry
+from swapgate.control.swaps.load_progress import Figure
 from swapgate.data.lease import Progress
 from swapgate.metrics import Metrics
 from swapgate.policy import timing
@@ -120,7 +120,7 @@ class Pinger:
         metrics: Metrics,
         figures: Figures = no_figure,
     ) -> None:
-        """``figures``: how far a running load has got (swapgate/control/load_progress.py)."""
+        """``figures``: how far a running load has got (swapgate/control/swaps/load_progress.py)."""
         self.plan = plan
         self._figures = figures
         self._told = ""  # the last progress line written

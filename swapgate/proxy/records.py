@@ -9,8 +9,8 @@ import time
 
 from swapgate.activity.captures import Captures
 from swapgate.activity.log import ActivityLog
-from swapgate.control.decay import DecayWatch
-from swapgate.control.registry import Registry
+from swapgate.control.loops.decay import DecayWatch
+from swapgate.control.state.registry import Registry
 from swapgate.metrics import Metrics
 from swapgate.proxy.exchange import Capture, Exchange
 from swapgate.proxy.request import Request

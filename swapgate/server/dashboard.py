@@ -14,7 +14,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from swapgate.control.load_progress import Figure
+from swapgate.control.swaps.load_progress import Figure
 from swapgate.server.runtime import Runtime
 from swapgate.server.state_view import describe_state
 

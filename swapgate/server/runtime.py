@@ -38,18 +38,18 @@ from swapgate.config.catalog import Catalog
 from swapgate.config.loading import load_config
 from swapgate.config.paths import processes_directory, state_directory
 from swapgate.config.settings import ConfigError, ProcessCommand, Settings, secret
-from swapgate.control.decay import DecayWatch
-from swapgate.control.forecast import DayDemand, state_file
-from swapgate.control.host_cache import HostCache
-from swapgate.control.key_limits import KeyLimits
-from swapgate.control.kv import KvKeeper
-from swapgate.control.poller import Poller
-from swapgate.control.preload import Preloader
-from swapgate.control.probe import Prober
-from swapgate.control.registry import Registry
-from swapgate.control.router import Router, policy_for
-from swapgate.control.scheduler import PreloadScheduler
-from swapgate.control.swaps import SwapCoordinator, SwapTimes
+from swapgate.control.loops.decay import DecayWatch
+from swapgate.control.loops.forecast import DayDemand, state_file
+from swapgate.control.loops.poller import Poller
+from swapgate.control.loops.preload import Preloader
+from swapgate.control.loops.probe import Prober
+from swapgate.control.loops.scheduler import PreloadScheduler
+from swapgate.control.memory.host_cache import HostCache
+from swapgate.control.memory.kv import KvKeeper
+from swapgate.control.routing.key_limits import KeyLimits
+from swapgate.control.routing.router import Router, policy_for
+from swapgate.control.state.registry import Registry
+from swapgate.control.swaps.coordinator import SwapCoordinator, SwapTimes
 from swapgate.data.warm import WarmState
 from swapgate.drivers import Driver, ProcessDriver, make_driver
 from swapgate.drivers.ledger import Ledger
@@ -119,7 +119,7 @@ class Runtime:
         # Each engine's TTFT against its baseline, its memory slope, the probes (docs/operations.md)
         self.decay = DecayWatch(settings.diagnosis, clock)
         self.metrics.watch_decay(self.engine_rows, STATES)
-        # Conversations saved across swaps on kv_keep instances (control/kv/), their slot
+        # Conversations saved across swaps on kv_keep instances (control/memory/kv/), their slot
         # books shared among replicas (cluster/kv_slots.py)
         shared_slots = SharedSlots(self.cluster) if self.cluster else None
         self.kv = KvKeeper(self._control, self.metrics, shared=shared_slots)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from swapgate.control.slots import NO_COUNT_LIMIT
-from swapgate.control.swaps import SwapCoordinator
+from swapgate.control.state.slots import NO_COUNT_LIMIT
+from swapgate.control.swaps.coordinator import SwapCoordinator
 from swapgate.data.snapshot import InstanceView, ModelView, Snapshot
 from swapgate.data.warm import WarmState
 from swapgate.server.runtime import Runtime
@@ -87,7 +87,7 @@ def _describe_instance(inst: InstanceView, runtime: Runtime, wall: _WallClock) -
         "serves": sorted(inst.serves),
         "swapping": inst.swapping,
         "backoff_until": wall.iso(inst.backoff_until) if inst.backoff_until > wall.now else None,
-        # kv_keep: the conversations saved for it, {count, bytes} (control/kv.py)
+        # kv_keep: the conversations saved for it, {count, bytes} (control/memory/kv.py)
         "kv_saved": runtime.kv.describe(inst.name),
         "models": {
             name: _describe_model(view, wall, runtime, inst.name, name)

@@ -16,7 +16,7 @@ from pathlib import Path
 # own function: the simulator and the admin commands start in 0.25 s of CPU, not 0.4 s.
 from swapgate import __version__
 from swapgate.config.settings import ConfigError, Settings, secret
-from swapgate.control.decay import SLOPE_POINTS
+from swapgate.control.loops.decay import SLOPE_POINTS
 from swapgate.proxy.auth import in_scope, scope
 from swapgate.tools.activity_cli import add_activity_command
 from swapgate.tools.admin_cli import add_commands as add_admin_commands

@@ -313,7 +313,7 @@ def _simulators(
 def _gateway(config: Mapping[str, Any]) -> Iterator[str]:
     """A gateway serving ``config`` and nothing of the operator's environment: no ``SWAPGATE_*``
     override, no Redis of a live cluster, a state directory of its own (what it learns of the
-    replayed traffic must not reach the live gateway's, swapgate/control/forecast.py)."""
+    replayed traffic must not reach the live gateway's, swapgate/control/loops/forecast.py)."""
     with (
         tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="swapgate-replay-") as handle,
         tempfile.TemporaryDirectory(prefix="swapgate-replay-state-") as state,

@@ -13,8 +13,8 @@ import pytest
 import redis
 
 from bench.redis import redis_server
-from swapgate.control.forecast import FILE, SLOT, SLOTS, WEEKENDS
-from swapgate.control.forecast import kind as kind_of
+from swapgate.control.loops.forecast import FILE, SLOT, SLOTS, WEEKENDS
+from swapgate.control.loops.forecast import kind as kind_of
 from tests.e2e.processes import gateway, instance, simulator, wait_for
 
 pytestmark = pytest.mark.e2e

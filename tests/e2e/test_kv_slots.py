@@ -18,7 +18,7 @@ from bench.redis import redis_server
 from swapgate.cluster.kv_slots import SharedSlots
 from swapgate.cluster.store import Cluster
 from swapgate.config.loading import parse_config
-from swapgate.control.kv import Claim, KvKeeper
+from swapgate.control.memory.kv import Claim, KvKeeper
 from swapgate.metrics import Metrics
 
 pytestmark = pytest.mark.e2e

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from swapgate.control import pages
+from swapgate.control.memory import pages
 from testbed.engines import LlamaServerEngine, ensure_llama_server
 from tests.e2e.processes import free_port, gateway
 

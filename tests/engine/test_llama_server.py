@@ -163,9 +163,10 @@ def test_a_load_and_an_unload_made_on_the_router_by_hand_show_within_a_second(ro
 
 
 def test_autoload_false_keeps_a_post_from_loading_its_bodys_model(routed) -> None:
-    """What swapgate adds to every request it proxies to a router (tests/unit/control/test_router.py
-    shows it added): the router, which reads the model of a POST from its body, then refuses
-    to load it instead of evicting by its own LRU."""
+    """What swapgate adds to every request it proxies to a router
+    (tests/unit/control/routing/test_router.py shows it added): the router, which reads the
+    model of a POST from its body, then refuses to load it instead of evicting by its own
+    LRU."""
     router, gw = routed
     assert ask(gw.url, "gemma-b", stream=False).strip()
     refused = httpx.post(

@@ -15,11 +15,11 @@ import pytest
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import parse_config
 from swapgate.config.settings import Settings
-from swapgate.control import changes
-from swapgate.control.preload import Preloader
-from swapgate.control.registry import Registry
-from swapgate.control.router import Router, policy_for
-from swapgate.control.swaps import SwapCoordinator, SwapTimes
+from swapgate.control.loops.preload import Preloader
+from swapgate.control.routing.router import Router, policy_for
+from swapgate.control.state import changes
+from swapgate.control.state.registry import Registry
+from swapgate.control.swaps.coordinator import SwapCoordinator, SwapTimes
 from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.drivers.base import Driver
 from swapgate.errors import DriverError

@@ -19,13 +19,23 @@ def _written_order() -> list[str]:
     return ["tools", *re.findall(r"`(\w+)`", line.group(1))]
 
 
-def _imports(path: Path) -> set[str]:
+def _written_rooms() -> list[str]:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    line = re.search(r"in this\s+order \((`loops` → .*?)\)", text, re.S)
+    assert line, "docs/architecture.md no longer writes the control rooms' order"
+    return re.findall(r"`(\w+)`", line.group(1))
+
+
+def _imports(path: Path, depth: int = 1) -> set[str]:
+    """The parts of ``swapgate`` that ``path`` imports, ``depth`` names down (1: the folders;
+    2: below ``control``, its rooms)."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
-        found.update(n.split(".")[1] for n in names if n.startswith("swapgate."))
+        parts = [n.split(".") for n in names if n.startswith("swapgate.")]
+        found.update(".".join(p[1 : depth + 1]) for p in parts if len(p) > depth)
     return found
 
 
@@ -59,3 +69,32 @@ def test_only_the_tools_start_the_simulator_or_the_testbed() -> None:
             assert "sim" not in _imports(path), path
         if home != "tools":
             assert "testbed" not in path.read_text(), path
+
+
+def test_the_control_rooms_import_down_their_written_order() -> None:
+    rooms = _written_rooms()
+    control = PACKAGE / "control"
+    against = []
+    for path in control.rglob("*.py"):
+        parts = path.relative_to(control).parts
+        if len(parts) == 1:
+            continue  # control/__init__.py
+        home = parts[0]
+        assert home in rooms, f"control/{home}/ is not in docs/architecture.md's order"
+        for other in _imports(path, depth=2):
+            folder, _, room = other.partition(".")
+            if folder != "control" or room in ("", home):
+                continue
+            if room not in rooms or rooms.index(room) < rooms.index(home):
+                against.append(f"{path.relative_to(ROOT)} imports swapgate.{other}")
+    assert against == []
+
+
+def test_no_folder_holds_more_than_twelve_modules() -> None:
+    crowded = {}
+    for folder in [PACKAGE, *PACKAGE.rglob("*")]:
+        if folder.is_dir() and folder.name != "__pycache__":
+            modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
+            if len(modules) > 12:
+                crowded[str(folder.relative_to(ROOT))] = len(modules)
+    assert crowded == {}

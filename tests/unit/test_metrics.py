@@ -7,7 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import parse_config
-from swapgate.control.registry import Registry
+from swapgate.control.state.registry import Registry
 from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.metrics import SWAP_BUCKETS, Metrics
 

@@ -10,8 +10,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from swapgate.config.settings import ConfigError, Duration
-from swapgate.control.preload import PreloadResult
-from swapgate.control.scheduler import describe_result
+from swapgate.control.loops.preload import PreloadResult
+from swapgate.control.loops.scheduler import describe_result
 from swapgate.data.warm import WarmState
 from swapgate.errors import BadRequest, Conflict, DriverError, PathNotFound, SwapgateError
 from swapgate.server.routes.activity import activity_routes

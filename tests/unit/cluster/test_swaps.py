@@ -18,10 +18,10 @@ from swapgate.cluster.store import Holder, Listener
 from swapgate.cluster.swaps import OperatorShares, SharedSwaps
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import parse_config
-from swapgate.control.peer_load import REPLICA_TTL
-from swapgate.control.registry import Registry
-from swapgate.control.scheduler import PreloadScheduler
-from swapgate.control.swaps import SwapTimes
+from swapgate.control.loops.scheduler import PreloadScheduler
+from swapgate.control.state.peer_load import REPLICA_TTL
+from swapgate.control.state.registry import Registry
+from swapgate.control.swaps.coordinator import SwapTimes
 from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.metrics import Metrics
 from swapgate.policy.placement import Policy

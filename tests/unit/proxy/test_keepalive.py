@@ -10,8 +10,8 @@ import pytest
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import parse_config
 from swapgate.config.settings import KeepaliveConfig, KeyConfig
-from swapgate.control.load_progress import Figure
-from swapgate.control.registry import Registry
+from swapgate.control.state.registry import Registry
+from swapgate.control.swaps.load_progress import Figure
 from swapgate.data.lease import Progress
 from swapgate.errors import SwapFailed
 from swapgate.metrics import Metrics

@@ -1,0 +1,2 @@
+"""Memory outside the engines: weights kept in the page cache (host cache, pages) and
+conversations' KV saved across swaps."""

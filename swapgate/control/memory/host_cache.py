@@ -1,0 +1,183 @@
+"""The ``cached`` tier (docs/host-cache.md): the weights of the models likeliest to load next,
+kept in the host's page cache ahead of their swap, so that the swap reads RAM, not disk.
+
+Every ``host_cache.interval`` it measures what of each
+model's weight files is resident (``mincore``), chooses what to keep (swapgate/policy/keep.py:
+queued models first, then the next preloads, then by demand, within ``budget``), lets go of
+files it brought in that are no longer chosen (never a loaded model's, never a file it did not
+bring in), and reads in what is chosen and not resident, sequentially, at most ``read_rate``,
+pausing whenever a swap runs (a load reads the same disk). Without a budget it only measures:
+``/admin/state`` and the swaps' ``weights`` tier still say what is resident.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Literal
+
+from swapgate.config.settings import HostCacheConfig
+from swapgate.config.sizes import WeightFiles, weight_files
+from swapgate.control.memory import pages
+from swapgate.control.state.registry import Registry
+from swapgate.data.snapshot import AWAKE, Snapshot
+from swapgate.metrics import Metrics
+from swapgate.policy.keep import keep, wanted
+
+log = logging.getLogger("swapgate.host_cache")
+Tier = Literal["cached", "cold", "unknown"]
+CACHED = 0.9  # of its weights resident: a swap of it reads RAM
+OURS = 0.05  # a file less resident than this when it was read in was brought in by swapgate
+SOON = 3600.0  # preloads due within this many seconds count
+DEMAND_HORIZON = 600.0  # a model's chance of a request within this many seconds ranks the rest
+
+
+def _nothing_upcoming() -> list[tuple[float, str]]:
+    return []
+
+
+class HostCache:
+    def __init__(
+        self,
+        config: HostCacheConfig,
+        weights: dict[str, WeightFiles],
+        registry: Registry,
+        metrics: Metrics,
+        upcoming: Callable[[], list[tuple[float, str]]] = _nothing_upcoming,
+    ) -> None:
+        """``weights``: each model's weight files or folders (``Catalog.weights``);
+        ``upcoming``: the next preloads as (wall-clock time, model)."""
+        self._config = config
+        self._paths = dict(weights)
+        self._registry = registry
+        self._metrics = metrics
+        self.upcoming = upcoming
+        self._files: dict[str, list[Path]] = {}
+        self._size: dict[Path, int] = {}
+        self._resident: dict[Path, int] = {}
+        self.ours: set[Path] = set()  # files it brought in and holds
+        self.kept: list[str] = []  # the models it chose last, most wanted first
+
+    def reconfigure(self, config: HostCacheConfig, weights: dict[str, WeightFiles]) -> None:
+        self._config, self._paths = config, dict(weights)
+
+    # -- what clients of it read ---------------------------------------------------------------
+
+    def tier(self, model: str) -> Tier:
+        """Where a swap of ``model`` would read its weights from now."""
+        files = self._files.get(model)
+        if not files:
+            return "unknown"
+        size = sum(self._size.get(f, 0) for f in files)
+        resident = sum(self._resident.get(f, 0) for f in files)
+        return "cached" if size and resident >= CACHED * size else "cold"
+
+    def describe(self, model: str) -> dict[str, int] | None:
+        """``{"bytes", "resident_bytes"}`` of ``model``'s weights, if they are known."""
+        files = self._files.get(model)
+        if not files:
+            return None
+        return {
+            "bytes": sum(self._size.get(f, 0) for f in files),
+            "resident_bytes": sum(self._resident.get(f, 0) for f in files),
+        }
+
+    @property
+    def held(self) -> int:
+        """Bytes of the files it brought in that are resident now."""
+        return sum(self._resident.get(f, 0) for f in self.ours)
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.step()
+            except OSError as exc:  # a file gone or unreadable: said, and looked at again
+                log.warning("host cache: %s", exc)
+            await asyncio.sleep(self._config.interval)
+
+    async def step(self) -> None:
+        """Measure, choose, let go, read in: once."""
+        await asyncio.to_thread(self._measure)
+        budget = self._config.budget
+        if budget is not None:
+            chosen = self.choose(budget)
+            self._let_go(chosen)
+            await self._read_in(chosen)
+        self._export()
+
+    def choose(self, budget: int) -> list[str]:
+        """The models whose weights to keep now, most wanted first (policy/keep.py)."""
+        snap = self._registry.snapshot()
+        loaded = _loaded(snap)
+        now = time.time()
+        upcoming = [(at, m) for at, m in self.upcoming() if now <= at <= now + SOON]
+        chances = {
+            model: arrivals.chance_within(snap.now, DEMAND_HORIZON)
+            for model, arrivals in snap.arrivals.items()
+        }
+        order = wanted(self._registry.queues.oldest(), upcoming, chances, loaded)
+        sizes = {m: sum(self._size.get(f, 0) for f in self._files.get(m, ())) for m in order}
+        self.kept = keep([m for m in order if sizes.get(m)], sizes, budget)
+        return self.kept
+
+    def _measure(self) -> None:
+        files = {model: weight_files(paths) for model, paths in self._paths.items()}
+        every = {f for found in files.values() for f in found}
+        size, resident = {}, {}
+        for path in every:
+            try:
+                size[path] = path.stat().st_size
+            except OSError:
+                continue
+            resident[path] = pages.resident(path) or 0
+        self._files, self._size, self._resident = files, size, resident
+
+    def _let_go(self, chosen: Iterable[str]) -> None:
+        """Drop the files it brought in that no chosen or loaded model needs."""
+        loaded = _loaded(self._registry.snapshot())
+        needed = {f for m in [*chosen, *loaded] for f in self._files.get(m, ())}
+        for path in sorted(self.ours - needed):
+            pages.let_go(path)
+            self.ours.discard(path)
+            self._resident[path] = pages.resident(path) or 0
+            log.info("host cache: let go of %s", path.name)
+
+    async def _read_in(self, chosen: Iterable[str]) -> None:
+        for model in chosen:
+            for path in self._files.get(model, ()):
+                size = self._size.get(path, 0)
+                before = self._resident.get(path, 0)
+                if before >= CACHED * size:
+                    continue
+                if not self._quiet():
+                    return  # a load reads the disk now: the next step goes on
+                started = time.monotonic()
+                read = await asyncio.to_thread(
+                    pages.bring_in, path, self._config.read_rate, self._quiet
+                )
+                if before < OURS * size:
+                    self.ours.add(path)
+                self._resident[path] = pages.resident(path) or 0
+                log.info("host cache: read %s for %s (%.0f MiB in %.1fs)", path.name, model,
+                         read / 2**20, time.monotonic() - started)  # fmt: skip
+
+    def _quiet(self) -> bool:
+        """No swap runs anywhere now (also asked from the reading thread between chunks)."""
+        return not self._registry.swapping_anywhere()
+
+    def _export(self) -> None:
+        for model in self._files:
+            described = self.describe(model)
+            if described is not None:
+                self._metrics.weights_resident.labels(model).set(described["resident_bytes"])
+        self._metrics.host_cache_bytes.set(self.held)
+
+
+def _loaded(snap: Snapshot) -> set[str]:
+    """The models warm or loading anywhere: their weights are their engines'."""
+    return {m for i in snap.instances for m, v in i.models.items() if v.state in AWAKE}

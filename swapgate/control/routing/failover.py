@@ -1,0 +1,99 @@
+"""One request's tries (docs/architecture.md, "Failover"): the instance the router leased, then
+where swapgate/policy/retry.py says a failure before any byte reached the client goes next:
+another instance that has the model warm, the model's relay if its fallback policy allows
+``error``, the same instance once more, or swapgate's queue. Nothing is tried again once bytes
+went out.
+
+``Attempts`` holds the one lease a request has at any time and gives it back exactly once, so
+the data plane never releases leases itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+from swapgate.control.routing.router import Router
+from swapgate.control.routing.waiter import Want
+from swapgate.data.lease import Lease, Progress
+from swapgate.errors import NoCapacity
+from swapgate.policy import retry
+from swapgate.policy.retry import Failure, Next, Outcome
+
+
+class Attempts:
+    def __init__(self, router: Router, model: str, want: Want | None = None) -> None:
+        self._router = router
+        self._model = model
+        self._want = want  # its pool and wait budget: another instance is of the same pool
+        self._used: set[Next] = set()  # each place is tried once (the queue: within max_wait)
+        self._limited_since: float | None = None  # when an instance first said 429 to it
+        self.lease: Lease | None = None
+        # Open for its client until ``release``, in flight while it holds a lease
+        self._ticket = router.clients.began(want.client if want else None, model)
+
+    async def first(self, progress: Progress) -> Lease:
+        self.lease = await self._router.acquire(self._model, progress, self._want)
+        self._router.clients.flying(self._ticket, True)
+        return self.lease
+
+    def after(self, failure: Failure, held: float, resendable: bool) -> Next | None:
+        """The current lease failed with ``failure`` after holding the request ``held`` s: take
+        the next place the retry rule names and this request has not used (the lease it holds
+        then is ``lease``), or None, and the failure is the answer (the failed lease stays
+        held). ``Next.WAIT`` is not taken here: the caller lets the answer go, then awaits
+        ``wait_for_room``."""
+        failed = self.lease
+        assert failed is not None
+        outcome = Outcome(failure, held, resendable, failed.kind == "relay")
+        for place in retry.after(outcome):
+            if place is Next.WAIT:
+                return place
+            taken = self._take(place, failed) if place not in self._used else None
+            if taken is not None:
+                self._used.add(place)
+                if taken is not failed:
+                    self._router.release(failed)
+                self.lease = taken
+                return place
+        return None
+
+    def _take(self, place: Next, failed: Lease) -> Lease | None:
+        match place:
+            case Next.OTHER:
+                return self._router.acquire_warm(self._model, besides=failed.name, want=self._want)
+            case Next.RELAY:
+                return self._router.relay(self._model, "error")
+            case _:  # the same instance once more; its wait is counted already
+                return replace(failed, waited=0.0)
+
+    async def wait_for_room(self, progress: Progress, pause: float) -> Lease:
+        """The current lease's instance refused it for its own concurrency limit (a 429):
+        give it back and wait in swapgate's queue for a slot there or another warm copy,
+        within the model's ``max_wait`` from the first refusal; ``pause``: the instance's
+        ``Retry-After``, waited when nothing else of swapgate's is in flight there."""
+        limited = self.lease
+        assert limited is not None
+        clock = self._router.clock
+        since = self._limited_since = self._limited_since or clock()
+        max_wait = self._router.max_wait(self._model)
+        self.lease = None
+        self._router.clients.flying(self._ticket, False)
+        if not self._router.limited(limited):
+            await asyncio.sleep(pause)
+        if clock() - since > max_wait:
+            raise NoCapacity(
+                f"{limited.name} kept refusing {self._model!r} for its concurrency limit for "
+                f"{max_wait:g}s (max_wait); retry later",
+                retry_after=max(1, round(pause)),
+            )
+        self.lease = await self._router.acquire(self._model, progress, self._want)
+        self._router.clients.flying(self._ticket, True)
+        return self.lease
+
+    def release(self) -> None:
+        """Give the lease back (once), and close the request for its client."""
+        if self.lease is not None:
+            self._router.release(self.lease)
+            self.lease = None
+        self._router.clients.ended(self._ticket)

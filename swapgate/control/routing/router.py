@@ -1,0 +1,437 @@
+"""Turning placement decisions into a lease: on a warm instance, or on the model's relay.
+
+``acquire`` places the request, starts the one swap it needs, and waits (re-placing on every
+registry change) until the model is warm, unless the model's fallback policy sends it to the
+relay first (swapgate/policy/fallback.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any, Protocol
+
+from swapgate.config.catalog import Catalog
+from swapgate.config.settings import Settings, secret
+from swapgate.control.routing.waiter import Waiter, Waiting, Want
+from swapgate.control.state.clients import Clients
+from swapgate.control.state.registry import Registry
+from swapgate.control.swaps.coordinator import Swaps
+from swapgate.data.lease import Lease, Progress, Upstream
+from swapgate.data.snapshot import Snapshot
+from swapgate.data.warm import WarmState
+from swapgate.errors import NoCapacity, PathNotFound, QueueFull
+from swapgate.metrics import Metrics
+from swapgate.policy import affinity, pools, timing
+from swapgate.policy.fallback import Reason, allows
+from swapgate.policy.placement import (
+    Decision,
+    Full,
+    Join,
+    Policy,
+    Queue,
+    Serve,
+    Swap,
+    Unavailable,
+    free_slots,
+    frees_up_at,
+    open_copies,
+    place,
+    starvation_target,
+)
+
+_WARM = frozenset({WarmState.WARM})
+_WAKING = frozenset({WarmState.LOADING, WarmState.ASLEEP})
+# Conversations whose last copy is remembered for prefix affinity, the least recent forgotten
+CONVERSATIONS_KEPT = 10_000
+# A concurrency limit an instance showed (a 429) holds this long after its last 429; then more
+# at once are tried again (a limit is the instance's setting, which may change).
+LIMIT_KEPT = 60.0
+log = logging.getLogger("swapgate.router")
+# The APIs swapgate translates to chat completions for an instance that does not speak them
+TRANSLATED = frozenset({"anthropic", "responses"})
+# How a request found its model (swapgate_placements_total), by its first decision
+_PLACEMENT = {
+    Serve: "warm",
+    Join: "swap",
+    Swap: "swap",
+    Queue: "queued",
+    Full: "queued",
+    Unavailable: "swap",
+}
+
+
+class Addresses(Protocol):
+    """Where an instance serves a model, when not at its ``url`` (a driver's ``model_url``),
+    and the query parameters its requests carry."""
+
+    proxy_query: str
+
+    def model_url(self, model: str) -> str | None: ...
+
+
+class Router:
+    def __init__(
+        self,
+        settings: Settings,
+        registry: Registry,
+        coordinator: Swaps,
+        catalog: Catalog,
+        metrics: Metrics,
+        addresses: Mapping[str, Addresses] | None = None,
+    ) -> None:
+        self._settings = settings
+        self._registry = registry
+        self.clock = registry.clock
+        self._coordinator = coordinator
+        self._catalog = catalog
+        self._metrics = metrics
+        self._addresses = addresses or {}
+        self._policy = policy_for(settings, coordinator)
+        self._kv_keep = frozenset(i.name for i in settings.instances if i.kv_keep is not None)
+        # (model, conversation) -> the copy that served it last (prefix affinity)
+        self._conversations: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._upstreams = {
+            inst.name: Upstream(
+                inst.url,
+                secret(inst.api_key_env),
+                key_env=inst.api_key_env,
+                protocols=frozenset(inst.protocols),
+                query=_proxy_query(self._addresses.get(inst.name)),
+            )
+            for inst in settings.instances
+        }
+        self._all_speak_openai = all("openai" in inst.protocols for inst in settings.instances)
+        self._relays = {
+            name: Upstream(
+                relay.url,
+                secret(relay.api_key_env),
+                True,
+                relay.timeout,
+                relay.api_key_env,
+                frozenset(relay.protocols),
+            )
+            for name, relay in settings.relays.items()
+        }
+
+    @property
+    def clients(self) -> Clients:
+        """Who sends the requests (swapgate/control/state/clients.py)."""
+        return self._registry.clients
+
+    def check_speaks(self, model: str, protocol: str, path: str) -> None:
+        """Refuse at once, before any swap, a request none of ``model``'s instances can take:
+        its API spoken natively, or chat completions to translate it to (``openai``)."""
+        if self._all_speak_openai:
+            return  # every API translates to chat: nothing to refuse, and no snapshot
+        if self._settings.model_settings(model).relay is not None:
+            return  # the relay may speak it
+        can = {protocol, "openai"} if protocol in TRANSLATED else {protocol}
+        serving = [i.name for i in self._registry.snapshot().instances if model in i.serves]
+        if not serving or any(can & self._upstreams[name].protocols for name in serving):
+            return
+        raise PathNotFound(
+            f"no instance of {model!r} speaks {path} ({', '.join(serving)} speak "
+            f"{sorted(self._upstreams[serving[0]].protocols)}); add {protocol!r} to an "
+            "instance's protocols, or send the request where it is spoken"
+        )
+
+    def want(
+        self,
+        model: str,
+        payload: dict[str, Any],
+        budget: float | None,
+        priority: int = 0,
+        conversation: str | None = None,
+        client: str | None = None,
+    ) -> Want:
+        """What a request asks for besides its model: its pool (by its prompt, docs/operations.md),
+        its own wait budget (``x-swapgate-max-wait``, capped at the model's max_wait), its
+        priority class (docs/keys.md) and the conversation it is a turn of (docs/kv-keep.md)."""
+        conf = self._settings.model_settings(model)
+        pool = None
+        if conf.pools:
+            snap = self._registry.snapshot()
+            pool = pools.choose(model, conf.pools, pools.prompt_tokens(payload), snap)
+        max_wait = conf.max_wait or self._settings.routing.max_wait
+        wait = min(budget, max_wait) if budget is not None else None
+        return Want(pool, wait, priority, conversation, client)
+
+    def chosen(self, model: str) -> str:
+        """The model a request for ``model`` goes to: ``model`` itself, or, for a selector, the
+        first of its targets that is warm, then loading or asleep (waking), then with its
+        weights in RAM (cached); the first target when none is (docs/configuration.md)."""
+        choose = self._catalog.selectors.get(model)
+        if choose is None:
+            return model
+        targets = choose.targets
+        if choose.strategy == "first" or len(targets) == 1:
+            return targets[0]
+        snap = self._registry.snapshot()
+        states = {
+            target: {i.state_of(target) for i in snap.instances if i.available(snap.now)}
+            for target in targets
+        }
+        for tier in (_WARM, _WAKING):
+            for target in targets:
+                if states[target] & tier:
+                    return target
+        cached = [t for t in targets if self._coordinator.tiers(t) == "cached"]
+        return cached[0] if cached else targets[0]
+
+    def uses_conversations(self, model: str) -> bool:
+        """Whether a request's conversation can change where it goes: ``model`` is served by a
+        ``kv_keep`` instance, or by two or more instances among which prefix affinity chooses.
+        Else its identity is not worth computing (docs/kv-keep.md)."""
+        serving = self._registry.instances_of(model)
+        if self._kv_keep.intersection(serving):
+            return True
+        return bool(self._settings.routing.affinity_slack) and len(serving) > 1
+
+    def snapshot(self, want: Want | None = None) -> Snapshot:
+        """The registry's snapshot, of the request's pool's instances only."""
+        snap = self._registry.snapshot()
+        if want is None or want.pool is None:
+            return snap
+        only = want.pool.instances
+        return replace(snap, instances=tuple(i for i in snap.instances if i.name in only))
+
+    async def acquire(
+        self, model: str, progress: Progress | None = None, want: Want | None = None
+    ) -> Lease:
+        """Wait until ``model`` is warm somewhere (starting at most one swap), then lease it;
+        or lease its relay when the fallback policy says so."""
+        started = self.clock()
+        progress = progress or Progress()
+        want = want or Want()
+        self._registry.queues.arrived(model)
+        decision = self.place(model, want, started)
+        if isinstance(decision, Serve):
+            progress.instance, progress.state = decision.instance, "waiting"
+            self._placed(model, "warm", 0.0)
+            lease = self.lease(decision.instance, model, None, want.priority)
+        else:
+            lease = await self._wait(model, progress, want, decision, started)
+            placement = "relay" if lease.kind == "relay" else _PLACEMENT[type(decision)]
+            self._placed(model, placement, lease.waited)
+            progress.placement = "full" if isinstance(decision, Full) else placement
+            if placement == "swap" and lease.kind == "instance":
+                progress.swap_id = self._coordinator.last_swap(lease.name, model)
+        self._remember(model, want, lease)
+        return lease
+
+    def _placed(self, model: str, placement: str, waited: float) -> None:
+        self._metrics.placements.labels(model, placement).inc()
+        self._metrics.placement_wait.labels(model, placement).observe(waited)
+
+    async def _wait(
+        self, model: str, progress: Progress, want: Want, decision: Decision, started: float
+    ) -> Lease:
+        """A request its model is not warm for: wait, relay, or refuse, as the rules say."""
+        if want.budget is not None and not isinstance(decision, Unavailable):
+            expected = self.expected_wait(model, decision)
+            if expected > want.budget:
+                return self._over_budget(model, decision, expected, want.budget, started)
+        with self._registry.queues.queued(model, started, want.priority, want.slots) as depth:
+            if depth > self._settings.routing.queue_limit:
+                relayed = self.relay(model, "queue_full", started)
+                if relayed:
+                    return relayed
+                raise QueueFull(
+                    f"{depth - 1} requests already wait for {model!r}; retry later",
+                    retry_after=self.retry_after(model),
+                )
+            conf = self._settings.model_settings(model)
+            max_wait = want.budget if want.budget is not None else self._max_wait(model)
+            waiter = Waiter(
+                self, self._registry, self._coordinator, self._metrics,
+                Waiting(model, started, max_wait, self._policy.patience(model),
+                        conf.fallback_policy, want),
+                progress, decision,
+            )  # fmt: skip
+            try:
+                lease = await self._registry.changes.until(waiter.step, waiter.deadline)
+            finally:
+                waiter.release()
+        return lease or self.relay(model, "error", started) or self._timed_out(model, waiter)
+
+    def acquire_warm(self, model: str, besides: str, want: Want | None = None) -> Lease | None:
+        """Lease another instance (of the request's pool) that has ``model`` warm right now."""
+        snap = self.snapshot(want)
+        others = replace(snap, instances=tuple(i for i in snap.instances if i.name != besides))
+        decision = place(model, others, self._policy)
+        if not isinstance(decision, Serve):
+            return None
+        return self.lease(decision.instance, model, None, want.priority if want else 0)
+
+    def relay(self, model: str, reason: Reason, started: float | None = None) -> Lease | None:
+        """Lease the model's relay if its fallback policy allows ``reason``."""
+        conf = self._settings.model_settings(model)
+        if conf.relay is None or not allows(conf.fallback_policy, reason):
+            return None
+        self._metrics.fallbacks.labels(model, conf.relay, reason).inc()
+        waited = self.clock() - started if started is not None else 0.0
+        upstream_model = conf.relay_model or model
+        return Lease("relay", conf.relay, model, upstream_model, self._relays[conf.relay], waited)
+
+    def relay_upstream(self, name: str) -> Upstream:
+        """Where the relay ``name`` is, with its key: for the decay probe
+        (control/loops/probe.py)."""
+        return self._relays[name]
+
+    def release(self, lease: Lease) -> None:
+        if lease.kind == "instance":
+            self._registry.traffic.end_request(lease.name, lease.model, lease.priority)
+
+    def limited(self, lease: Lease) -> bool:
+        """The instance of ``lease`` refused it for its own concurrency limit (llama-swap's
+        ``concurrencyLimit``: a 429): backpressure, not an answer. The registry learns the
+        limit (what else is in flight there), the lease goes back, and the request places
+        again: into swapgate's queue (``Full``) until one of those ends, or to another warm
+        copy. Returns whether any of them is in flight there (else none will end to free one:
+        the caller waits the instance's ``Retry-After``)."""
+        self._metrics.upstream_errors.labels(lease.name, "concurrency_limit").inc()
+        others = self._registry.traffic.limited(lease.name, lease.model, LIMIT_KEPT)
+        self.release(lease)
+        return others > 0
+
+    def max_wait(self, model: str) -> float:
+        """How long a request for ``model`` may wait (its own ``max_wait``, else the routing's)."""
+        return self._max_wait(model)
+
+    def place(self, model: str, want: Want, since: float) -> Decision:
+        """Where a request for ``model`` that arrived at ``since`` would go now, among the
+        instances of its pool. A free slot of a model with ``max_concurrency`` goes to the
+        queued requests first, by class, then arrival: it waits its turn (``Full``)."""
+        snap = self.snapshot(want)
+        decision = place(model, snap, self._policy, want.priority)
+        affine = want.conversation is not None and self._settings.routing.affinity_slack > 0
+        if isinstance(decision, Serve) and affine:
+            decision = self._affine(model, want.conversation, snap, decision)
+        if isinstance(decision, Serve):
+            free = free_slots(model, snap, self._policy)
+            waitlist = self._registry.queues
+            if free is not None and waitlist.ahead(model, want.priority, since, want.slots) >= free:
+                return Full(decision.instance)
+        return decision
+
+    def _affine(self, model: str, key: str | None, snap: Snapshot, decision: Serve) -> Serve:
+        """Prefix affinity: the warm copy that served this conversation last, whose engine
+        holds its prompt's KV cache, unless it is busier than ``routing.affinity_slack``
+        allows (swapgate/policy/affinity.py)."""
+        copies = open_copies(model, snap, self._policy)
+        if key is None or len(copies) < 2:
+            return decision
+        slack = self._settings.routing.affinity_slack
+        target, result = affinity.choose(
+            self._conversations.get((model, key)), copies, decision.instance, slack
+        )
+        self._metrics.affinity.labels(result).inc()
+        return Serve(target)
+
+    def _remember(self, model: str, want: Want, lease: Lease) -> None:
+        """Where this conversation was served: the copy its next turn goes back to."""
+        if want.conversation is None or lease.kind != "instance":
+            return
+        key = (model, want.conversation)
+        self._conversations[key] = lease.name
+        self._conversations.move_to_end(key)
+        if len(self._conversations) > CONVERSATIONS_KEPT:
+            self._conversations.popitem(last=False)
+
+    def reserve_room(self, model: str, until: float, outranks: int | None = None) -> str | None:
+        """The starvation rule: stop new requests to the cheapest busy victims so they drain;
+        returns the instance it made room on, if any. With ``outranks``, a request's class:
+        only victims that lower classes alone use (swapgate/policy/placement.py)."""
+        snap = self._registry.snapshot()
+        target = starvation_target(model, snap, self._policy, outranks)
+        if target is None or not target.victims:
+            return None
+        why = "waits too long" if outranks is None else f"outranks them (class {outranks})"
+        log.info("%s %s: closing %s on %s", model, why, target.victims, target.instance)
+        self._registry.swap_marks.reserve(target.instance, target.victims, until, model)
+        return target.instance
+
+    def expected_wait(self, model: str, decision: Decision) -> float:
+        """Seconds until ``model`` would be warm on the decision's instance."""
+        if isinstance(decision, Serve | Full | Unavailable):
+            return 0.0
+        snap = self._registry.snapshot()
+        instance = snap.instance(decision.instance)
+        if isinstance(decision, Join):
+            return max(0.0, instance.swap_done_by - snap.now)
+        eta = self._coordinator.eta(decision.instance, model)
+        if isinstance(decision, Queue):
+            eta += max(0.0, frees_up_at(instance, snap.now, self._policy, snap.unheld) - snap.now)
+        return eta
+
+    def _over_budget(
+        self, model: str, decision: Decision, expected: float, budget: float, started: float
+    ) -> Lease:
+        """A request that will not wait as long as ``model`` needs: its relay, if the model's
+        fallback relays slow requests, else 503 at once (the swap it needs still starts)."""
+        if isinstance(decision, Swap):
+            self._coordinator.start(decision.instance, model, decision.victims)
+        relayed = self.relay(model, "slow", started)
+        if relayed:
+            return relayed
+        raise NoCapacity(
+            f"{model!r} needs about {expected:.0f}s and the request's x-swapgate-max-wait is"
+            f" {budget:g}s; retry later, or without the header to wait",
+            retry_after=max(1, math.ceil(expected)),
+        )
+
+    def _timed_out(self, model: str, waiter: Waiter) -> Lease:
+        raise NoCapacity(
+            f"{model!r} did not become warm within max_wait ({waiter.max_wait:g}s); retry later",
+            retry_after=self.retry_after(model),
+        )
+
+    def _max_wait(self, model: str) -> float:
+        return self._settings.model_settings(model).max_wait or self._settings.routing.max_wait
+
+    def lease(self, instance: str, model: str, started: float | None, priority: int = 0) -> Lease:
+        """Lease ``instance``; ``started`` is when the request began waiting, None if it did not."""
+        self._registry.traffic.begin_request(instance, model, priority)
+        upstream_model = self._catalog.upstream_name(instance, model)
+        waited = self.clock() - started if started is not None else 0.0
+        upstream = self._upstreams[instance]
+        address = self._addresses.get(instance)
+        url = address.model_url(upstream_model) if address else None
+        if url is not None:  # a process instance: the model's own server
+            upstream = replace(upstream, url=url)
+        pulse = self._registry.pulse(instance)
+        return Lease("instance", instance, model, upstream_model, upstream, waited, pulse, priority)
+
+    def retry_after(self, model: str) -> int:
+        return max(1, math.ceil(self._coordinator.quickest(model)))
+
+
+def _proxy_query(address: Addresses | None) -> str:
+    return address.proxy_query if address is not None else ""
+
+
+def policy_for(settings: Settings, coordinator: Swaps) -> Policy:
+    routing = settings.routing
+    return Policy(
+        routing.min_residency,
+        routing.eviction,
+        coordinator.eta,
+        routing.demand_horizon,
+        patience=lambda model: starvation_point(settings, coordinator.quickest, model),
+        wake=coordinator.wake_eta,
+        slots=lambda model: settings.model_settings(model).max_concurrency,
+    )
+
+
+def starvation_point(settings: Settings, quickest: Callable[[str], float], model: str) -> float:
+    """How long a request for ``model`` may wait for room before the starvation rule closes a
+    busy model for it: ``max_passover``; else ``starvation_after`` of its ``max_wait``; else its
+    quickest expected swap, capped at a quarter of ``max_wait`` (swapgate/policy/timing.py)."""
+    if settings.routing.max_passover is not None:
+        return settings.routing.max_passover
+    max_wait = settings.model_settings(model).max_wait or settings.routing.max_wait
+    return timing.starvation_point(settings.routing.starvation_after, max_wait, quickest(model))

@@ -1,0 +1,147 @@
+"""One request waiting for its model, placed again at every registry change until it is served,
+relayed, refused or out of time; the router's ``acquire`` runs it through ``Changes.until``
+(docs/architecture.md, the request path)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from swapgate.config.settings import FallbackPolicy
+from swapgate.control.state.registry import Registry
+from swapgate.control.swaps.coordinator import Swaps
+from swapgate.data.lease import Lease, Progress
+from swapgate.errors import NoCapacity, SwapFailed
+from swapgate.metrics import Metrics
+from swapgate.policy import pools
+from swapgate.policy.fallback import Reason, relay_reason
+from swapgate.policy.placement import Decision, Full, Join, Queue, Serve, Swap, Unavailable
+
+_STATES = {Serve: "waiting", Join: "loading", Swap: "loading", Queue: "queued", Full: "queued"}
+
+
+@dataclass(frozen=True, slots=True)
+class Want:
+    """A request's own routing: the pool it may use (None: every instance), how long it
+    may wait (None: the model's max_wait), its priority class (docs/keys.md) and the
+    conversation it belongs to (docs/kv-keep.md) and who sent it."""
+
+    pool: pools.Pool | None = None
+    budget: float | None = None
+    priority: int = 0
+    conversation: str | None = None
+    client: str | None = None  # its client key's name (swapgate/control/state/clients.py)
+
+    @property
+    def slots(self) -> tuple[str, ...]:
+        """The instances whose slots it may take, sorted; () for any."""
+        return tuple(sorted(self.pool.instances)) if self.pool is not None else ()
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """What one wait is for: ``model``, since ``started`` (monotonic), at most ``max_wait``
+    seconds; after ``patience`` seconds the starvation rule may make room for it; ``fallback``
+    says when it goes to the relay instead."""
+
+    model: str
+    started: float
+    max_wait: float
+    patience: float
+    fallback: FallbackPolicy
+    want: Want
+
+
+class Routing(Protocol):
+    """What a waiter asks of the router (swapgate/control/routing/router.py)."""
+
+    def place(self, model: str, want: Want, since: float) -> Decision: ...
+    def lease(
+        self, instance: str, model: str, started: float | None, priority: int = 0
+    ) -> Lease: ...
+
+    def expected_wait(self, model: str, decision: Decision) -> float: ...
+    def relay(self, model: str, reason: Reason, started: float | None = None) -> Lease | None: ...
+    def retry_after(self, model: str) -> int: ...
+    def reserve_room(self, model: str, until: float, outranks: int | None = None) -> str | None: ...
+
+
+class Waiter:
+    """One request waiting for its model, placed again at every change (``step``). It holds
+    a count on the instance whose swap it awaits, so the model is not evicted before its
+    waiters are served (A A A B B, not A B A B), and maybe the room the starvation rule made
+    for it; ``release`` gives both back, however the wait ended."""
+
+    def __init__(
+        self,
+        router: Routing,
+        registry: Registry,
+        swaps: Swaps,
+        metrics: Metrics,
+        wait: Waiting,
+        progress: Progress,
+        first: Decision,
+    ) -> None:
+        self._router, self._registry, self._swaps, self._metrics = router, registry, swaps, metrics
+        self._wait = wait
+        self._progress = progress
+        self._first: Decision | None = first  # placed before it queued: used as it was
+        self.max_wait = wait.max_wait
+        self.deadline = wait.started + wait.max_wait
+        self._starving_at = wait.started + wait.patience
+        # Where this request waits for a swap of its model, or (``for_slot``) for a free slot
+        self._swap_on: str | None = None
+        self._for_slot = False
+        self._room_on: str | None = None  # where the starvation rule made room for it
+        self._started_swap = False  # whether a swap it waits for was started by it
+
+    def step(self) -> Lease | None:
+        router, model, started = self._router, self._wait.model, self._wait.started
+        want = self._wait.want
+        decision = self._first
+        if decision is None or isinstance(decision, Queue):  # queued now: placed again
+            decision = router.place(model, want, started)
+        self._first = None
+        held = decision.instance if isinstance(decision, Join | Swap | Full) else None
+        self._await_swap_on(held, isinstance(decision, Full))
+        if isinstance(decision, Serve):
+            self._progress.instance, self._progress.state = decision.instance, "waiting"
+            if not self._started_swap:  # another request's swap served it too
+                self._metrics.swaps_avoided.labels(model).inc()
+            return router.lease(decision.instance, model, started, want.priority)
+        if isinstance(decision, Swap):  # also when relaying: later requests find it warm
+            began = self._swaps.start(decision.instance, model, decision.victims)
+            self._started_swap = self._started_swap or began
+        expected = router.expected_wait(model, decision)
+        reason = relay_reason(self._wait.fallback, decision, expected, self.max_wait)
+        relayed = router.relay(model, reason, started) if reason else None
+        if relayed:
+            return relayed
+        if isinstance(decision, Unavailable):
+            error = SwapFailed if decision.backing_off else NoCapacity
+            raise error(f"{decision.reason}; retry later", retry_after=router.retry_after(model))
+        self._progress.instance = decision.instance
+        self._progress.state = _STATES[type(decision)]
+        if self._progress.state == "loading" and self._swaps.waking(decision.instance):
+            self._progress.state = "waking"
+        if isinstance(decision, Queue) and self._room_on is None:
+            if self._registry.clock() >= self._starving_at:
+                self._room_on = router.reserve_room(model, self.deadline)
+            else:  # what only lower classes use makes room for it at once
+                self._room_on = router.reserve_room(model, self.deadline, want.priority)
+        return None
+
+    def _await_swap_on(self, instance: str | None, for_slot: bool = False) -> None:
+        if (self._swap_on, self._for_slot) == (instance, for_slot):
+            return
+        model = self._wait.model
+        if self._swap_on is not None:
+            self._registry.traffic.wait_on(self._swap_on, model, -1, for_slot=self._for_slot)
+        if instance is not None:
+            self._registry.traffic.wait_on(instance, model, +1, for_slot=for_slot)
+        self._swap_on, self._for_slot = instance, for_slot
+
+    def release(self) -> None:
+        self._await_swap_on(None)
+        if self._room_on is not None:  # served, relayed, timed out or gone: room not needed
+            self._registry.swap_marks.unreserve(self._room_on, self._wait.model)

@@ -1,0 +1,180 @@
+"""Client keys (docs/keys.md): who a key is, what it may use, its class, and its limits."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from swapgate.config.loading import load_config, parse_config
+from swapgate.config.settings import ConfigError, KeyConfig
+from swapgate.control.routing.key_limits import KeyLimits
+from swapgate.errors import BadRequest, ModelNotAllowed, RateLimited, Unauthorized
+from swapgate.proxy.auth import ClientAuth
+from tests.unit.fakes import FakeClock
+
+INSTANCES = [{"name": "gpu", "url": "http://127.0.0.1:9"}]
+
+
+def digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def bearer(key: str) -> list[tuple[bytes, bytes]]:
+    return [(b"authorization", f"Bearer {key}".encode())]
+
+
+def key(name: str, secret: str, **fields: object) -> KeyConfig:
+    return KeyConfig.model_validate({"name": name, "sha256": digest(secret), **fields})
+
+
+def test_a_key_is_known_by_its_hash_and_a_plain_key_is_unscoped() -> None:
+    auth = ClientAuth(["plain-one"], [key("chat-ui", "s3cret", models=["qwen-*"])])
+    caller = auth.check(bearer("s3cret"))
+    assert caller.name == "chat-ui"
+    plain = auth.check([(b"x-api-key", b"plain-one")])
+    assert (plain.name, plain.key) == ("SWAPGATE_API_KEYS", None)
+    assert auth.allows(plain, "llama-70b")
+    for wrong in (bearer("s3cre"), bearer("other"), []):
+        with pytest.raises(Unauthorized):
+            auth.check(wrong)
+
+
+def test_no_keys_configured_lets_anyone_in() -> None:
+    auth = ClientAuth([])
+    assert not auth.on
+    assert auth.check([]).name is None
+
+
+def test_a_scope_of_globs_refuses_other_models_the_same_way_whether_or_not_they_exist() -> None:
+    auth = ClientAuth([], [key("team", "k", models=["qwen-*", "llama-chat"])])
+    caller = auth.check(bearer("k"))
+    assert auth.allows(caller, "qwen-7b")
+    assert auth.allows(caller, "llama-chat")
+    assert not auth.allows(caller, "llama-70b")
+    assert not auth.allows(caller, "qwen")
+    messages = []
+    for model in ("llama-70b", "no-such-model"):
+        with pytest.raises(ModelNotAllowed) as refused:
+            auth.check_model(caller, model)
+        assert refused.value.status == 403
+        assert refused.value.code == "model_not_allowed"
+        messages.append(refused.value.message.replace(model, "MODEL"))
+    assert messages[0] == messages[1]
+    assert "qwen-*, llama-chat" in messages[0]
+    auth.check_model(caller, "chat", "qwen-7b")  # an alias of a model in scope
+
+
+def test_an_expired_key_is_refused_from_the_day_after_its_date() -> None:
+    clock = FakeClock(1_782_777_600.0)  # 2026-06-30 00:00 UTC
+    auth = ClientAuth([], [key("old", "k", expires="2026-06-30")], clock=clock)
+    assert auth.check(bearer("k")).name == "old"
+    clock.advance(86_399)
+    assert auth.check(bearer("k")).name == "old"
+    clock.advance(1)
+    with pytest.raises(Unauthorized, match="'old' expired on 2026-06-30"):
+        auth.check(bearer("k"))
+
+
+def test_a_request_may_lower_its_class_and_raise_it_only_where_its_key_allows() -> None:
+    auth = ClientAuth(
+        [], [key("batch", "b", priority="batch"), key("ops", "o", priority_header=True)]
+    )
+    batch, ops = auth.check(bearer("b")), auth.check(bearer("o"))
+
+    def asked(value: str) -> list[tuple[bytes, bytes]]:
+        return [(b"x-swapgate-priority", value.encode())]
+
+    assert auth.priority(batch, []) == -10
+    assert auth.priority(batch, asked("interactive")) == -10, "not raised past its key"
+    assert auth.priority(batch, asked("-50")) == -50, "lowered"
+    assert auth.priority(ops, asked("interactive")) == 10
+    assert auth.priority(ops, []) == 0
+    with pytest.raises(BadRequest, match="interactive, default, batch or an integer"):
+        auth.priority(ops, asked("urgent"))
+
+
+def test_keys_come_from_the_config_and_a_keys_file_beside_it(tmp_path: Path) -> None:
+    (tmp_path / "keys.yaml").write_text(
+        f"keys:\n  - name: nightly\n    sha256: {digest('n').upper()}\n    priority: batch\n"
+    )
+    (tmp_path / "config.yaml").write_text(
+        "instances: [{name: gpu, url: 'http://127.0.0.1:9'}]\n"
+        f"auth: {{keys_file: keys.yaml, keys: [{{name: chat, sha256: '{digest('c')}'}}]}}\n"
+    )
+    settings = load_config(tmp_path / "config.yaml")
+    assert [(k.name, k.priority) for k in settings.auth.keys] == [("chat", 0), ("nightly", -10)]
+    assert settings.auth.keys[1].sha256 == digest("n"), "kept in lower case"
+    (tmp_path / "keys.yaml").write_text(f"- name: chat\n  sha256: {digest('c')}\n  rpm: 0\n")
+    with pytest.raises(ConfigError) as bad:
+        load_config(tmp_path / "config.yaml")
+    problems = "\n".join(bad.value.problems)
+    assert "rpm: Input should be greater than or equal to 1" in problems
+    (tmp_path / "keys.yaml").write_text(f"- name: chat\n  sha256: {digest('c')}\n")
+    with pytest.raises(ConfigError, match="duplicate key name 'chat'"):
+        load_config(tmp_path / "config.yaml")
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        ({"name": "k", "sha256": "abc"}, "auth.keys[0].sha256"),
+        ({"name": "k", "sha256": digest("k"), "priority": "urgent"}, "not a priority"),
+        ({"name": "k", "sha256": digest("k"), "models": []}, "auth.keys[0].models"),
+        ({"name": "k", "sha256": digest("k"), "secret": "k"}, "unknown key"),
+    ],
+)
+def test_a_bad_key_entry_says_where_and_what(entry: dict[str, object], problem: str) -> None:
+    with pytest.raises(ConfigError) as bad:
+        parse_config({"instances": INSTANCES, "auth": {"keys": [entry]}})
+    assert problem in "\n".join(bad.value.problems)
+
+
+def test_a_missing_keys_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"auth.keys_file: .*cannot read the file"):
+        parse_config({"instances": INSTANCES, "auth": {"keys_file": "none.yaml"}}, tmp_path)
+
+
+def test_requests_per_minute_are_counted_over_a_sliding_minute() -> None:
+    clock = FakeClock()
+    limits = KeyLimits(clock)
+    limited = key("k", "k", rpm=3)
+
+    async def run() -> None:
+        for _ in range(3):
+            await limits.release(await limits.admit(limited))
+            clock.advance(10)
+        with pytest.raises(RateLimited) as refused:
+            await limits.admit(limited)
+        assert refused.value.status == 429
+        assert refused.value.code == "rate_limited"
+        assert "'k'" in refused.value.message
+        assert "3 requests per minute" in refused.value.message
+        assert refused.value.retry_after == 30, "the first of the three leaves the minute then"
+        clock.advance(30)
+        await limits.admit(limited)
+        assert limits.describe()["k"] == {"in_flight": 1, "last_minute": 3}
+
+    asyncio.run(run())
+
+
+def test_concurrent_requests_are_capped_and_a_slot_comes_back_when_one_ends() -> None:
+    limits = KeyLimits(FakeClock())
+    limited = key("pair", "p", concurrency=2)
+
+    async def run() -> None:
+        first, _ = await limits.admit(limited), await limits.admit(limited)
+        with pytest.raises(RateLimited, match="'pair' is at its limit of 2 requests at once"):
+            await limits.admit(limited)
+        await limits.admit(key("other", "o", concurrency=2))  # another key is not affected
+        await limits.release(first)
+        await limits.admit(limited)
+
+    asyncio.run(run())
+
+
+def test_expiry_accepts_a_date() -> None:
+    assert key("k", "k", expires=date(2027, 6, 30)).expires == date(2027, 6, 30)
