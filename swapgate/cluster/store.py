@@ -152,7 +152,7 @@ class Cluster:
             await self.release(instance)
         await stop(*self._tasks, self._resyncing)
         with contextlib.suppress(RedisError, OSError):
-            await self._redis.delete(self._replica_key(self.replica))
+            await self._redis.delete(_replica_key(self.replica))
         await self._redis.aclose()
 
     # -- swaps ---------------------------------------------------------------------------------
@@ -263,9 +263,7 @@ class Cluster:
             inflight = self._listener.in_flight() if self._listener else {}
             beat = {"replica": self.replica, "at": time.time(), "inflight": inflight}
             await self.call(
-                self._redis.set(
-                    self._replica_key(self.replica), json.dumps(beat), px=_ms(REPLICA_TTL)
-                )
+                self._redis.set(_replica_key(self.replica), json.dumps(beat), px=_ms(REPLICA_TTL))
             )
             await self.publish(Beat(inflight))
             await self.leads()
@@ -327,9 +325,9 @@ class Cluster:
         self.up = self._synced = False
         self._up_gauge.set(0)
 
-    @staticmethod
-    def _replica_key(replica: str) -> str:
-        return f"{PREFIX}replica:{replica}"
+
+def _replica_key(replica: str) -> str:
+    return f"{PREFIX}replica:{replica}"
 
 
 def url_problem(env_name: str, url: str | None) -> str | None:

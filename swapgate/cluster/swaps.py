@@ -1,10 +1,10 @@
 """A replica among others (docs/deploy.md): its swaps claimed cluster-wide, the others' applied
 here.
 
-``SharedSwaps`` is the swap coordinator of a replica with a Redis: before a swap runs it claims
-the instance and the model (swapgate/cluster/store.py); if another replica holds either, this
-replica's waiters join that swap instead (its mark moves to where the other swap runs) and the
-other replica's events say how it ends. What each replica tells the others:
+``SharedClaims`` is what the swap coordinator of a replica with a Redis asks: before a swap runs
+it claims the instance and the model (swapgate/cluster/store.py); if another replica holds
+either, this replica's waiters join that swap instead (its mark moves to where the other swap
+runs) and the other replica's events say how it ends. What each replica tells the others:
 
     swap   a swap it runs began       -> the model is loading there for everyone
     done   it ended (ok, seconds)     -> warm (or cold, in backoff); its time feeds every ETA
@@ -23,8 +23,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from swapgate.cluster.messages import (
     Beat,
@@ -37,13 +37,8 @@ from swapgate.cluster.messages import (
     SwapStarted,
 )
 from swapgate.cluster.store import Holder, Listener
-from swapgate.config.catalog import Catalog
-from swapgate.config.settings import EvictionMode
 from swapgate.control.state.registry import Registry
-from swapgate.control.swaps.coordinator import SwapCoordinator, SwapTimes
-from swapgate.drivers import Driver
-from swapgate.metrics import Metrics
-from swapgate.policy.backoff import WINDOW
+from swapgate.control.swaps.times import SwapTimes
 from swapgate.tasks import TaskSet, stop
 
 log = logging.getLogger("swapgate.cluster")
@@ -65,28 +60,22 @@ class Replicas(Protocol):
     async def leads(self) -> bool: ...
 
 
-class SharedSwaps(SwapCoordinator):
+class SharedClaims:
+    """The ``Claims`` of a replica among others (swapgate/control/swaps/claims.py), and the
+    listener that applies the others' events here. Made before the coordinator, which is
+    given it."""
+
     abandons = False  # the requests other replicas hand to a swap here are not counted here
 
     def __init__(
-        self,
-        registry: Registry,
-        drivers: Mapping[str, Driver],
-        catalog: Catalog,
-        times: SwapTimes,
-        metrics: Metrics,
-        swap_timeout: float,
-        cluster: Replicas,
-        shares: OperatorShares,
-        *,
-        eviction: EvictionMode = "lru",
-        backoff_window: float = WINDOW,
+        self, registry: Registry, times: SwapTimes, cluster: Replicas, shares: OperatorShares
     ) -> None:
         """``shares``: the same that tells ``registry``'s pins and drains to the others."""
-        parts = (registry, drivers, catalog, times, metrics, swap_timeout)
-        super().__init__(*parts, eviction=eviction, backoff_window=backoff_window)
+        self._registry = registry
+        self.times = times
         self.cluster = cluster
         self._shares = shares
+        self._own: set[str] = set()  # instances where a swap of this replica's runs
         self._marks: dict[str, str] = {}  # instance -> model another replica is swapping there
         self._tasks = TaskSet()  # events on their way to Redis
         self._recheck: asyncio.Task[None] | None = None
@@ -97,28 +86,28 @@ class SharedSwaps(SwapCoordinator):
 
     async def aclose(self) -> None:
         await stop(self._recheck)
-        await super().aclose()
         await self._tasks.finish()
         await self._shares.finish()
         await self.cluster.aclose()
 
     # -- this replica's swaps ------------------------------------------------------------------
 
-    async def _claim(self, instance: str, model: str) -> bool:
+    async def claim(self, instance: str, model: str) -> bool:
         holder = await self.cluster.claim(instance, model)
         if holder is None:
+            self._own.add(instance)
             eta = self.times.eta(instance, model)
             await self.cluster.publish(SwapStarted(instance, model, eta))
             return True
         log.info("%s on %s: replica %s swaps %s on %s; its waiters here join that swap",
                  model, instance, holder.replica, holder.model, holder.instance)  # fmt: skip
-        self._registry.swap_marks.end_swap(
-            instance, model, ok=False
-        )  # this mark goes, without backoff
+        # This mark goes, without backoff
+        self._registry.swap_marks.end_swap(instance, model, ok=False)
         self._mark(holder.instance, holder.model, own=instance)
         return False
 
-    async def _released(self, instance: str, model: str) -> None:
+    async def released(self, instance: str, model: str) -> None:
+        self._own.discard(instance)
         view = self._registry.snapshot().instance(instance)
         slot = view.models.get(model)
         ok = slot is not None and slot.state == "warm"
@@ -128,13 +117,12 @@ class SharedSwaps(SwapCoordinator):
         await self.cluster.publish(SwapDone(instance, model, ok, seconds, backoff))
         await self.cluster.release(instance)
 
-    async def _may_trim(self) -> bool:
+    async def may_trim(self) -> bool:
         """One replica trims an instance over capacity: the one that runs scheduled preloads."""
         return await self.cluster.leads()
 
-    def _evicted(self, instance: str, model: str) -> None:
-        super()._evicted(instance, model)
-        self._spawn(self.cluster.publish(Evicted(instance, model)))
+    def evicted(self, instance: str, model: str) -> None:
+        self._tasks.spawn(self.cluster.publish(Evicted(instance, model)))
 
     # -- the others' -------------------------------------------------------------------------
 
@@ -161,11 +149,10 @@ class SharedSwaps(SwapCoordinator):
     def _mark(self, instance: str, model: str, eta: float | None = None, own: str = "") -> None:
         """Another replica swaps ``model`` on ``instance``: waiters here join it. ``own``:
         the instance whose swap here is handing over (its task is ending)."""
-        if (self.busy(instance) and instance != own) or self._registry.swapping(instance):
+        if (instance in self._own and instance != own) or self._registry.swapping(instance):
             return  # its own swap there, or this one is known already
-        self._registry.swap_marks.begin_swap(
-            instance, model, eta if eta is not None else self.eta(instance, model)
-        )
+        expected = eta if eta is not None else self.times.eta(instance, model)
+        self._registry.swap_marks.begin_swap(instance, model, expected)
         self._marks[instance] = model
 
     def _done(self, done: SwapDone) -> None:
@@ -222,9 +209,6 @@ class SharedSwaps(SwapCoordinator):
     def in_flight(self) -> dict[str, dict[str, int]]:
         return self._registry.in_flight()
 
-    def _spawn(self, work: Coroutine[Any, Any, object]) -> None:
-        self._tasks.spawn(work)
-
 
 class OperatorShares:
     """Tells the other replicas of the pins and drains an operator set on this one
@@ -243,23 +227,23 @@ class OperatorShares:
         """An operator pinned ``model`` here until ``until`` (monotonic; 0: unpinned)."""
         wall = _wall(until, self._clock) if until else 0.0
         field, stored = f"{instance}\t{model}", str(wall) if wall else None
-        self._tasks.spawn(self._tell("pins", field, stored, Pinned(instance, model, wall)))
+        self._tasks.spawn(self._tell_others("pins", field, stored, Pinned(instance, model, wall)))
 
     def drained(self, instance: str, on: bool) -> None:
         """An operator drained ``instance`` here (or undrained it)."""
         self._tasks.spawn(
-            self._tell("drains", instance, "1" if on else None, Drained(instance, on))
+            self._tell_others("drains", instance, "1" if on else None, Drained(instance, on))
         )
 
     async def retell(self) -> None:
         """Tell again what Redis did not take."""
         for (key, field), (value, event) in list(self._untold.items()):
-            await self._tell(key, field, value, event)
+            await self._tell_others(key, field, value, event)
 
     async def finish(self) -> None:
         await self._tasks.finish()
 
-    async def _tell(self, key: str, field: str, value: str | None, event: Event) -> None:
+    async def _tell_others(self, key: str, field: str, value: str | None, event: Event) -> None:
         """Store an operator's pin or drain and tell the others; what Redis did not take is
         kept (the latest per pin or drain) and told again once it answers."""
         stored = await self._cluster.share(key, field, value)

@@ -61,5 +61,6 @@ def after(outcome: Outcome) -> tuple[Next, ...]:
         case Failure.REFUSAL:
             return (Next.OTHER, Next.RELAY, Next.SAME)
         case Failure.CLOSED | Failure.BODILESS if outcome.held < MAY_HAVE_RUN:
-            return (Next.SAME,)  # a kept-alive connection closed under it: the engine is there
+            # A kept-alive connection closed under it: the engine is there, and never ran it
+            return (Next.SAME, Next.OTHER, Next.RELAY)
     return ()

@@ -131,7 +131,7 @@ class ProxyEndpoint:
             request = await read_request(receive, headers, endpoint, self._max_body)
             requested, stream = request.model, request.stream
             ex.stream = stream
-            named = self._known(caller, requested)
+            named = self._resolve_model(caller, requested)
             ex.model = self._router.chosen(named)
             if requested != ex.model:
                 request.rename(ex.model)
@@ -155,11 +155,11 @@ class ProxyEndpoint:
             work = self._forward(scope, ex, request, writer, plan)
             await until_disconnect(request.after_body(receive), work)
         except SwapgateError as exc:
-            await self._tell(ex, writer, exc)
+            await self._report_failure(ex, writer, exc)
         except ConnectionAbortedError:
             # nginx's "client closed request"; 408 if the connection layer timed the client out.
             # A client that hangs up once its whole answer went out lost nothing: it stays 200.
-            if not writer.whole:
+            if not writer.answered_in_full:
                 writer.status = 408 if TIMED_OUT in (scope.get("extensions") or {}) else 499
         except Exception as exc:  # a bug of ours: an OpenAI-shaped answer (docs/operations.md)
             log.error("internal error on %s (request %s): %r", ex.endpoint.path, ex.request_id, exc)
@@ -167,14 +167,14 @@ class ProxyEndpoint:
             internal = InternalError(
                 f"swapgate failed on this request ({ex.request_id}); it is logged, retry later"
             )
-            await self._tell(ex, writer, internal)
+            await self._report_failure(ex, writer, internal)
         except asyncio.CancelledError:
             # The server is shutting down and shutdown_grace has run out (docs/architecture.md): the
             # client is told so, in-band if the status went out; never a silent cut, nor
             # the ASGI server's plain-text 500.
             shutting = ShuttingDown("swapgate is shutting down; retry the request")
             with contextlib.suppress(Exception):
-                await self._tell(ex, writer, shutting)
+                await self._report_failure(ex, writer, shutting)
             raise
         finally:
             if ex.admission is not None:
@@ -185,13 +185,13 @@ class ProxyEndpoint:
         """The conversation this request is a turn of, where that can change where it goes
         (docs/kv-keep.md); a large prompt's is read off the event loop."""
         shape = ex.endpoint.label
-        if shape not in conversation.SHAPES or not self._router.uses_conversations(ex.model):
+        if shape not in conversation.SHAPES or not self._router.conversations.matter(ex.model):
             return None
         if len(request.body) < OFF_LOOP_BYTES:
             return conversation.identity(shape, ex.model, request.payload)
         return await asyncio.to_thread(conversation.identity, shape, ex.model, request.payload)
 
-    def _known(self, caller: Caller, requested: str) -> str:
+    def _resolve_model(self, caller: Caller, requested: str) -> str:
         """The model ``requested`` names, if the caller's key may use it (checked first, so
         that the answer is the same whether or not it exists), and it exists."""
         auth, catalog = self._auth, self._catalog
@@ -250,7 +250,7 @@ class ProxyEndpoint:
                 response.close()
         finally:
             attempts.release()
-            await self._unslot(ex)
+            await self._free_slot(ex)
 
     async def _open(
         self,
@@ -267,7 +267,7 @@ class ProxyEndpoint:
         while True:
             ex.route, ex.waited = lease.route, ex.waited + lease.waited
             progress.route = lease.route  # early headers from now on name it
-            lease = attempts.lease = await self._slotted(lease, ex)
+            lease = attempts.lease = await self._claim_slot(lease, ex)
             try:
                 response = await self._send(scope, ex, request, lease)
             except UpstreamError as exc:
@@ -332,14 +332,14 @@ class ProxyEndpoint:
         elif not response.ok:
             detail = await response.excerpt()
             error = UpstreamError(f"{ex.route} answered {response.status}: {detail}")
-            await self._tell(ex, writer, error)
+            await self._report_failure(ex, writer, error)
             return
         await self._relay_body(response, writer, ex, lease, pinging)
 
-    async def _slotted(self, lease: Lease, ex: Exchange) -> Lease:
+    async def _claim_slot(self, lease: Lease, ex: Exchange) -> Lease:
         """On a ``kv_keep`` instance, the slot this turn of its conversation goes to, its
         saved KV restored there first (swapgate/control/memory/kv/keeper.py)."""
-        await self._unslot(ex)  # a slot of the attempt before
+        await self._free_slot(ex)  # a slot of the attempt before
         key = ex.want.conversation if ex.want is not None else None
         kv = self._kv
         if kv is None or key is None or lease.kind != "instance" or not kv.keeps(lease.name):
@@ -350,7 +350,7 @@ class ProxyEndpoint:
         ex.claim = await kv.prepare(lease.name, lease.model, key, ex.key, server)
         return replace(lease, slot=ex.claim.slot if ex.claim is not None else None)
 
-    async def _unslot(self, ex: Exchange) -> None:
+    async def _free_slot(self, ex: Exchange) -> None:
         claim = ex.claim
         if claim is not None and self._kv is not None:
             ex.claim = None
@@ -445,7 +445,7 @@ class ProxyEndpoint:
             kind = "stall" if isinstance(exc, UpstreamTimeout) else "broken"
             self._metrics.upstream_errors.labels(lease.name, kind).inc()
             log.warning("%s failed mid-answer for %s: %s", lease.route, ex.request_id, exc)
-            await self._tell(ex, writer, exc)
+            await self._report_failure(ex, writer, exc)
             return
         if ex.committed_early and writer.mode == "events":
             # the header went out with the wait so far; an SSE comment, which parsers skip
@@ -470,7 +470,9 @@ class ProxyEndpoint:
             ttft = time.perf_counter() - ex.sent
             self._decay.ttft(lease.name, lease.model, since, ex.prompt_tokens, ttft)
 
-    async def _tell(self, ex: Exchange, writer: ResponseWriter, exc: SwapgateError) -> None:
+    async def _report_failure(
+        self, ex: Exchange, writer: ResponseWriter, exc: SwapgateError
+    ) -> None:
         """The one way to report a failure: the writer knows what the client got so far."""
         ex.failed = exc
         if not writer.started:

@@ -39,7 +39,7 @@ class ResponseWriter:
         return self.status != 0
 
     @property
-    def whole(self) -> bool:
+    def answered_in_full(self) -> bool:
         """Whether the client has its whole answer: a client that hangs up now lost nothing.
         An event stream is whole once its last event is out, before the upstream closes it."""
         return self.ended or self._last_event_out

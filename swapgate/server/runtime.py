@@ -20,7 +20,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from swapgate.cluster.demand import SharedDemand
 from swapgate.cluster.key_counts import SharedCounts
 from swapgate.cluster.kv_slots import SharedSlots
 from swapgate.cluster.store import Cluster
-from swapgate.cluster.swaps import OperatorShares, SharedSwaps
+from swapgate.cluster.swaps import OperatorShares, SharedClaims
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import load_config
 from swapgate.config.paths import processes_directory, state_directory
@@ -49,7 +49,8 @@ from swapgate.control.memory.kv import KvKeeper
 from swapgate.control.routing.key_limits import KeyLimits
 from swapgate.control.routing.router import Router, policy_for
 from swapgate.control.state.registry import Registry
-from swapgate.control.swaps.coordinator import SwapCoordinator, SwapTimes
+from swapgate.control.swaps.coordinator import SwapCoordinator
+from swapgate.control.swaps.times import SwapTimes
 from swapgate.data.warm import WarmState
 from swapgate.drivers import Driver, ProcessDriver, make_driver
 from swapgate.drivers.ledger import Ledger
@@ -86,8 +87,7 @@ class Runtime:
         self.metrics = Metrics()
         self._control = httpx.AsyncClient()
         self._ledger = Ledger(processes_directory())  # what process instances started
-        self.drivers: dict[str, Driver] = {}
-        self.drivers = self._drivers(settings)
+        self.drivers = self._drivers(settings, kept={})
         # Among replicas (a Redis URL in cluster.redis_url_env), the state they share
         # (swapgate/cluster/): swap locks, events, pins and drains, the demand by time of day.
         self.cluster = _cluster(settings, self.metrics)
@@ -101,15 +101,28 @@ class Runtime:
             settings.instances, catalog, clock, on_arrival=self.demand.arrived, shares=shares
         )
         self.metrics.watch(self.registry.snapshot, self.registry.queues.depths)
-        times = SwapTimes(settings.routing.expected_swap, catalog.weight_bytes())
-        parts = (self.registry, self.drivers, catalog, times, self.metrics)
-        timeout = settings.routing.swap_timeout
-        eviction, window = settings.routing.eviction, settings.routing.backoff_window
-        self.coordinator = (
-            SharedSwaps(*parts, timeout, self.cluster, shares, eviction=eviction,
-                        backoff_window=window)
+        self.scheduler: PreloadScheduler | None = None
+        # The cached tier: the next models' weights in RAM ahead of their swap (host_cache.py)
+        self.host_cache = HostCache(
+            settings.host_cache, catalog.weights, self.registry, self.metrics, self._upcoming
+        )
+        # Conversations saved across swaps on kv_keep instances (control/memory/kv/), their slot
+        # books shared among replicas (cluster/kv_slots.py)
+        shared_slots = SharedSlots(self.cluster) if self.cluster else None
+        self.kv = KvKeeper(self._control, self.metrics, shared=shared_slots)
+        self.kv.configure(settings.instances)
+        routing = settings.routing
+        times = SwapTimes(routing.expected_swap, catalog.weight_bytes(), self.host_cache.tier)
+        # What a swap asks of the other replicas (cluster/swaps.py); alone, nobody
+        self.shared = (
+            SharedClaims(self.registry, times, self.cluster, shares)
             if self.cluster and shares
-            else SwapCoordinator(*parts, timeout, eviction=eviction, backoff_window=window)
+            else None
+        )
+        self.coordinator = SwapCoordinator(
+            self.registry, self.drivers, catalog, times, self.metrics, routing.swap_timeout,
+            eviction=routing.eviction, backoff_window=routing.backoff_window,
+            claims=self.shared, keeper=self.kv,
         )  # fmt: skip
         self.metrics.watch_progress(self.coordinator.progress.ratios)
         self.upstream = UpstreamClient(settings.routing.stream_idle_timeout)
@@ -119,22 +132,10 @@ class Runtime:
         # Each engine's TTFT against its baseline, its memory slope, the probes (docs/operations.md)
         self.decay = DecayWatch(settings.diagnosis, clock)
         self.metrics.watch_decay(self.engine_rows, STATES)
-        # Conversations saved across swaps on kv_keep instances (control/memory/kv/), their slot
-        # books shared among replicas (cluster/kv_slots.py)
-        shared_slots = SharedSlots(self.cluster) if self.cluster else None
-        self.kv = KvKeeper(self._control, self.metrics, shared=shared_slots)
-        self.kv.configure(settings.instances)
-        self.coordinator.keeper = self.kv
         # Each request's row, and the bodies captures want (docs/operations.md, "Activity")
         self.activity = _activity_log(settings)
         self.captures = Captures(self.activity, settings.capture)
         self.endpoint = self._endpoint(settings)
-        self.scheduler: PreloadScheduler | None = None
-        # The cached tier: the next models' weights in RAM ahead of their swap (host_cache.py)
-        self.host_cache = HostCache(
-            settings.host_cache, catalog.weights, self.registry, self.metrics, self._upcoming
-        )
-        self.coordinator.tiers = self.host_cache.tier
         self._host_cache_task: asyncio.Task[None] | None = None
         self.started = False
         self._poll_task: asyncio.Task[None] | None = None
@@ -151,15 +152,15 @@ class Runtime:
             captures=self.captures, figures=self.coordinator.progress.figure,
         )  # fmt: skip
 
-    def _drivers(self, settings: Settings) -> dict[str, Driver]:
-        """A driver per instance. A process instance that stays keeps its driver, and so the
-        servers it runs; the others are made anew."""
+    def _drivers(self, settings: Settings, kept: Mapping[str, Driver]) -> dict[str, Driver]:
+        """A driver per instance. A process instance that stays keeps its driver (in ``kept``),
+        and so the servers it runs; the others are made anew."""
         drivers: dict[str, Driver] = {}
         for inst in settings.instances:
-            kept = self.drivers.get(inst.name)
-            if isinstance(kept, ProcessDriver) and inst.kind == "process":
-                kept.reconfigure(inst)
-                drivers[inst.name] = kept
+            own = kept.get(inst.name)
+            if isinstance(own, ProcessDriver) and inst.kind == "process":
+                own.reconfigure(inst)
+                drivers[inst.name] = own
                 continue
             watch = _ProcessWatch(self, inst.name)
             drivers[inst.name] = make_driver(inst, self._control, watch, self._ledger)
@@ -172,9 +173,9 @@ class Runtime:
 
     def _configure(self, settings: Settings, catalog: Catalog) -> Configured:
         """Build what depends on the config alone; live state stays where it is."""
-        policy = policy_for(settings, self.coordinator)
+        policy = policy_for(settings, self.coordinator.times, self.registry.names)
         router = Router(
-            settings, self.registry, self.coordinator, catalog, self.metrics, self.drivers
+            settings, self.registry, self.coordinator, catalog, self.metrics, self.drivers, policy
         )
         configured = Configured(
             settings=settings,
@@ -208,8 +209,8 @@ class Runtime:
         await asyncio.to_thread(self._ledger.sweep)  # what a killed swapgate left behind
         self.activity.start()
         await self.upstream.start()
-        if isinstance(self.coordinator, SharedSwaps):
-            await self.coordinator.connect()
+        if self.shared is not None:
+            await self.shared.connect()
         if self._shared_counts is not None:
             keys = self.configured.settings.auth.keys
             await self._shared_counts.forget([k.name for k in keys if k.concurrency])
@@ -257,7 +258,7 @@ class Runtime:
             if getattr(new.server, key) != getattr(self.configured.settings.server, key):
                 log.warning("reload: server.%s changed; it takes effect at the next start", key)
         catalog = Catalog(new)
-        drivers = self._drivers(new)
+        drivers = self._drivers(new, kept=self.drivers)
         await self._close_drivers(drivers)  # process instances gone from the config stop
         self.drivers = drivers
         self.registry.reconfigure(new.instances, catalog)
@@ -308,6 +309,8 @@ class Runtime:
         if self._shared_demand is not None:  # the last arrivals, before the cluster closes
             await self._shared_demand.sync()
         await self.coordinator.aclose()
+        if self.shared is not None:
+            await self.shared.aclose()
         await self._close_drivers({})  # every process swapgate started stops
         await self.upstream.aclose()
         await self._control.aclose()
@@ -417,15 +420,11 @@ class _ProcessWatch:
         since = runtime.registry.warm_since(instance, client)
         if since is None:
             return
-        keep = command.slope_window if command is not None else 0.0
-        runtime.decay.rss(instance, client, since, rss, keep)
-        if command is None or command.recycle_rss_slope is None:
-            return
-        slope = runtime.decay.slope(instance, client, command.slope_window)
+        slope = runtime.decay.outgrown(instance, client, since, rss, command)
         if (
             slope is not None
-            and slope >= command.recycle_rss_slope
-            and (runtime.coordinator.recycle(instance, client))
+            and command is not None
+            and runtime.coordinator.recycle(instance, client)
         ):
             log.info(
                 "%s/%s grows %d MiB/h over %.0fs, past its recycle_rss_slope: draining to "

@@ -65,8 +65,8 @@ def _describe_keys(runtime: Runtime) -> dict[str, dict[str, Any]]:
 
 def _eta(swaps: SwapCoordinator, instance: InstanceView, model: str) -> float:
     if instance.state_of(model) is WarmState.ASLEEP:
-        return swaps.wake_eta(instance.name, model)
-    return swaps.eta(instance.name, model)
+        return swaps.times.wake_eta(instance.name, model)
+    return swaps.times.eta(instance.name, model)
 
 
 def _describe_instance(inst: InstanceView, runtime: Runtime, wall: _WallClock) -> dict[str, Any]:

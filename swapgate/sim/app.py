@@ -14,19 +14,19 @@ import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from starlette.applications import Starlette
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 import swapgate.sim.apis as apis
 import swapgate.sim.completions as completions
 from swapgate.sim.backend import Backend, LoadFailed, SimConfig
+from swapgate.sim.flavours import LlamaSwapApi, OllamaApi, PlainApi
 from swapgate.sim.vllm import SleepMode
 
 T = TypeVar("T")
@@ -53,6 +53,12 @@ class ClientGone(Exception):
     pass
 
 
+class Flavour(Protocol):
+    """The endpoints a backend kind has besides the OpenAI API (flavours.py, vllm.py)."""
+
+    def routes(self) -> list[Route]: ...
+
+
 def create_sim_app(config: SimConfig) -> Starlette:
     return Starlette(routes=SimServer(config).routes())
 
@@ -72,26 +78,13 @@ class SimServer:
         for protocol in self.config.protocols:
             for path, kind in apis.PATHS[protocol].items():
                 routes.append(Route(path, self._endpoint(kind), methods=["POST"]))
-        flavour = {
-            "llama-swap": [
-                Route("/health", self.ok),
-                Route("/running", self.running),
-                Route("/upstream/{model}/health", self.upstream_health),
-                Route("/api/models/unload/{model}", self.unload_one, methods=["POST"]),
-                Route("/unload", self.unload_all),
-            ],
-            "ollama": [
-                Route("/", self.ollama_root),
-                Route("/api/version", self.ollama_version),
-                Route("/api/ps", self.ollama_ps),
-                Route("/api/tags", self.ollama_tags),
-                Route("/api/generate", self.ollama_generate, methods=["POST"]),
-            ],
-            "openai": [Route("/health", self.ok)],
+        flavours: dict[str, Callable[[Backend], Flavour]] = {
+            "llama-swap": LlamaSwapApi,
+            "ollama": OllamaApi,
+            "openai": PlainApi,
+            "vllm": SleepMode,
         }
-        if self.config.flavor == "vllm":
-            return routes + SleepMode(self.backend).routes()
-        return routes + flavour[self.config.flavor]
+        return routes + flavours[self.config.flavor](self.backend).routes()
 
     # -- /sim ----------------------------------------------------------------------------------
 
@@ -206,70 +199,6 @@ class SimServer:
             return None
         return _error_for(kind, 401, "invalid_api_key", "the simulator wants its own --api-key")
 
-    # -- llama-swap ----------------------------------------------------------------------------
-
-    async def ok(self, _: Request) -> Response:
-        return PlainTextResponse("OK")
-
-    async def running(self, _: Request) -> JSONResponse:
-        entries = [{"model": m, "state": s} for m, s in sorted(self.backend.resident.items())]
-        return JSONResponse({"running": entries})
-
-    async def upstream_health(self, request: Request) -> Response:
-        model = request.path_params["model"]
-        if model not in self.config.models:
-            return PlainTextResponse("model not found", status_code=404)
-        try:
-            await self.backend.ensure_loaded(model)
-        except LoadFailed as exc:
-            return PlainTextResponse(str(exc), status_code=502)
-        return PlainTextResponse("OK")
-
-    async def unload_one(self, request: Request) -> Response:
-        model = request.path_params["model"]
-        if model not in self.config.models:
-            return PlainTextResponse("model not found", status_code=404)
-        self.backend.unload(model)
-        return PlainTextResponse("OK")
-
-    async def unload_all(self, _: Request) -> Response:
-        for model in list(self.backend.resident):
-            self.backend.unload(model)
-        return PlainTextResponse("OK")
-
-    # -- Ollama --------------------------------------------------------------------------------
-
-    async def ollama_root(self, _: Request) -> Response:
-        return PlainTextResponse("Ollama is running")
-
-    async def ollama_version(self, _: Request) -> JSONResponse:
-        return JSONResponse({"version": "0.0.0-swapgate-sim"})
-
-    async def ollama_ps(self, _: Request) -> JSONResponse:
-        ready = [m for m, s in self.backend.resident.items() if s == "ready"]
-        return JSONResponse({"models": [_ollama_model(m) for m in ready]})
-
-    async def ollama_tags(self, _: Request) -> JSONResponse:
-        return JSONResponse({"models": [_ollama_model(m) for m in self.config.models]})
-
-    async def ollama_generate(self, request: Request) -> Response:
-        body = await request.json()
-        model = body.get("model")
-        if model not in self.config.models:
-            return JSONResponse({"error": f"model '{model}' not found"}, status_code=404)
-        if body.get("keep_alive") in (0, "0", "0s"):
-            self.backend.unload(model)
-            reason = "unload"
-        else:
-            try:
-                await self.backend.ensure_loaded(model)
-            except LoadFailed as exc:
-                return JSONResponse({"error": str(exc)}, status_code=500)
-            reason = "load"
-        now = datetime.now(UTC).isoformat()
-        answer = {"model": model, "created_at": now, "response": "", "done": True}
-        return JSONResponse({**answer, "done_reason": reason})
-
 
 async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     task = asyncio.ensure_future(work)
@@ -317,7 +246,3 @@ def _error_for(kind: str, status: int, code: str, message: str) -> JSONResponse:
 def _error(status: int, code: str, message: str) -> JSONResponse:
     error = {"message": message, "type": "invalid_request_error", "param": None, "code": code}
     return JSONResponse({"error": error}, status_code=status)
-
-
-def _ollama_model(name: str) -> dict[str, Any]:
-    return {"name": name, "model": name, "size": 1, "digest": "sim", "details": {}}

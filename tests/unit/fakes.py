@@ -19,7 +19,8 @@ from swapgate.control.loops.preload import Preloader
 from swapgate.control.routing.router import Router, policy_for
 from swapgate.control.state import changes
 from swapgate.control.state.registry import Registry
-from swapgate.control.swaps.coordinator import SwapCoordinator, SwapTimes
+from swapgate.control.swaps.coordinator import SwapCoordinator
+from swapgate.control.swaps.times import SwapTimes
 from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.drivers.base import Driver
 from swapgate.errors import DriverError
@@ -123,8 +124,7 @@ def world(
     coordinator = SwapCoordinator(
         registry, dict(drivers), catalog, times, metrics, settings.routing.swap_timeout
     )
-    router = Router(settings, registry, coordinator, catalog, metrics)
-    preloader = Preloader(
-        registry, coordinator, policy_for(settings, coordinator), settings.routing.swap_timeout
-    )
+    policy = policy_for(settings, times, registry.names)
+    router = Router(settings, registry, coordinator, catalog, metrics, policy=policy)
+    preloader = Preloader(registry, coordinator, policy, settings.routing.swap_timeout)
     return World(settings, registry, coordinator, router, preloader, drivers, metrics)

@@ -98,3 +98,17 @@ def test_no_folder_holds_more_than_twelve_modules() -> None:
             if len(modules) > 12:
                 crowded[str(folder.relative_to(ROOT))] = len(modules)
     assert crowded == {}
+
+
+def test_no_class_has_more_than_twenty_methods() -> None:
+    """A class past twenty methods does more than one job (docs/architecture.md): split it."""
+    large = {}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                methods = [
+                    b for b in node.body if isinstance(b, ast.FunctionDef | ast.AsyncFunctionDef)
+                ]
+                if len(methods) > 20:
+                    large[f"{path.relative_to(ROOT)}:{node.name}"] = len(methods)
+    assert large == {}

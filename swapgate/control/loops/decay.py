@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from swapgate.config.settings import DiagnosisConfig
+from swapgate.config.settings import DiagnosisConfig, ProcessCommand
 from swapgate.data.counts import PerSecond
 from swapgate.policy.diagnosis import Figures, State, diagnose
 
@@ -103,6 +103,17 @@ class DecayWatch:
         samples = self._of(instance, model, since).rss
         samples.append((now, rss))
         _trim(samples, now - max(keep, self.config.window), anchor=True)
+
+    def outgrown(
+        self, instance: str, model: str, since: float, rss: int, command: ProcessCommand | None
+    ) -> float | None:
+        """A process group's resident size, measured: its slope in bytes per hour when that is
+        at or past its command's ``recycle_rss_slope`` (restart it), else None."""
+        self.rss(instance, model, since, rss, command.slope_window if command else 0.0)
+        if command is None or command.recycle_rss_slope is None:
+            return None
+        slope = self.slope(instance, model, command.slope_window)
+        return slope if slope is not None and slope >= command.recycle_rss_slope else None
 
     def probe(self, target: str, seconds: float) -> None:
         now = self._clock()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from swapgate.control.state.registry import Registry
-from swapgate.control.swaps.coordinator import Swaps
+from swapgate.control.swaps.coordinator import SwapCoordinator
 from swapgate.data.snapshot import Snapshot
 from swapgate.data.warm import WarmState
 from swapgate.policy.placement import Policy, Swap, Unavailable, place
@@ -36,7 +36,7 @@ class _Outcome:
 
 class Preloader:
     def __init__(
-        self, registry: Registry, coordinator: Swaps, policy: Policy, timeout: float
+        self, registry: Registry, coordinator: SwapCoordinator, policy: Policy, timeout: float
     ) -> None:
         self._registry = registry
         self._clock = registry.clock
@@ -88,7 +88,7 @@ class Preloader:
 
     def expected_swap(self, model: str) -> float:
         """The quickest expected swap of ``model`` onto any instance."""
-        return self._coordinator.quickest(model)
+        return self._coordinator.times.quickest(model, self._registry.names())
 
     @staticmethod
     def _warm_on(model: str, snap: Snapshot, instance: str | None) -> list[str]:

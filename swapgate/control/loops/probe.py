@@ -62,7 +62,7 @@ class Prober:
 
     async def round(self, relay: str) -> None:
         """Probe each warm model whose relay is ``relay`` and, at the same moment, the relay."""
-        upstream = self._router.relay_upstream(relay)
+        upstream = self._router.relays.upstream(relay)
         for model, conf in self._settings.models.items():
             if conf.relay != relay:
                 continue

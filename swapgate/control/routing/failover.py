@@ -79,7 +79,7 @@ class Attempts:
         max_wait = self._router.max_wait(self._model)
         self.lease = None
         self._router.clients.flying(self._ticket, False)
-        if not self._router.limited(limited):
+        if not self._router.refused_for_limit(limited):
             await asyncio.sleep(pause)
         if clock() - since > max_wait:
             raise NoCapacity(

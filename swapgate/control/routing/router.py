@@ -9,24 +9,26 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
 from swapgate.config.catalog import Catalog
 from swapgate.config.settings import Settings, secret
+from swapgate.control.routing.conversations import Conversations
+from swapgate.control.routing.relays import Relays
 from swapgate.control.routing.waiter import Waiter, Waiting, Want
 from swapgate.control.state.clients import Clients
 from swapgate.control.state.registry import Registry
-from swapgate.control.swaps.coordinator import Swaps
+from swapgate.control.swaps.coordinator import SwapCoordinator
+from swapgate.control.swaps.times import SwapTimes
 from swapgate.data.lease import Lease, Progress, Upstream
 from swapgate.data.snapshot import Snapshot
 from swapgate.data.warm import WarmState
 from swapgate.errors import NoCapacity, PathNotFound, QueueFull
 from swapgate.metrics import Metrics
-from swapgate.policy import affinity, pools, timing
-from swapgate.policy.fallback import Reason, allows
+from swapgate.policy import pools, timing
+from swapgate.policy.fallback import Reason
 from swapgate.policy.placement import (
     Decision,
     Full,
@@ -38,7 +40,6 @@ from swapgate.policy.placement import (
     Unavailable,
     free_slots,
     frees_up_at,
-    open_copies,
     place,
     starvation_target,
 )
@@ -46,7 +47,6 @@ from swapgate.policy.placement import (
 _WARM = frozenset({WarmState.WARM})
 _WAKING = frozenset({WarmState.LOADING, WarmState.ASLEEP})
 # Conversations whose last copy is remembered for prefix affinity, the least recent forgotten
-CONVERSATIONS_KEPT = 10_000
 # A concurrency limit an instance showed (a 429) holds this long after its last 429; then more
 # at once are tried again (a limit is the instance's setting, which may change).
 LIMIT_KEPT = 60.0
@@ -78,11 +78,14 @@ class Router:
         self,
         settings: Settings,
         registry: Registry,
-        coordinator: Swaps,
+        coordinator: SwapCoordinator,
         catalog: Catalog,
         metrics: Metrics,
         addresses: Mapping[str, Addresses] | None = None,
+        policy: Policy | None = None,
     ) -> None:
+        """``policy``: placement's, as the runtime built it for the preloader and poller too
+        (else built here from ``settings``)."""
         self._settings = settings
         self._registry = registry
         self.clock = registry.clock
@@ -90,10 +93,9 @@ class Router:
         self._catalog = catalog
         self._metrics = metrics
         self._addresses = addresses or {}
-        self._policy = policy_for(settings, coordinator)
-        self._kv_keep = frozenset(i.name for i in settings.instances if i.kv_keep is not None)
-        # (model, conversation) -> the copy that served it last (prefix affinity)
-        self._conversations: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._policy = policy or policy_for(settings, coordinator.times, registry.names)
+        # Where each conversation was served last (prefix affinity, kv_keep)
+        self.conversations = Conversations(settings, registry, self._policy, metrics)
         self._upstreams = {
             inst.name: Upstream(
                 inst.url,
@@ -105,17 +107,7 @@ class Router:
             for inst in settings.instances
         }
         self._all_speak_openai = all("openai" in inst.protocols for inst in settings.instances)
-        self._relays = {
-            name: Upstream(
-                relay.url,
-                secret(relay.api_key_env),
-                True,
-                relay.timeout,
-                relay.api_key_env,
-                frozenset(relay.protocols),
-            )
-            for name, relay in settings.relays.items()
-        }
+        self.relays = Relays(settings, self.clock, metrics)
 
     @property
     def clients(self) -> Clients:
@@ -179,17 +171,8 @@ class Router:
             for target in targets:
                 if states[target] & tier:
                     return target
-        cached = [t for t in targets if self._coordinator.tiers(t) == "cached"]
+        cached = [t for t in targets if self._coordinator.times.tiers(t) == "cached"]
         return cached[0] if cached else targets[0]
-
-    def uses_conversations(self, model: str) -> bool:
-        """Whether a request's conversation can change where it goes: ``model`` is served by a
-        ``kv_keep`` instance, or by two or more instances among which prefix affinity chooses.
-        Else its identity is not worth computing (docs/kv-keep.md)."""
-        serving = self._registry.instances_of(model)
-        if self._kv_keep.intersection(serving):
-            return True
-        return bool(self._settings.routing.affinity_slack) and len(serving) > 1
 
     def snapshot(self, want: Want | None = None) -> Snapshot:
         """The registry's snapshot, of the request's pool's instances only."""
@@ -220,7 +203,7 @@ class Router:
             progress.placement = "full" if isinstance(decision, Full) else placement
             if placement == "swap" and lease.kind == "instance":
                 progress.swap_id = self._coordinator.last_swap(lease.name, model)
-        self._remember(model, want, lease)
+        self.conversations.remember(model, want.conversation, lease)
         return lease
 
     def _placed(self, model: str, placement: str, waited: float) -> None:
@@ -245,7 +228,7 @@ class Router:
                     retry_after=self.retry_after(model),
                 )
             conf = self._settings.model_settings(model)
-            max_wait = want.budget if want.budget is not None else self._max_wait(model)
+            max_wait = want.budget if want.budget is not None else self.max_wait(model)
             waiter = Waiter(
                 self, self._registry, self._coordinator, self._metrics,
                 Waiting(model, started, max_wait, self._policy.patience(model),
@@ -256,7 +239,13 @@ class Router:
                 lease = await self._registry.changes.until(waiter.step, waiter.deadline)
             finally:
                 waiter.release()
-        return lease or self.relay(model, "error", started) or self._timed_out(model, waiter)
+        lease = lease or self.relay(model, "error", started)
+        if lease is None:
+            raise NoCapacity(
+                f"{model!r} did not become warm within max_wait ({max_wait:g}s); retry later",
+                retry_after=self.retry_after(model),
+            )
+        return lease
 
     def acquire_warm(self, model: str, besides: str, want: Want | None = None) -> Lease | None:
         """Lease another instance (of the request's pool) that has ``model`` warm right now."""
@@ -269,24 +258,13 @@ class Router:
 
     def relay(self, model: str, reason: Reason, started: float | None = None) -> Lease | None:
         """Lease the model's relay if its fallback policy allows ``reason``."""
-        conf = self._settings.model_settings(model)
-        if conf.relay is None or not allows(conf.fallback_policy, reason):
-            return None
-        self._metrics.fallbacks.labels(model, conf.relay, reason).inc()
-        waited = self.clock() - started if started is not None else 0.0
-        upstream_model = conf.relay_model or model
-        return Lease("relay", conf.relay, model, upstream_model, self._relays[conf.relay], waited)
-
-    def relay_upstream(self, name: str) -> Upstream:
-        """Where the relay ``name`` is, with its key: for the decay probe
-        (control/loops/probe.py)."""
-        return self._relays[name]
+        return self.relays.lease(model, reason, started)
 
     def release(self, lease: Lease) -> None:
         if lease.kind == "instance":
             self._registry.traffic.end_request(lease.name, lease.model, lease.priority)
 
-    def limited(self, lease: Lease) -> bool:
+    def refused_for_limit(self, lease: Lease) -> bool:
         """The instance of ``lease`` refused it for its own concurrency limit (llama-swap's
         ``concurrencyLimit``: a 429): backpressure, not an answer. The registry learns the
         limit (what else is in flight there), the lease goes back, and the request places
@@ -300,7 +278,7 @@ class Router:
 
     def max_wait(self, model: str) -> float:
         """How long a request for ``model`` may wait (its own ``max_wait``, else the routing's)."""
-        return self._max_wait(model)
+        return self._settings.model_settings(model).max_wait or self._settings.routing.max_wait
 
     def place(self, model: str, want: Want, since: float) -> Decision:
         """Where a request for ``model`` that arrived at ``since`` would go now, among the
@@ -308,39 +286,14 @@ class Router:
         queued requests first, by class, then arrival: it waits its turn (``Full``)."""
         snap = self.snapshot(want)
         decision = place(model, snap, self._policy, want.priority)
-        affine = want.conversation is not None and self._settings.routing.affinity_slack > 0
-        if isinstance(decision, Serve) and affine:
-            decision = self._affine(model, want.conversation, snap, decision)
+        if isinstance(decision, Serve) and want.conversation is not None:
+            decision = self.conversations.steer(model, want.conversation, snap, decision)
         if isinstance(decision, Serve):
             free = free_slots(model, snap, self._policy)
             waitlist = self._registry.queues
             if free is not None and waitlist.ahead(model, want.priority, since, want.slots) >= free:
                 return Full(decision.instance)
         return decision
-
-    def _affine(self, model: str, key: str | None, snap: Snapshot, decision: Serve) -> Serve:
-        """Prefix affinity: the warm copy that served this conversation last, whose engine
-        holds its prompt's KV cache, unless it is busier than ``routing.affinity_slack``
-        allows (swapgate/policy/affinity.py)."""
-        copies = open_copies(model, snap, self._policy)
-        if key is None or len(copies) < 2:
-            return decision
-        slack = self._settings.routing.affinity_slack
-        target, result = affinity.choose(
-            self._conversations.get((model, key)), copies, decision.instance, slack
-        )
-        self._metrics.affinity.labels(result).inc()
-        return Serve(target)
-
-    def _remember(self, model: str, want: Want, lease: Lease) -> None:
-        """Where this conversation was served: the copy its next turn goes back to."""
-        if want.conversation is None or lease.kind != "instance":
-            return
-        key = (model, want.conversation)
-        self._conversations[key] = lease.name
-        self._conversations.move_to_end(key)
-        if len(self._conversations) > CONVERSATIONS_KEPT:
-            self._conversations.popitem(last=False)
 
     def reserve_room(self, model: str, until: float, outranks: int | None = None) -> str | None:
         """The starvation rule: stop new requests to the cheapest busy victims so they drain;
@@ -363,7 +316,7 @@ class Router:
         instance = snap.instance(decision.instance)
         if isinstance(decision, Join):
             return max(0.0, instance.swap_done_by - snap.now)
-        eta = self._coordinator.eta(decision.instance, model)
+        eta = self._coordinator.times.eta(decision.instance, model)
         if isinstance(decision, Queue):
             eta += max(0.0, frees_up_at(instance, snap.now, self._policy, snap.unheld) - snap.now)
         return eta
@@ -384,15 +337,6 @@ class Router:
             retry_after=max(1, math.ceil(expected)),
         )
 
-    def _timed_out(self, model: str, waiter: Waiter) -> Lease:
-        raise NoCapacity(
-            f"{model!r} did not become warm within max_wait ({waiter.max_wait:g}s); retry later",
-            retry_after=self.retry_after(model),
-        )
-
-    def _max_wait(self, model: str) -> float:
-        return self._settings.model_settings(model).max_wait or self._settings.routing.max_wait
-
     def lease(self, instance: str, model: str, started: float | None, priority: int = 0) -> Lease:
         """Lease ``instance``; ``started`` is when the request began waiting, None if it did not."""
         self._registry.traffic.begin_request(instance, model, priority)
@@ -407,22 +351,30 @@ class Router:
         return Lease("instance", instance, model, upstream_model, upstream, waited, pulse, priority)
 
     def retry_after(self, model: str) -> int:
-        return max(1, math.ceil(self._coordinator.quickest(model)))
+        quickest = self._coordinator.times.quickest(model, self._registry.names())
+        return max(1, math.ceil(quickest))
 
 
 def _proxy_query(address: Addresses | None) -> str:
     return address.proxy_query if address is not None else ""
 
 
-def policy_for(settings: Settings, coordinator: Swaps) -> Policy:
+def policy_for(
+    settings: Settings, times: SwapTimes, instances: Callable[[], Iterable[str]]
+) -> Policy:
+    """Placement's policy: the config's rules, with the swap times measured so far."""
     routing = settings.routing
+
+    def quickest(model: str) -> float:
+        return times.quickest(model, instances())
+
     return Policy(
         routing.min_residency,
         routing.eviction,
-        coordinator.eta,
+        times.eta,
         routing.demand_horizon,
-        patience=lambda model: starvation_point(settings, coordinator.quickest, model),
-        wake=coordinator.wake_eta,
+        patience=lambda model: starvation_point(settings, quickest, model),
+        wake=times.wake_eta,
         slots=lambda model: settings.model_settings(model).max_concurrency,
     )
 

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from swapgate.config.settings import FallbackPolicy
 from swapgate.control.state.registry import Registry
-from swapgate.control.swaps.coordinator import Swaps
+from swapgate.control.swaps.coordinator import SwapCoordinator
 from swapgate.data.lease import Lease, Progress
 from swapgate.errors import NoCapacity, SwapFailed
 from swapgate.metrics import Metrics
@@ -76,7 +76,7 @@ class Waiter:
         self,
         router: Routing,
         registry: Registry,
-        swaps: Swaps,
+        swaps: SwapCoordinator,
         metrics: Metrics,
         wait: Waiting,
         progress: Progress,

@@ -28,9 +28,9 @@ class SwapMarks:
         inst.generation += 1
         inst.slot(model).set_state(to, self._live.clock())
 
-    def leaving(self, name: str, models: tuple[str, ...]) -> None:
+    def close_for_eviction(self, name: str, models: tuple[str, ...]) -> None:
         """``models`` are being evicted from ``name``: no new requests for them go there (they
-        queue for the next swap) until the eviction ends (``stayed``)."""
+        queue for the next swap) until the eviction ends (``reopen_after_eviction``)."""
         if not models:
             return
         inst = self._live.instances[name]
@@ -38,7 +38,7 @@ class SwapMarks:
             inst.slot(model).closing_until = LEAVING
         self._live.changes.notify()
 
-    def stayed(self, name: str) -> None:
+    def reopen_after_eviction(self, name: str) -> None:
         """The evictions on ``name`` ended: a model still warm (its eviction failed) serves."""
         inst = self._live.instances.get(name)
         if inst is None:

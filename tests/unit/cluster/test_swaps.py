@@ -15,13 +15,14 @@ import pytest
 from swapgate.cluster import swaps as cluster_swaps
 from swapgate.cluster.messages import Event, Heard, decode, encode
 from swapgate.cluster.store import Holder, Listener
-from swapgate.cluster.swaps import OperatorShares, SharedSwaps
+from swapgate.cluster.swaps import OperatorShares, SharedClaims
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import parse_config
 from swapgate.control.loops.scheduler import PreloadScheduler
 from swapgate.control.state.peer_load import REPLICA_TTL
 from swapgate.control.state.registry import Registry
-from swapgate.control.swaps.coordinator import SwapTimes
+from swapgate.control.swaps.coordinator import SwapCoordinator
+from swapgate.control.swaps.times import SwapTimes
 from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.metrics import Metrics
 from swapgate.policy.placement import Policy
@@ -83,7 +84,24 @@ def heard(wire: dict[str, Any]) -> Heard:
     return event
 
 
-def replica(delay: float = 0.02) -> tuple[SharedSwaps, Registry, FakeReplicas, FakeDriver]:
+class Replica(SwapCoordinator):
+    """A replica's coordinator with its claims, as the runtime wires them: what it says of
+    itself, and what it hears (``apply``)."""
+
+    def __init__(self, *parts: Any, claims: SharedClaims) -> None:
+        super().__init__(*parts, claims=claims)
+        self.shared = claims
+        self.apply, self.resync = claims.apply, claims.resync
+
+    async def connect(self) -> None:
+        await self.shared.connect()
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        await self.shared.aclose()
+
+
+def replica(delay: float = 0.02) -> tuple[Replica, Registry, FakeReplicas, FakeDriver]:
     settings = parse_config({"instances": [{"name": "gpu-1", "url": "http://a"},
                                            {"name": "gpu-2", "url": "http://b"}]})  # fmt: skip
     catalog = Catalog(settings)
@@ -91,8 +109,10 @@ def replica(delay: float = 0.02) -> tuple[SharedSwaps, Registry, FakeReplicas, F
     shares = OperatorShares(fake, time.monotonic)
     registry = Registry(settings.instances, catalog, time.monotonic, shares=shares)
     driver = FakeDriver(delay)
-    swaps = SharedSwaps(registry, {"gpu-1": driver, "gpu-2": driver}, catalog,
-                        SwapTimes(30.0), Metrics(), 5.0, fake, shares)  # fmt: skip
+    times = SwapTimes(30.0)
+    claims = SharedClaims(registry, times, fake, shares)
+    drivers = {"gpu-1": driver, "gpu-2": driver}
+    swaps = Replica(registry, drivers, catalog, times, Metrics(), 5.0, claims=claims)
     return swaps, registry, fake, driver
 
 
@@ -124,7 +144,7 @@ async def test_a_swap_another_replica_holds_is_joined_not_repeated() -> None:
     swaps.apply(heard({"t": "done", "i": "gpu-1", "m": "x", "ok": True, "s": 12.0, "r": "r2"}))
     assert state(registry, "gpu-1", "x") == "warm"
     assert registry.swapping("gpu-1") is None
-    assert swaps.eta("gpu-1", "x") == 12.0, "r2's measured time feeds the ETA here"
+    assert swaps.times.eta("gpu-1", "x") == 12.0, "r2's measured time feeds the ETA here"
 
 
 async def test_a_model_loading_elsewhere_moves_the_waiters_to_that_instance() -> None:

@@ -53,7 +53,7 @@ async def test_the_router_sends_a_conversation_back_to_its_copy() -> None:
     w.warm("x", "m")
     w.warm("y", "m")
     first, later = turns("Tell me about ducks.")
-    assert w.router.uses_conversations("m"), "two copies to choose among"
+    assert w.router.conversations.matter("m"), "two copies to choose among"
     want = want_of(w, first)
     busy = await w.router.acquire("m", want=want_of(w, turns("other")[0]))
     lease = await w.router.acquire("m", want=want)  # x is busy: the least busy copy
@@ -69,7 +69,7 @@ async def test_with_slack_zero_there_is_no_affinity() -> None:
     w.warm("x", "m")
     w.warm("y", "m")
     first, later = turns("Tell me about ducks.")
-    assert not w.router.uses_conversations("m"), "no affinity: its key is not computed"
+    assert not w.router.conversations.matter("m"), "no affinity: its key is not computed"
     lease = await w.router.acquire("m", want=w.router.want("m", first, None))
     w.router.release(lease)
     again = await w.router.acquire("m", want=w.router.want("m", later, None))
@@ -79,7 +79,7 @@ async def test_with_slack_zero_there_is_no_affinity() -> None:
 
 def test_a_conversation_is_computed_only_where_it_can_change_where_a_turn_goes() -> None:
     one = world({"instances": [{"name": "x", "url": "http://x", "models": ["m"]}]})
-    assert not one.router.uses_conversations("m"), "one copy, no kv_keep: nothing to choose"
+    assert not one.router.conversations.matter("m"), "one copy, no kv_keep: nothing to choose"
     kept = world({"instances": [{"name": "x", "kind": "llama-swap", "url": "http://x",
                                  "models": ["m"], "kv_keep": {"dir": "/tmp/kv"}}]})  # fmt: skip
-    assert kept.router.uses_conversations("m"), "kv_keep assigns its slots"
+    assert kept.router.conversations.matter("m"), "kv_keep assigns its slots"

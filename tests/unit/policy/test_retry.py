@@ -21,9 +21,10 @@ OTHER, RELAY, SAME, WAIT = Next.OTHER, Next.RELAY, Next.SAME, Next.WAIT
         # The instance's own concurrency limit: backpressure in swapgate's queue
         (Outcome(Failure.LIMITED, QUICK, True), (WAIT,)),
         (Outcome(Failure.LIMITED, SLOW, True), (WAIT,)),
-        # Closed or bodiless at once: a kept-alive connection closed under it, same instance
-        (Outcome(Failure.CLOSED, QUICK, True), (SAME,)),
-        (Outcome(Failure.BODILESS, QUICK, True), (SAME,)),
+        # Closed or bodiless at once: a kept-alive connection closed under it, the engine never
+        # ran it: the same instance, else elsewhere
+        (Outcome(Failure.CLOSED, QUICK, True), (SAME, OTHER, RELAY)),
+        (Outcome(Failure.BODILESS, QUICK, True), (SAME, OTHER, RELAY)),
         # ...but after holding it, it may be what crashed the engine: nowhere, not even back
         (Outcome(Failure.CLOSED, SLOW, True), ()),
         (Outcome(Failure.BODILESS, SLOW, True), ()),

@@ -6,7 +6,7 @@ import pytest
 
 from swapgate.config.loading import parse_config
 from swapgate.control.routing.router import starvation_point
-from swapgate.control.swaps.coordinator import SwapTimes
+from swapgate.control.swaps.times import SwapTimes
 from swapgate.policy import timing
 from swapgate.policy.placement import Policy, Queue, Swap, frees_up_at, place
 from tests.unit.policy.test_placement import NOW, I, snap, warm

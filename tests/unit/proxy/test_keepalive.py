@@ -165,15 +165,15 @@ def test_a_stream_is_whole_once_its_last_event_is_out(dialect: Dialect | None, l
     async def stream() -> list[bool]:
         writer = ResponseWriter(send, [], dialect) if dialect else ResponseWriter(send, [])
         await writer.start(200, [], "events")
-        seen = [writer.whole]
+        seen = [writer.answered_in_full]
         await writer.write(b'data: {"delta": "hi"}\n\n')
-        seen.append(writer.whole)
+        seen.append(writer.answered_in_full)
         await writer.write(last[:-2])  # the last event, cut before its end
-        seen.append(writer.whole)
+        seen.append(writer.answered_in_full)
         await writer.write(last)  # whole
-        seen.append(writer.whole)
+        seen.append(writer.answered_in_full)
         await writer.write(b": what the upstream sends after it\n\n")
-        seen.append(writer.whole)
+        seen.append(writer.answered_in_full)
         return seen
 
     assert asyncio.run(stream()) == [False, False, False, True, True]
@@ -187,9 +187,9 @@ def test_a_json_body_mentioning_done_is_whole_only_once_ended() -> None:
         writer = ResponseWriter(send, [])
         await writer.start(200, [], "body")
         await writer.write(b'{"text": "data: [DONE]\\n\\n"}')
-        before = writer.whole
+        before = writer.answered_in_full
         await writer.end()
-        return before, writer.whole
+        return before, writer.answered_in_full
 
     assert asyncio.run(body()) == (False, True)
 

@@ -41,7 +41,7 @@ async def test_a_request_on_a_connection_the_server_just_closed_is_sent_again() 
         except UpstreamClosed:
             closed += 1
             held = time.perf_counter() - sent
-            assert after(Outcome(Failure.CLOSED, held, resendable=True)) == (Next.SAME,)
+            assert after(Outcome(Failure.CLOSED, held, resendable=True))[0] is Next.SAME
             return await client.open("POST", f"http://127.0.0.1:{port}/v1/x", [], b"{}")
 
     try:

@@ -15,7 +15,8 @@ from swapgate.config.loading import parse_config
 from swapgate.control.routing.failover import Attempts
 from swapgate.control.routing.router import Router
 from swapgate.control.state.registry import Registry
-from swapgate.control.swaps.coordinator import SwapCoordinator, SwapTimes
+from swapgate.control.swaps.coordinator import SwapCoordinator
+from swapgate.control.swaps.times import SwapTimes
 from swapgate.data.lease import Progress
 from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.drivers import make_driver
@@ -187,7 +188,8 @@ async def test_failover_without_a_relay_keeps_the_failed_lease_until_released() 
 
 async def test_a_request_that_may_have_crashed_its_engine_goes_nowhere_else() -> None:
     """Held past MAY_HAVE_RUN, then closed: not to the other warm copy, not back; closed at
-    once: back to its own instance once (a kept-alive connection closed under it)."""
+    once: back to its own instance once (a kept-alive connection closed under it), then to
+    the other copy, then the relay, then nowhere."""
     w = world(two_instances(relay="hosted", fallback="error"))
     w.warm("x", "a")
     w.warm("y", "a")
@@ -201,7 +203,11 @@ async def test_a_request_that_may_have_crashed_its_engine_goes_nowhere_else() ->
     assert quick.after(Failure.BODILESS, 0.01, True) is Next.SAME
     assert quick.lease is not None
     assert quick.lease.name == first.name
-    assert quick.after(Failure.BODILESS, 0.01, True) is None, "once more, not forever"
+    assert quick.after(Failure.BODILESS, 0.01, True) is Next.OTHER
+    assert quick.lease is not None
+    assert quick.lease.name != first.name
+    assert quick.after(Failure.CLOSED, 0.01, True) is Next.RELAY
+    assert quick.after(Failure.CLOSED, 0.01, True) is None, "each place once, not forever"
     quick.release()
     assert all(i.inflight == 0 for i in w.registry.snapshot().instances)
 

@@ -6,7 +6,8 @@ from typing import Any
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import parse_config
 from swapgate.control.state.registry import Registry
-from swapgate.control.swaps.coordinator import SwapCoordinator, SwapTimes
+from swapgate.control.swaps.coordinator import SwapCoordinator
+from swapgate.control.swaps.times import SwapTimes
 from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.errors import DriverError
 from swapgate.metrics import Metrics
