@@ -62,9 +62,10 @@ def viewers(report: Report, rounds: int, seconds: float) -> None:
     class, limits), in rounds that rotate which goes first: sequential runs drift more than the
     difference measured."""
     starts = {
-        "alone": procs.swapgate, "5 viewers": procs.swapgate_watched,
+        "alone": procs.swapgate,
+        "5 viewers": procs.swapgate_watched,
         "a key's scope and limits": procs.swapgate_keyed,
-    }  # fmt: skip
+    }
     with procs.fixed_upstream() as upstream:
         for round_ in range(rounds):
             order = list(starts.items())

@@ -46,21 +46,23 @@ def main() -> int:
         f" | {', '.join(f'{r:,.0f}' for r in rps[name])} |"
         for name in rps
     ]
-    markdown = "\n".join([
-        "## Replicas on Redis: the warm path (`python -m bench.cluster`)",
-        "",
-        f"One replica alone and one of two replicas sharing state through a local redis-server,"
-        f" in front of the same fixed upstream; wrk, {CONNECTIONS} connections, {ROUNDS}"
-        f" alternating rounds of {SECONDS:.0f} s. The warm path reads no Redis (events arrive by"
-        " pub/sub, heartbeats go out every 0.5 s), so the two should serve alike.",
-        "",
-        "| replica | req/s (median) | p50 (median) | req/s by round |",
-        "|---|---|---|---|",
-        *rows,
-        "",
-        f"On Redis / alone: **{ratio:.2f}×** (target ≥ {TARGET}×:"
-        f" {'met' if ratio >= TARGET else 'NOT met'}).",
-    ])  # fmt: skip
+    markdown = "\n".join(
+        [
+            "## Replicas on Redis: the warm path (`python -m bench.cluster`)",
+            "",
+            f"One replica alone and one of two replicas sharing state through a local redis-server,"
+            f" in front of the same fixed upstream; wrk, {CONNECTIONS} connections, {ROUNDS}"
+            f" alternating rounds of {SECONDS:.0f} s. The warm path reads no Redis (events arrive"
+            " by pub/sub, heartbeats go out every 0.5 s), so the two should serve alike.",
+            "",
+            "| replica | req/s (median) | p50 (median) | req/s by round |",
+            "|---|---|---|---|",
+            *rows,
+            "",
+            f"On Redis / alone: **{ratio:.2f}×** (target ≥ {TARGET}×:"
+            f" {'met' if ratio >= TARGET else 'NOT met'}).",
+        ]
+    )
     replace_section(DOCS / "benchmarks.md", "cluster", markdown)
     print(markdown)
     return 0

@@ -57,9 +57,16 @@ def config(files: dict[str, Path], cached: bool) -> dict[str, Any]:
     }
     settings: dict[str, Any] = {
         "routing": {"min_residency": 0, "poll_interval": "1s", "swap_timeout": "300s"},
-        "instances": [{"name": "node", "kind": "process", "capacity": 1,
-                       "start_port": free_port(), "commands": commands}],
-    }  # fmt: skip
+        "instances": [
+            {
+                "name": "node",
+                "kind": "process",
+                "capacity": 1,
+                "start_port": free_port(),
+                "commands": commands,
+            }
+        ],
+    }
     if cached:  # room for one model's weights beside the loaded one's
         settings["host_cache"] = {"budget": "3GiB", "read_rate": "1GiB/s"}
     return settings

@@ -24,8 +24,9 @@ def contender(notes: list[str]) -> Callable[[str], AbstractContextManager[procs.
             subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
             subprocess.run(
                 [str(VENV / "bin" / "pip"), "install", "--quiet", "litellm[proxy]"],
-                check=True, timeout=900,
-            )  # fmt: skip
+                check=True,
+                timeout=900,
+            )
         except (subprocess.SubprocessError, OSError) as exc:
             notes.append(f"LiteLLM skipped: installing litellm[proxy] failed ({exc})")
             return None

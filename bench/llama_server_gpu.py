@@ -79,8 +79,12 @@ def build_cuda(sdist: Path | None, work: Path) -> Path:
     if binary.exists():
         return binary
     source = _unpack(sdist, work) if sdist else llama_cpp_source(work)
-    cuda = ("-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={_cuda_arch()}",
-            "-DGGML_CUDA_NCCL=OFF", "-DGGML_CUDA_FA=OFF")  # fmt: skip
+    cuda = (
+        "-DGGML_CUDA=ON",
+        f"-DCMAKE_CUDA_ARCHITECTURES={_cuda_arch()}",
+        "-DGGML_CUDA_NCCL=OFF",
+        "-DGGML_CUDA_FA=OFF",
+    )
     return build_llama_server(source, work / "build-cuda", *portable_flags(), *cuda)
 
 
@@ -98,9 +102,22 @@ def _cuda_arch() -> str:
 
 def single(binary: Path, gguf: Path, alias: str, port: str, gpu: bool, slots: int) -> list[str]:
     return [
-        str(binary), "-m", str(gguf), "--alias", alias, "--host", "127.0.0.1", "--port", port,
-        "-c", str(2048 * slots), "-np", str(slots), "--no-webui", *_offload(gpu),
-    ]  # fmt: skip
+        str(binary),
+        "-m",
+        str(gguf),
+        "--alias",
+        alias,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        port,
+        "-c",
+        str(2048 * slots),
+        "-np",
+        str(slots),
+        "--no-webui",
+        *_offload(gpu),
+    ]
 
 
 def _offload(gpu: bool) -> list[str]:
@@ -127,18 +144,28 @@ def _until_healthy(url: str) -> None:
 
 def process_config(binary: Path, gguf: Path, gpu: bool) -> dict[str, Any]:
     commands = {
-        m: {"cmd": " ".join(single(binary, gguf, m, "${PORT}", gpu, 1)), "ready": "/health",
-            "stop_timeout": "30s"}
+        m: {
+            "cmd": " ".join(single(binary, gguf, m, "${PORT}", gpu, 1)),
+            "ready": "/health",
+            "stop_timeout": "30s",
+        }
         for m in MODELS
-    }  # fmt: skip
-    instance = {"name": "node", "kind": "process", "capacity": 1, "commands": commands,
-                "start_port": free_port()}  # fmt: skip
+    }
+    instance = {
+        "name": "node",
+        "kind": "process",
+        "capacity": 1,
+        "commands": commands,
+        "start_port": free_port(),
+    }
     return _gateway_config(instance)
 
 
 def _gateway_config(instance: dict[str, Any]) -> dict[str, Any]:
-    return {"routing": {"min_residency": 0, "swap_timeout": "600s", "max_wait": "900s"},
-            "instances": [instance]}  # fmt: skip
+    return {
+        "routing": {"min_residency": 0, "swap_timeout": "600s", "max_wait": "900s"},
+        "instances": [instance],
+    }
 
 
 @contextmanager
@@ -150,9 +177,19 @@ def router(binary: Path, gguf: Path, gpu: bool, work: Path) -> Iterator[str]:
     preset = work / "preset.ini"
     preset.write_text("\n".join(lines) + "\n")
     port = free_port()
-    command = [str(binary), "--models-preset", str(preset), "--models-max", "1",
-               "--no-models-autoload", "--host", "127.0.0.1", "--port", str(port),
-               "--no-webui"]  # fmt: skip
+    command = [
+        str(binary),
+        "--models-preset",
+        str(preset),
+        "--models-max",
+        "1",
+        "--no-models-autoload",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-webui",
+    ]
     url = f"http://127.0.0.1:{port}"
     with serving(command, url + "/models", timeout=60, log=subprocess.DEVNULL):
         yield url
@@ -190,8 +227,13 @@ Timed = tuple[float, list[float]]  # a stream's time to first token, and each ch
 
 
 async def _one_stream(client: httpx.AsyncClient, url: str, tokens: int) -> Timed:
-    body = {"model": MODELS[0], "messages": _prompt(), "max_tokens": tokens, "stream": True,
-            "ignore_eos": True}  # fmt: skip
+    body = {
+        "model": MODELS[0],
+        "messages": _prompt(),
+        "max_tokens": tokens,
+        "stream": True,
+        "ignore_eos": True,
+    }
     started = time.monotonic()
     arrivals: list[float] = []
     said: list[str] = []
@@ -289,8 +331,11 @@ def render(report: Report) -> str:
             f"- swaps through swapgate, kind: {kind}: request waits {shown} s; "
             f"swapgate's swap duration mean {report.swap_metric[kind]:.2f} s"
         )
-    lines += ["", "| path | TTFT p50 | TTFT p95 | tokens/s per stream | inter-chunk p99 |",
-              "|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        "| path | TTFT p50 | TTFT p95 | tokens/s per stream | inter-chunk p99 |",
+        "|---|---|---|---|---|",
+    ]
     for path, s in report.streams.items():
         lines.append(
             f"| {path} | {s.ttft_p50 * 1000:.0f} ms | {s.ttft_p95 * 1000:.0f} ms | "

@@ -39,10 +39,20 @@ def wrk(url: str, connections: int, seconds: float) -> WrkResult:
         script.flush()
         threads = min(2, connections)
         output = subprocess.run(
-            [binary, f"-t{threads}", f"-c{connections}", f"-d{max(1, round(seconds))}s",
-             "--latency", "-s", script.name, url + "/v1/chat/completions"],
-            capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
+            [
+                binary,
+                f"-t{threads}",
+                f"-c{connections}",
+                f"-d{max(1, round(seconds))}s",
+                "--latency",
+                "-s",
+                script.name,
+                url + "/v1/chat/completions",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     return _parse_wrk(output)
 
 

@@ -101,8 +101,22 @@ def fixed_upstream() -> Iterator[Proc]:
 @contextmanager
 def simulator(token_rate: float) -> Iterator[Proc]:
     port = free_port()
-    command = [sys.executable, "-m", "swapgate", "sim", "--flavor", "openai", "--port", str(port),
-               "--models", "m", "--ttft", "0", "--token-rate", str(token_rate)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "swapgate",
+        "sim",
+        "--flavor",
+        "openai",
+        "--port",
+        str(port),
+        "--models",
+        "m",
+        "--ttft",
+        "0",
+        "--token-rate",
+        str(token_rate),
+    ]
     with running("sim", command, f"http://127.0.0.1:{port}") as proc:
         yield proc
 
@@ -121,8 +135,7 @@ def swapgate(upstream: str, env: dict[str, str] | None = None) -> Iterator[Proc]
 @contextmanager
 def swapgate_with(config: dict[str, Any], env: dict[str, str] | None = None) -> Iterator[Proc]:
     port = free_port()
-    server = {**config.get("server", {}), "port": port, "access_log": False,
-              "log_level": "warning"}  # fmt: skip
+    server = {**config.get("server", {}), "port": port, "access_log": False, "log_level": "warning"}
     config = {**config, "server": server}
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
         yaml.safe_dump(config, handle)
@@ -144,9 +157,13 @@ def swapgate_keyed(upstream: str) -> Iterator[Proc]:
     """swapgate with a client key that has a scope, a class and both limits (docs/keys.md),
     set high enough never to refuse: what each request pays for the checks."""
     key = {
-        "name": "bench", "sha256": hashlib.sha256(BENCH_KEY.encode()).hexdigest(),
-        "models": ["m*"], "priority": "batch", "rpm": 100_000_000, "concurrency": 100_000,
-    }  # fmt: skip
+        "name": "bench",
+        "sha256": hashlib.sha256(BENCH_KEY.encode()).hexdigest(),
+        "models": ["m*"],
+        "priority": "batch",
+        "rpm": 100_000_000,
+        "concurrency": 100_000,
+    }
     config = {
         "routing": {"poll_interval": "5s"},
         "instances": [{"name": "up", "kind": "openai", "url": upstream, "models": ["m"]}],
@@ -162,8 +179,10 @@ def swapgate_watched(upstream: str) -> Iterator[Proc]:
     with swapgate(upstream, {"SWAPGATE_ADMIN_TOKEN": VIEWER_TOKEN}) as proc:
         stop = threading.Event()
         counts = [0] * VIEWERS
-        threads = [threading.Thread(target=_view, args=(proc.url, stop, counts, i), daemon=True)
-                   for i in range(VIEWERS)]  # fmt: skip
+        threads = [
+            threading.Thread(target=_view, args=(proc.url, stop, counts, i), daemon=True)
+            for i in range(VIEWERS)
+        ]
         for thread in threads:
             thread.start()
         try:
@@ -188,8 +207,17 @@ def _view(url: str, stop: threading.Event, counts: list[int], index: int) -> Non
 @contextmanager
 def passthrough(upstream: str) -> Iterator[Proc]:
     port = free_port()
-    command = [sys.executable, "-m", "uvicorn", "bench.passthrough:app", "--port", str(port),
-               "--log-level", "warning", "--no-access-log"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "bench.passthrough:app",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        "--no-access-log",
+    ]
     url = f"http://127.0.0.1:{port}"
     with running("passthrough", command, url, {"UPSTREAM": upstream}) as proc:
         yield proc

@@ -24,8 +24,19 @@ class RedisServer:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        command = [REDIS, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                   "--appendonly", "no", "--dir", self._root]  # fmt: skip
+        command = [
+            REDIS,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            self._root,
+        ]
         self.process = start(command, log=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while True:

@@ -69,10 +69,26 @@ def _simulator(
     models: Sequence[str], load_seconds: float, token_rate: float
 ) -> Iterator[procs.Proc]:
     port = free_port()
-    command = [sys.executable, "-m", "swapgate", "sim", "--flavor", "llama-swap",
-               "--port", str(port), "--models", ",".join(models), "--capacity", "1",
-               "--load-time", str(load_seconds), "--ttft", "0",
-               "--token-rate", str(token_rate)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "swapgate",
+        "sim",
+        "--flavor",
+        "llama-swap",
+        "--port",
+        str(port),
+        "--models",
+        ",".join(models),
+        "--capacity",
+        "1",
+        "--load-time",
+        str(load_seconds),
+        "--ttft",
+        "0",
+        "--token-rate",
+        str(token_rate),
+    ]
     with procs.running("sim", command, f"http://127.0.0.1:{port}") as proc:
         yield proc
 

@@ -46,32 +46,43 @@ class Report:
             checks.append(("warm req/s @16 ≥ 0.85× passthrough", f"{ratio:.2f}×", ratio >= 0.85))
             added = swapgate["c1"].p50_ms - self.warm["direct"]["c1"].p50_ms
             floor_added = floor["c1"].p50_ms - self.warm["direct"]["c1"].p50_ms
-            checks.append((
-                "p50 added @1 ≤ 0.5 ms over direct",
-                f"+{added:.2f} ms (passthrough: +{floor_added:.2f} ms)", added <= 0.5,
-            ))  # fmt: skip
+            checks.append(
+                (
+                    "p50 added @1 ≤ 0.5 ms over direct",
+                    f"+{added:.2f} ms (passthrough: +{floor_added:.2f} ms)",
+                    added <= 0.5,
+                )
+            )
         if self.viewers:
             ratio = median(self.viewers["5 viewers"]) / median(self.viewers["alone"])
-            checks.append((
-                "warm req/s @16 with 5 dashboards following /admin/events ≥ 0.9× without",
-                f"{ratio:.2f}× (medians of {len(self.viewers['alone'])} interleaved rounds)",
-                ratio >= 0.9,
-            ))  # fmt: skip
+            checks.append(
+                (
+                    "warm req/s @16 with 5 dashboards following /admin/events ≥ 0.9× without",
+                    f"{ratio:.2f}× (medians of {len(self.viewers['alone'])} interleaved rounds)",
+                    ratio >= 0.9,
+                )
+            )
         keyed = self.viewers.get("a key's scope and limits")
         if keyed:
             ratio = median(keyed) / median(self.viewers["alone"])
-            checks.append((
-                "warm req/s @16 with a key's scope, class and limits checked ≥ 0.9× without",
-                f"{ratio:.2f}× (medians of {len(keyed)} interleaved rounds)", ratio >= 0.9,
-            ))  # fmt: skip
+            checks.append(
+                (
+                    "warm req/s @16 with a key's scope, class and limits checked ≥ 0.9× without",
+                    f"{ratio:.2f}× (medians of {len(keyed)} interleaved rounds)",
+                    ratio >= 0.9,
+                )
+            )
         if "swapgate" in self.streams and "passthrough" in self.streams:
             direct = self.streams["direct"][0].gap_p99_ms
             (ours, cpu), (theirs, floor_cpu) = self.streams["swapgate"], self.streams["passthrough"]
             added, floor_added = ours.gap_p99_ms - direct, theirs.gap_p99_ms - direct
-            checks.append((
-                "streaming added inter-chunk p99 ≤ 2 ms",
-                f"+{added:.2f} ms (passthrough: +{floor_added:.2f} ms)", added <= 2.0,
-            ))  # fmt: skip
+            checks.append(
+                (
+                    "streaming added inter-chunk p99 ≤ 2 ms",
+                    f"+{added:.2f} ms (passthrough: +{floor_added:.2f} ms)",
+                    added <= 2.0,
+                )
+            )
             if cpu and floor_cpu:
                 ratio = (cpu / ours.chunks) / (floor_cpu / theirs.chunks)
                 checks.append(
@@ -79,10 +90,13 @@ class Report:
                 )
         if self.memory:
             growth = self.memory[1] - self.memory[0]
-            checks.append((
-                f"RSS growth over {self.memory[2]:,} requests ≤ 10 MB", f"{growth:+.1f} MB",
-                growth <= 10,
-            ))  # fmt: skip
+            checks.append(
+                (
+                    f"RSS growth over {self.memory[2]:,} requests ≤ 10 MB",
+                    f"{growth:+.1f} MB",
+                    growth <= 10,
+                )
+            )
         if "litellm" in self.warm and swapgate:
             ratio = swapgate["c16"].rps / self.warm["litellm"]["c16"].rps
             p50 = self.warm["litellm"]["c1"].p50_ms / swapgate["c1"].p50_ms

@@ -50,9 +50,11 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=1200.0, help="trace seconds")
     parser.add_argument("--jobs", type=int, default=4, help="replays run side by side")
     parser.add_argument(
-        "--short-horizon", type=float, default=SHORT_HORIZON,
+        "--short-horizon",
+        type=float,
+        default=SHORT_HORIZON,
         help="the demand_horizon of the second demand replay, in swap times",
-    )  # fmt: skip
+    )
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     counts = [int(n) for n in args.instances.split(",")]
@@ -72,8 +74,9 @@ def main() -> int:
     for seed in seeds:  # offline scorers after the replays: the solver would steal their CPU
         requests = traces[seed]
         if seed in detail:
-            rows.append(Row(seed, 1, "one instance", trace.one_instance(requests),
-                            results[seed, 1, "lru"]))  # fmt: skip
+            rows.append(
+                Row(seed, 1, "one instance", trace.one_instance(requests), results[seed, 1, "lru"])
+            )
         for count in counts:
             rows += _compare(seed, count, requests, results, short)
     markdown = render(rows, args.duration, detail)
@@ -93,17 +96,32 @@ def _compare(
     demand = results[seed, count, "demand"]
     wait = math.ceil(demand.max_wait_s)
     return [
-        Row(seed, count, "round-robin", trace.round_robin(requests, count),
-            results[seed, count, "round-robin"]),
+        Row(
+            seed,
+            count,
+            "round-robin",
+            trace.round_robin(requests, count),
+            results[seed, count, "round-robin"],
+        ),
         Row(seed, count, "LRU, in order", trace.lru(requests, count), None),
         Row(seed, count, "Belady, in order", trace.belady(requests, count), None),
-        Row(seed, count, f"optimum, waits ≤ {wait} s",
-            trace.optimum(requests, count, wait, LOAD_SECONDS), None),
+        Row(
+            seed,
+            count,
+            f"optimum, waits ≤ {wait} s",
+            trace.optimum(requests, count, wait, LOAD_SECONDS),
+            None,
+        ),
         Row(seed, count, "swapgate lru", None, results[seed, count, "lru"]),
         Row(seed, count, "swapgate demand", None, demand),
-        Row(seed, count, f"swapgate demand, horizon {short.split(':')[1]}", None,
-            results[seed, count, short]),
-    ]  # fmt: skip
+        Row(
+            seed,
+            count,
+            f"swapgate demand, horizon {short.split(':')[1]}",
+            None,
+            results[seed, count, short],
+        ),
+    ]
 
 
 def _replay(requests: list[trace.Request], count: int, strategy: str) -> ReplayResult:
@@ -151,13 +169,23 @@ def render(rows: list[Row], duration: float, detail: list[int]) -> str:
     ]
     for row in (r for r in rows if r.seed in detail):
         r = row.replayed
-        cells = [str(row.seed), str(row.instances), row.strategy,
-                 str(row.offline) if row.offline is not None else "–"]  # fmt: skip
+        cells = [
+            str(row.seed),
+            str(row.instances),
+            row.strategy,
+            str(row.offline) if row.offline is not None else "–",
+        ]
         if r is None:
             cells += ["–"] * 6
         else:
-            cells += [str(r.swaps), f"{r.p50_s:.1f} s", f"{r.p95_s:.1f} s", f"{r.max_s:.1f} s",
-                      f"{r.mean_wait_s:.1f} s", r.errors_text()]  # fmt: skip
+            cells += [
+                str(r.swaps),
+                f"{r.p50_s:.1f} s",
+                f"{r.p95_s:.1f} s",
+                f"{r.max_s:.1f} s",
+                f"{r.mean_wait_s:.1f} s",
+                r.errors_text(),
+            ]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", *_verdicts([r for r in rows if r.seed in detail]), ""]
     lines += [*_summary(rows), "", "![swaps and p95 latency](benchmarks-swaps.png)"]
@@ -203,9 +231,11 @@ def _summary(rows: list[Row]) -> list[str]:
             f"{swaps / best:.2f}×",
         ]
         if replayed:
-            cells += [f"{statistics.fmean(r.p95_s for r in replayed):.1f} s",
-                      f"{statistics.fmean(r.mean_wait_s for r in replayed):.1f} s",
-                      _errors(replayed)]  # fmt: skip
+            cells += [
+                f"{statistics.fmean(r.p95_s for r in replayed):.1f} s",
+                f"{statistics.fmean(r.mean_wait_s for r in replayed):.1f} s",
+                _errors(replayed),
+            ]
         else:
             cells += ["–"] * 3
         lines.append("| " + " | ".join(cells) + " |")
@@ -230,8 +260,13 @@ def plot(rows: list[Row], path: Path) -> None:
         axis.tick_params(axis="x", rotation=30)
         for index, row in enumerate(chosen):
             if row.replayed:
-                axis.annotate(f"p95 {row.replayed.p95_s:.0f}s", (index, swaps[index]),
-                              ha="center", va="bottom", fontsize=8)  # fmt: skip
+                axis.annotate(
+                    f"p95 {row.replayed.p95_s:.0f}s",
+                    (index, swaps[index]),
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                )
     fig.suptitle("grey: offline count on the trace; orange: replayed (p95 in trace seconds)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

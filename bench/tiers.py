@@ -53,10 +53,14 @@ def _replay(requests: list[trace.Request], count: int, kind: str) -> ReplayResul
     with sleeping_gpus(count) as gpus:
         config = swapgate_config([], "lru")
         config["instances"] = [
-            {"name": f"gpu-{i}", "kind": "vllm-sleep", "capacity": 1,
-             "servers": {model: sim.url for model, sim in servers.items()}}
+            {
+                "name": f"gpu-{i}",
+                "kind": "vllm-sleep",
+                "capacity": 1,
+                "servers": {model: sim.url for model, sim in servers.items()},
+            }
             for i, servers in enumerate(gpus)
-        ]  # fmt: skip
+        ]
         sims = [sim for servers in gpus for sim in servers.values()]
         with procs.swapgate_with(config) as gw:
             result = replay(gw.url, requests, sims)
@@ -78,9 +82,26 @@ def sleeping_gpus(count: int) -> Iterator[list[dict[str, procs.Proc]]]:
 @contextmanager
 def _server(model: str) -> Iterator[procs.Proc]:
     port = free_port()
-    command = [sys.executable, "-m", "swapgate", "sim", "--flavor", "vllm", "--port", str(port),
-               "--models", model, "--asleep", "1", "--wake-time", str(WAKE_SECONDS / SPEEDUP),
-               "--ttft", "0", "--token-rate", str(30 * SPEEDUP)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "swapgate",
+        "sim",
+        "--flavor",
+        "vllm",
+        "--port",
+        str(port),
+        "--models",
+        model,
+        "--asleep",
+        "1",
+        "--wake-time",
+        str(WAKE_SECONDS / SPEEDUP),
+        "--ttft",
+        "0",
+        "--token-rate",
+        str(30 * SPEEDUP),
+    ]
     with procs.running("sim", command, f"http://127.0.0.1:{port}") as proc:
         yield proc
 

@@ -248,9 +248,10 @@ class Metrics:
         """``swapgate_cluster_up``: exported only by a replica configured to share state."""
         if self._cluster_up is None:
             self._cluster_up = Gauge(
-                "swapgate_cluster_up", "1 while this replica shares state through Redis",
+                "swapgate_cluster_up",
+                "1 while this replica shares state through Redis",
                 registry=self.registry,
-            )  # fmt: skip
+            )
         return self._cluster_up
 
     def pool_done(self, model: str, pool: str, status: int, waited: float) -> None:

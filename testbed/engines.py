@@ -219,8 +219,15 @@ def _smoke_llama_cpp(engine: LlamaCppEngine, root: Path) -> None:
         port = free_port()
         command = engine.write_config(Path(work) / "config.json", port, {"smoke": 512})
         what = f"llama-cpp-python {LLAMA_CPP_VERSION}"
-        smoke_server(what, command, port, model="smoke", ready="/v1/models", env=engine.env(),
-                     hint=_rebuild_hint(root))  # fmt: skip
+        smoke_server(
+            what,
+            command,
+            port,
+            model="smoke",
+            ready="/v1/models",
+            env=engine.env(),
+            hint=_rebuild_hint(root),
+        )
 
 
 def _rebuild_hint(root: Path) -> str:
@@ -249,8 +256,11 @@ def _once(
         if (root / ".ready").exists():
             return
         if say:
-            print(f"building {what} into {root} (once per machine; {takes} on 2 cores)",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"building {what} into {root} (once per machine; {takes} on 2 cores)",
+                file=sys.stderr,
+                flush=True,
+            )
         started = time.monotonic()
         build()
         took = time.monotonic() - started
@@ -448,17 +458,41 @@ class LlamaServerEngine:
         ``chat``: its chat-template flags, Gemma's built-in one without Jinja by default."""
         chat = chat or ("--no-jinja", "--chat-template", CHAT_FORMAT)
         return [
-            str(self.binary), "-m", str(self.gguf), "--alias", alias, "--host", "127.0.0.1",
-            "--port", str(port), "-c", str(ctx), "-t", "1", "-np", "1", *chat, "--no-webui",
-        ]  # fmt: skip
+            str(self.binary),
+            "-m",
+            str(self.gguf),
+            "--alias",
+            alias,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "-c",
+            str(ctx),
+            "-t",
+            "1",
+            "-np",
+            "1",
+            *chat,
+            "--no-webui",
+        ]
 
     def router(self, preset: Path, port: int, max_models: int, autoload: bool = False) -> list[str]:
         """A router-mode server over ``preset`` (write it with ``write_preset``)."""
         load = "--models-autoload" if autoload else "--no-models-autoload"
         return [
-            str(self.binary), "--models-preset", str(preset), "--models-max", str(max_models),
-            load, "--host", "127.0.0.1", "--port", str(port), "--no-webui",
-        ]  # fmt: skip
+            str(self.binary),
+            "--models-preset",
+            str(preset),
+            "--models-max",
+            str(max_models),
+            load,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-webui",
+        ]
 
     def write_preset(
         self, path: Path, models: dict[str, int], every: dict[str, str] | None = None
@@ -493,8 +527,14 @@ def ensure_llama_server(say: bool = True) -> LlamaServerEngine:
 
 def _smoke_llama_server(engine: LlamaServerEngine, root: Path, what: str) -> None:
     port = free_port()
-    smoke_server(what, engine.single("smoke", port, ctx=512), port, model="smoke",
-                 ready="/health", hint=_rebuild_hint(root))  # fmt: skip
+    smoke_server(
+        what,
+        engine.single("smoke", port, ctx=512),
+        port,
+        model="smoke",
+        ready="/health",
+        hint=_rebuild_hint(root),
+    )
 
 
 def _build_llama_server(root: Path, engine: LlamaServerEngine, flags: Sequence[str]) -> None:
@@ -568,8 +608,13 @@ def ensure_openai_js(say: bool = True) -> Path:
     """The openai SDK for JavaScript, installed from npm once per machine: its package folder
     (``index.mjs`` is its ES module, which a browser imports as it is)."""
     root = cache_root() / f"openai-js-{OPENAI_JS.rsplit('@', 1)[1]}"
-    _once(root, "the openai SDK for JavaScript (npm)", say, lambda: _npm_install(root, OPENAI_JS),
-          "~5 s")  # fmt: skip
+    _once(
+        root,
+        "the openai SDK for JavaScript (npm)",
+        say,
+        lambda: _npm_install(root, OPENAI_JS),
+        "~5 s",
+    )
     return root / "node_modules" / "openai"
 
 
@@ -614,10 +659,21 @@ class VllmEngine:
         """The command that serves the tiny Llama as ``name``: eager (no graph capture, which
         doubles a CPU start) and a 512-token context (its KV cache fits in 1 GiB)."""
         return [
-            str(self.vllm), "serve", str(self.model), "--served-model-name", name,
-            "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "512",
-            "--enforce-eager", "--disable-uvicorn-access-log", *VLLM_PORTABLE,
-        ]  # fmt: skip
+            str(self.vllm),
+            "serve",
+            str(self.model),
+            "--served-model-name",
+            name,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--max-model-len",
+            "512",
+            "--enforce-eager",
+            "--disable-uvicorn-access-log",
+            *VLLM_PORTABLE,
+        ]
 
     @staticmethod
     def env() -> dict[str, str]:
@@ -643,8 +699,16 @@ def _smoke_vllm(engine: VllmEngine, root: Path, what: str) -> None:
         "`make engine` to install it anew. The CPU kernels vLLM picks by this CPU's flags are "
         "held back by VLLM_ENV and VLLM_PORTABLE (testbed/engines.py)."
     )
-    smoke_server(what, engine.serve("smoke", port), port, model="smoke", ready="/health",
-                 env={**os.environ, **engine.env()}, timeout=300, hint=hint)  # fmt: skip
+    smoke_server(
+        what,
+        engine.serve("smoke", port),
+        port,
+        model="smoke",
+        ready="/health",
+        env={**os.environ, **engine.env()},
+        timeout=300,
+        hint=hint,
+    )
 
 
 def _install_vllm(root: Path, engine: VllmEngine) -> None:
@@ -765,8 +829,9 @@ def _smoke_llama_swap(engine: LlamaSwapEngine, root: Path, what: str) -> None:
         config = engine.write_config(Path(work) / "config.yaml", {"smoke": 512})
         port = free_port()
         hint = f"What to try: remove {root} and run `make engine` to build it anew."
-        smoke_server(what, engine.command(config, port), port, model="smoke", ready="/health",
-                     hint=hint)  # fmt: skip
+        smoke_server(
+            what, engine.command(config, port), port, model="smoke", ready="/health", hint=hint
+        )
 
 
 ENGINES = ("llama-cpp-python", "llama-server", "vllm", "clis", "llama-swap")

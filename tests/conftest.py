@@ -61,8 +61,10 @@ BUSY = 0.4  # CPU seconds per second of wall clock from which a file keeps a cor
 
 def order(measured: dict[str, tuple[int, int]]) -> list[str]:
     """The files, longest first within each lane, the lanes merged by where each file starts."""
-    lanes = ([p for p, (w, c) in measured.items() if c >= BUSY * w],
-             [p for p, (w, c) in measured.items() if c < BUSY * w])  # fmt: skip
+    lanes = (
+        [p for p, (w, c) in measured.items() if c >= BUSY * w],
+        [p for p, (w, c) in measured.items() if c < BUSY * w],
+    )
     starts: dict[str, float] = {}
     for lane in lanes:
         lane.sort(key=lambda path: -measured[path][0])

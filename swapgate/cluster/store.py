@@ -122,9 +122,13 @@ class Cluster:
         # One retry, on a fresh connection: after Redis restarts, the first command on each
         # pooled connection fails although Redis answers again.
         self._redis = redis.Redis.from_url(
-            url, socket_timeout=1.0, socket_connect_timeout=1.0, decode_responses=True,
-            retry=Retry(NoBackoff(), 1), retry_on_error=[RedisConnectionError, RedisTimeout],
-        )  # fmt: skip
+            url,
+            socket_timeout=1.0,
+            socket_connect_timeout=1.0,
+            decode_responses=True,
+            retry=Retry(NoBackoff(), 1),
+            retry_on_error=[RedisConnectionError, RedisTimeout],
+        )
         self._claim, self._renew = (
             self._redis.register_script(_CLAIM),
             self._redis.register_script(_RENEW),
@@ -319,8 +323,9 @@ class Cluster:
         if not self._told_down:
             log.warning(
                 "redis does not answer (%s): replica %s serves from its own view until it does",
-                exc, self.replica,
-            )  # fmt: skip
+                exc,
+                self.replica,
+            )
             self._told_down = True
         self.up = self._synced = False
         self._up_gauge.set(0)

@@ -99,8 +99,14 @@ class SharedClaims:
             eta = self.times.eta(instance, model)
             await self.cluster.publish(SwapStarted(instance, model, eta))
             return True
-        log.info("%s on %s: replica %s swaps %s on %s; its waiters here join that swap",
-                 model, instance, holder.replica, holder.model, holder.instance)  # fmt: skip
+        log.info(
+            "%s on %s: replica %s swaps %s on %s; its waiters here join that swap",
+            model,
+            instance,
+            holder.replica,
+            holder.model,
+            holder.instance,
+        )
         # This mark goes, without backoff
         self._registry.swap_marks.end_swap(instance, model, ok=False)
         self._mark(holder.instance, holder.model, own=instance)
@@ -166,8 +172,9 @@ class SharedClaims:
             else:
                 self._registry.swap_marks.warmed(instance, model)
         elif marked is not None:
-            self._registry.swap_marks.end_swap(instance, marked, False, done.backoff,
-                                    failure="another replica's load failed")  # fmt: skip
+            self._registry.swap_marks.end_swap(
+                instance, marked, False, done.backoff, failure="another replica's load failed"
+            )
 
     def _unmark(self, instance: str) -> None:
         model = self._marks.pop(instance, None)

@@ -16,7 +16,12 @@ def cron_trigger(cron: str, timezone: str) -> CronTrigger:
     if len(fields) == 6:
         second, minute, hour, day, month, weekday = fields
         return CronTrigger(
-            second=second, minute=minute, hour=hour, day=day, month=month,
-            day_of_week=weekday, timezone=timezone,
-        )  # fmt: skip
+            second=second,
+            minute=minute,
+            hour=hour,
+            day=day,
+            month=month,
+            day_of_week=weekday,
+            timezone=timezone,
+        )
     return CronTrigger.from_crontab(cron, timezone=timezone)

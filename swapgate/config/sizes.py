@@ -152,9 +152,12 @@ def size_of(conf: SizeConfig) -> Size | None:
         except (OSError, ValueError, KeyError, struct.error) as exc:
             raise ValueError(f"cannot read {conf.gguf}: {exc}") from None
         return Size(
-            facts.weights, facts.kv_per_token(conf.kv_cache_dtype),
-            conf.context or facts.context, conf.max_seqs, conf.memory_overhead,
-        )  # fmt: skip
+            facts.weights,
+            facts.kv_per_token(conf.kv_cache_dtype),
+            conf.context or facts.context,
+            conf.max_seqs,
+            conf.memory_overhead,
+        )
     if conf.weights:
         kv = conf.kv_per_token or 0
         weights = conf.weights

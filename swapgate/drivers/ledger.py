@@ -53,8 +53,13 @@ class Ledger:
         except (OSError, psutil.Error) as exc:
             log.warning(
                 "cannot record %s/%s (pid %d) in %s: %s; a killed swapgate may leave its "
-                "children behind", instance, model, pid, self._directory, exc,
-            )  # fmt: skip
+                "children behind",
+                instance,
+                model,
+                pid,
+                self._directory,
+                exc,
+            )
 
     def forget(self, pid: int) -> None:
         if self._directory is not None:
@@ -71,9 +76,13 @@ class Ledger:
             if record is not None and _alive(record.owner, record.owner_started):
                 continue  # a running swapgate's own
             if record is not None and _stop_group(record):
-                log.warning("stopped what %s/%s (pid %d) left behind when its swapgate (pid %d) "
-                            "was killed", record.instance, record.model, record.pid,
-                            record.owner)  # fmt: skip
+                log.warning(
+                    "stopped what %s/%s (pid %d) left behind when its swapgate (pid %d) was killed",
+                    record.instance,
+                    record.model,
+                    record.pid,
+                    record.owner,
+                )
                 swept.append(record)
             with contextlib.suppress(OSError):
                 path.unlink()

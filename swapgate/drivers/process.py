@@ -133,14 +133,19 @@ class ProcessDriver(Driver):
                 taken = isinstance(exc, DriverError) and not port_free(proc.port)
                 await self._stop(proc, command.stop_timeout)
                 if taken and attempt == 1:
-                    log.warning("%s/%s: port %d was taken while it started; once more on "
-                                "another", self.instance, model, proc.port)  # fmt: skip
+                    log.warning(
+                        "%s/%s: port %d was taken while it started; once more on another",
+                        self.instance,
+                        model,
+                        proc.port,
+                    )
                     continue
                 raise
             break
         proc.ready = True
-        log.info("%s/%s serving on port %d (pid %d)", self.instance, model, proc.port,
-                 proc.process.pid)  # fmt: skip
+        log.info(
+            "%s/%s serving on port %d (pid %d)", self.instance, model, proc.port, proc.process.pid
+        )
 
     async def unload(self, model: str) -> None:
         proc = self._running.get(model)
@@ -227,8 +232,9 @@ class ProcessDriver(Driver):
         proc = Running(model, port, process)
         self._running[model] = proc
         self._ledger.record(process.pid, self.instance, model)
-        log.info("%s/%s starting on port %d (pid %d): %s", self.instance, model, port,
-                 process.pid, line)  # fmt: skip
+        log.info(
+            "%s/%s starting on port %d (pid %d): %s", self.instance, model, port, process.pid, line
+        )
         proc.watchers.append(asyncio.create_task(self._read_output(proc)))
         proc.watchers.append(asyncio.create_task(self._watch_exit(proc)))
         return proc
@@ -257,8 +263,9 @@ class ProcessDriver(Driver):
             try:
                 await asyncio.wait_for(proc.process.wait(), timeout)
             except TimeoutError:
-                log.warning("%s/%s ignored SIGTERM for %gs: SIGKILL", self.instance,
-                            proc.model, timeout)  # fmt: skip
+                log.warning(
+                    "%s/%s ignored SIGTERM for %gs: SIGKILL", self.instance, proc.model, timeout
+                )
                 _signal_group(proc.process.pid, signal.SIGKILL)
                 await proc.process.wait()
         # A server's own children (workers) share its group: none may stay behind.
@@ -278,8 +285,13 @@ class ProcessDriver(Driver):
         code = await proc.process.wait()
         if proc.stopping:
             return
-        log.warning("%s/%s exited by itself with %s; its last output:\n%s", self.instance,
-                    proc.model, exit_name(code), proc.last_lines())  # fmt: skip
+        log.warning(
+            "%s/%s exited by itself with %s; its last output:\n%s",
+            self.instance,
+            proc.model,
+            exit_name(code),
+            proc.last_lines(),
+        )
         _signal_group(proc.process.pid, signal.SIGKILL)
         was_ready = proc.ready
         self._forget(proc)

@@ -388,9 +388,10 @@ def overflow(instance: InstanceView, snap: Snapshot, policy: Policy) -> tuple[st
     idle = [
         name
         for name, m in instance.models.items()
-        if m.state is WarmState.WARM and m.pinned_until <= snap.now
+        if m.state is WarmState.WARM
+        and m.pinned_until <= snap.now
         and not (m.inflight or m.waiting)
-    ]  # fmt: skip
+    ]
     idle.sort(key=lambda name: _victim_cost(instance, name, snap, policy))
     return tuple(idle[:excess])
 

@@ -19,21 +19,45 @@ BUDGET_HEADER = b"x-swapgate-max-wait"
 # header names (lower-case): filtering decodes only what is kept.
 DROP_REQUEST = frozenset(
     {
-        b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer",
-        b"transfer-encoding", b"upgrade", b"host", b"content-length", b"content-type",
-        b"x-request-id", b"accept-encoding", b"authorization", b"proxy-authorization",
-        b"x-api-key", b"api-key", b"cookie", b"origin", b"x-data-parallel-rank",
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"host",
+        b"content-length",
+        b"content-type",
+        b"x-request-id",
+        b"accept-encoding",
+        b"authorization",
+        b"proxy-authorization",
+        b"x-api-key",
+        b"api-key",
+        b"cookie",
+        b"origin",
+        b"x-data-parallel-rank",
     }
-)  # fmt: skip
+)
 # Also what swapgate sets itself, so a client never gets it twice: the upstream's echo of
 # ``x-request-id`` (llama-cpp-python, vLLM) and ``x-accel-buffering`` (llama.cpp, llama-swap).
 DROP_RESPONSE = frozenset(
     {
-        b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-connection", b"te",
-        b"trailer", b"transfer-encoding", b"upgrade", b"date", b"server", b"x-request-id",
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"date",
+        b"server",
+        b"x-request-id",
         b"x-accel-buffering",
     }
-)  # fmt: skip
+)
 
 
 JSON_BODY = (("content-type", "application/json"),)

@@ -44,8 +44,11 @@ Kind = Literal["comment", "ping", "reasoning", "whitespace"]
 OPT_OUT_HEADER = b"x-swapgate-keepalive"
 PROGRESS_HEADER = b"x-swapgate-progress"  # off | reasoning: what this request is told
 _VERBS = {
-    "loading": "loading", "waking": "waking", "queued": "queued for", "waiting": "waiting for",
-}  # fmt: skip
+    "loading": "loading",
+    "waking": "waking",
+    "queued": "queued for",
+    "waiting": "waiting for",
+}
 _CONTENT_TYPES = {
     "comment": b"text/event-stream",
     "ping": b"text/event-stream",

@@ -63,9 +63,16 @@ class RequestRecords:
         if self.access_log:
             log.info(
                 '"%s %s" %d model=%s route=%s wait_ms=%d ms=%.1f id=%s key=%s',
-                ex.method, ex.endpoint.path, status, ex.model, ex.route,
-                round(ex.waited * 1000), elapsed * 1000, ex.request_id, ex.key or "-",
-            )  # fmt: skip
+                ex.method,
+                ex.endpoint.path,
+                status,
+                ex.model,
+                ex.route,
+                round(ex.waited * 1000),
+                elapsed * 1000,
+                ex.request_id,
+                ex.key or "-",
+            )
         if self.activity is not None:
             self.activity.record(ex.activity(status, ended))
         if ex.capture is not None and self._captures is not None:
@@ -74,8 +81,13 @@ class RequestRecords:
     def _store(self, ex: Exchange, capture: Capture, status: int) -> None:
         assert self._captures is not None
         self._captures.store(
-            ex.request_id, model=ex.model, key=ex.key, request_headers=capture.request_headers,
-            request_body=capture.request_body, status=status,
-            response_headers=capture.response_headers, response_body=bytes(capture.response_body),
+            ex.request_id,
+            model=ex.model,
+            key=ex.key,
+            request_headers=capture.request_headers,
+            request_body=capture.request_body,
+            status=status,
+            response_headers=capture.response_headers,
+            response_body=bytes(capture.response_body),
             sizes=(len(capture.request_body), capture.response_size),
-        )  # fmt: skip
+        )

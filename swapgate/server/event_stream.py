@@ -183,14 +183,24 @@ def _swap_events(last: dict[str, Any], now: dict[str, Any]) -> list[tuple[str, A
 
 
 # How a swap's result is told as its event; ``result`` keeps the precise one.
-_ENDED = {"ok": "done", "failed": "failed", "timeout": "failed", "abandoned": "abandoned",
-          "handed over": "abandoned"}  # fmt: skip
+_ENDED = {
+    "ok": "done",
+    "failed": "failed",
+    "timeout": "failed",
+    "abandoned": "abandoned",
+    "handed over": "abandoned",
+}
 
 
 def _swap(record: dict[str, Any], event: str) -> dict[str, Any]:
     victims = record["victims"]
-    return {**record, "event": event, "duration": record["seconds"],
-            "victim": victims[0] if victims else None, "why": record["reason"]}  # fmt: skip
+    return {
+        **record,
+        "event": event,
+        "duration": record["seconds"],
+        "victim": victims[0] if victims else None,
+        "why": record["reason"],
+    }
 
 
 def _fine(last: dict[str, Any], state: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -240,5 +250,11 @@ def _model(
         progress = swap["figure"]["ratio"]
     elif swap and swap["eta_seconds"] > 0:
         progress = round(min(0.99, (state["now"] - swap["started_at"]) / swap["eta_seconds"]), 3)
-    return {"instance": instance, "model": model, "state": view["state"] if view else "cold",
-            "since": view["since"] if view else None, "eta": eta, "progress": progress}  # fmt: skip
+    return {
+        "instance": instance,
+        "model": model,
+        "state": view["state"] if view else "cold",
+        "since": view["since"] if view else None,
+        "eta": eta,
+        "progress": progress,
+    }

@@ -111,19 +111,7 @@ class Runtime:
         shared_slots = SharedSlots(self.cluster) if self.cluster else None
         self.kv = KvKeeper(self._control, self.metrics, shared=shared_slots)
         self.kv.configure(settings.instances)
-        routing = settings.routing
-        times = SwapTimes(routing.expected_swap, catalog.weight_bytes(), self.host_cache.tier)
-        # What a swap asks of the other replicas (cluster/swaps.py); alone, nobody
-        self.shared = (
-            SharedClaims(self.registry, times, self.cluster, shares)
-            if self.cluster and shares
-            else None
-        )
-        self.coordinator = SwapCoordinator(
-            self.registry, self.drivers, catalog, times, self.metrics, routing.swap_timeout,
-            eviction=routing.eviction, backoff_window=routing.backoff_window,
-            claims=self.shared, keeper=self.kv,
-        )  # fmt: skip
+        self.shared, self.coordinator = self._swaps(settings, catalog, shares)
         self.metrics.watch_progress(self.coordinator.progress.ratios)
         self.upstream = UpstreamClient(settings.routing.stream_idle_timeout)
         # Each key's use (docs/keys.md): outlives reloads, counted across replicas in Redis.
@@ -143,14 +131,36 @@ class Runtime:
         self._background = TaskSet()
         self.configured = self._configure(settings, catalog)
 
+    def _swaps(
+        self, settings: Settings, catalog: Catalog, shares: OperatorShares | None
+    ) -> tuple[SharedClaims | None, SwapCoordinator]:
+        """The swap coordinator, given the host cache's tiers, the KV keeper and, among
+        replicas, what a swap asks of the others (cluster/swaps.py)."""
+        routing = settings.routing
+        times = SwapTimes(routing.expected_swap, catalog.weight_bytes(), self.host_cache.tier)
+        shared = None
+        if self.cluster and shares:
+            shared = SharedClaims(self.registry, times, self.cluster, shares)
+        coordinator = SwapCoordinator(
+            self.registry, self.drivers, catalog, times, self.metrics, routing.swap_timeout,
+            eviction=routing.eviction, backoff_window=routing.backoff_window,
+            claims=shared, keeper=self.kv,
+        )  # fmt: skip
+        return shared, coordinator
+
     def _endpoint(self, settings: Settings) -> ProxyEndpoint:
         """The data plane, with what outlives reloads (its config comes in ``_configure``)."""
         return ProxyEndpoint(
-            registry=self.registry, client=self.upstream, metrics=self.metrics,
-            limits=self.limits, decay=self.decay, kv=self.kv,
+            registry=self.registry,
+            client=self.upstream,
+            metrics=self.metrics,
+            limits=self.limits,
+            decay=self.decay,
+            kv=self.kv,
             activity=self.activity if settings.activity.enabled else None,
-            captures=self.captures, figures=self.coordinator.progress.figure,
-        )  # fmt: skip
+            captures=self.captures,
+            figures=self.coordinator.progress.figure,
+        )
 
     def _drivers(self, settings: Settings, kept: Mapping[str, Driver]) -> dict[str, Driver]:
         """A driver per instance. A process instance that stays keeps its driver (in ``kept``),
@@ -428,13 +438,21 @@ class _ProcessWatch:
         ):
             log.info(
                 "%s/%s grows %d MiB/h over %.0fs, past its recycle_rss_slope: draining to "
-                "restart it", instance, model, slope / 2**20, command.slope_window,
-            )  # fmt: skip
+                "restart it",
+                instance,
+                model,
+                slope / 2**20,
+                command.slope_window,
+            )
 
     def oversize(self, model: str, rss: int) -> None:
         runtime, instance = self._runtime, self._instance
         if runtime.registry.has(instance) and runtime.coordinator.recycle(
             instance, self._client(model)
         ):
-            log.info("%s/%s is at %d MiB, above its recycle_rss: draining to restart it",
-                     instance, model, rss >> 20)  # fmt: skip
+            log.info(
+                "%s/%s is at %d MiB, above its recycle_rss: draining to restart it",
+                instance,
+                model,
+                rss >> 20,
+            )

@@ -74,8 +74,10 @@ def raise_fd_limit(max_connections: int) -> None:
         log.warning(
             "open-file limit %d is below the %d that server.max_connections=%d needs; raise "
             "it (ulimit -n, LimitNOFILE=) or lower max_connections",
-            ceiling, wanted, max_connections,
-        )  # fmt: skip
+            ceiling,
+            wanted,
+            max_connections,
+        )
 
 
 def configure_logging(level: str) -> None:

@@ -131,9 +131,20 @@ class Backend:
             **{
                 key: self.counters[key]
                 for key in (
-                    "requests", "completed", "cancelled", "crashed", "hung", "active",
-                    "load_failures", "unloads", "sleeps", "wakes", "held_asleep", "wake_failures",
-                    "weight_reloads", "stale_answers",
+                    "requests",
+                    "completed",
+                    "cancelled",
+                    "crashed",
+                    "hung",
+                    "active",
+                    "load_failures",
+                    "unloads",
+                    "sleeps",
+                    "wakes",
+                    "held_asleep",
+                    "wake_failures",
+                    "weight_reloads",
+                    "stale_answers",
                 )
             },
-        }  # fmt: skip
+        }

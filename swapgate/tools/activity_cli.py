@@ -42,16 +42,41 @@ def render_activity(page: dict[str, Any]) -> str:
     """The rows as a table, newest first, and how to ask for the page before."""
     if not page["rows"]:
         return "no requests recorded" + ("" if page.get("recording", True) else " (activity off)")
-    rows = [("ID", "TIME", "KEY", "MODEL", "INSTANCE", "PLACED", "SWAP", "WAIT", "TTFT",
-             "TOTAL", "TOKENS", "STATUS", "REQUEST")]  # fmt: skip
+    rows = [
+        (
+            "ID",
+            "TIME",
+            "KEY",
+            "MODEL",
+            "INSTANCE",
+            "PLACED",
+            "SWAP",
+            "WAIT",
+            "TTFT",
+            "TOTAL",
+            "TOKENS",
+            "STATUS",
+            "REQUEST",
+        )
+    ]
     for row in page["rows"]:
-        rows.append((
-            str(row["id"]), time.strftime("%H:%M:%S", time.localtime(row["at"])),
-            row["key"] or "-", row["model"], row["instance"] or "-", row["placement"],
-            f"#{row['swap_id']}" if row["swap_id"] is not None else "-", _ms(row["wait_ms"]),
-            _ms(row["ttft_ms"]), _ms(row["duration_ms"]), _tokens(row), _status(row),
-            row["request_id"],
-        ))  # fmt: skip
+        rows.append(
+            (
+                str(row["id"]),
+                time.strftime("%H:%M:%S", time.localtime(row["at"])),
+                row["key"] or "-",
+                row["model"],
+                row["instance"] or "-",
+                row["placement"],
+                f"#{row['swap_id']}" if row["swap_id"] is not None else "-",
+                _ms(row["wait_ms"]),
+                _ms(row["ttft_ms"]),
+                _ms(row["duration_ms"]),
+                _tokens(row),
+                _status(row),
+                row["request_id"],
+            )
+        )
     more = page["next_before"]
     return table(rows) + (f"\nolder: --before {more}" if more is not None else "")
 

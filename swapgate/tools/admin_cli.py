@@ -61,10 +61,16 @@ def add_commands(commands: Any) -> None:
 
 
 def connection_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default=os.environ.get("SWAPGATE_URL", DEFAULT_URL),
-                        help="the gateway (env SWAPGATE_URL)")  # fmt: skip
-    parser.add_argument("--token", default=os.environ.get("SWAPGATE_ADMIN_TOKEN"),
-                        help="the admin token (env SWAPGATE_ADMIN_TOKEN)")  # fmt: skip
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("SWAPGATE_URL", DEFAULT_URL),
+        help="the gateway (env SWAPGATE_URL)",
+    )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("SWAPGATE_ADMIN_TOKEN"),
+        help="the admin token (env SWAPGATE_ADMIN_TOKEN)",
+    )
 
 
 def demo_token_path() -> Path:
@@ -110,9 +116,11 @@ class AdminClient:
                 f"cannot reach swapgate at {self.url} ({type(exc).__name__}); is it running? "
                 "Point --url or SWAPGATE_URL at it"
             ) from None
-        body = response.json() if response.headers.get("content-type", "").startswith(
-            "application/json"
-        ) else {}  # fmt: skip
+        body = (
+            response.json()
+            if response.headers.get("content-type", "").startswith("application/json")
+            else {}
+        )
         if response.status_code == 401:
             raise AdminError(
                 "the admin token was refused; pass --token or set SWAPGATE_ADMIN_TOKEN"
@@ -145,20 +153,38 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def render_status(state: dict[str, Any]) -> str:
-    rows = [("INSTANCE", "MODEL", "STATE", "PINNED UNTIL", "IN-FLIGHT", "QUEUE", "ETA",
-             "WEIGHTS IN RAM", "ENGINE")]  # fmt: skip
+    rows = [
+        (
+            "INSTANCE",
+            "MODEL",
+            "STATE",
+            "PINNED UNTIL",
+            "IN-FLIGHT",
+            "QUEUE",
+            "ETA",
+            "WEIGHTS IN RAM",
+            "ENGINE",
+        )
+    ]
     for inst in state["instances"]:
         name = inst["name"] + _condition(inst)
         for model in sorted(set(inst["serves"]) | set(inst["models"])):
             view = inst["models"].get(model, {})
             summary = state["models"].get(model, {})
             eta = summary.get("eta_seconds", {}).get(inst["name"])
-            rows.append((
-                name, model, _model_state(view), view.get("pinned_until") or "-",
-                str(view.get("inflight", 0)), str(summary.get("queue", 0)),
-                f"{eta:.0f}s" if eta is not None else "-", _weights(summary.get("weights")),
-                _diagnosis(view.get("diagnosis")),
-            ))  # fmt: skip
+            rows.append(
+                (
+                    name,
+                    model,
+                    _model_state(view),
+                    view.get("pinned_until") or "-",
+                    str(view.get("inflight", 0)),
+                    str(summary.get("queue", 0)),
+                    f"{eta:.0f}s" if eta is not None else "-",
+                    _weights(summary.get("weights")),
+                    _diagnosis(view.get("diagnosis")),
+                )
+            )
     cluster = state.get("cluster")
     keys = render_keys(state.get("keys", {}), (cluster or {}).get("keys"))
     return (
@@ -181,11 +207,16 @@ def render_keys(keys: dict[str, Any], shared: dict[str, Any] | None) -> str:
 
     rows = [("KEY", "CLASS", "MODELS", "IN-FLIGHT", "LAST MINUTE", "EXPIRES")]
     for name, key in keys.items():
-        rows.append((
-            name, _priority_class(key["priority"]), ", ".join(key["models"]),
-            use(name, key, "in_flight", key["concurrency"]),
-            use(name, key, "last_minute", key["rpm"]), key["expires"] or "never",
-        ))  # fmt: skip
+        rows.append(
+            (
+                name,
+                _priority_class(key["priority"]),
+                ", ".join(key["models"]),
+                use(name, key, "in_flight", key["concurrency"]),
+                use(name, key, "last_minute", key["rpm"]),
+                key["expires"] or "never",
+            )
+        )
     return table(rows)
 
 
@@ -321,8 +352,11 @@ def _unload(args: argparse.Namespace) -> int:
     def unload(client: AdminClient, _: argparse.Namespace) -> None:
         body = {"model": args.model, **({"instance": args.instance} if args.instance else {})}
         done = client.call("POST", "/admin/unload", json=body)["unloaded"]
-        print(f"unloaded {args.model} from {', '.join(done)}" if done else
-              f"{args.model} was not loaded anywhere")  # fmt: skip
+        print(
+            f"unloaded {args.model} from {', '.join(done)}"
+            if done
+            else f"{args.model} was not loaded anywhere"
+        )
 
     return run_command(args, unload)
 
@@ -342,10 +376,17 @@ def render_jobs(body: dict[str, Any]) -> str:
         outcome = (
             "-" if result is None else ("ok" if result["ok"] else f"failed: {result['error']}")
         )
-        rows.append((
-            job["name"], job["model"], job["cron"] or "auto", job["timezone"],
-            job["next_run"] or "-", job["last_run"] or "-", outcome,
-        ))  # fmt: skip
+        rows.append(
+            (
+                job["name"],
+                job["model"],
+                job["cron"] or "auto",
+                job["timezone"],
+                job["next_run"] or "-",
+                job["last_run"] or "-",
+                outcome,
+            )
+        )
     notes = [_predicted(job) for job in body["jobs"] if job.get("prediction")]
     return "\n".join([table(rows), *notes])
 
@@ -363,17 +404,22 @@ def _predicted(job: dict[str, Any]) -> str:
             kinds.append(f"on {kind} no peak yet ({learned})")
     line = f"{job['name']}: {job['model']} peaks " + "; ".join(kinds)
     if p["next_peak"]:
-        line += (f"; next peak {p['next_peak']} (usually {p['usual_requests']:g} requests in "
-                 f"its first 15 minutes), warmed from {job['next_run']}")  # fmt: skip
+        line += (
+            f"; next peak {p['next_peak']} (usually {p['usual_requests']:g} requests in "
+            f"its first 15 minutes), warmed from {job['next_run']}"
+        )
     if p["skipped"]:
         line += f"; last peak not warmed for: {p['skipped']}"
     return line
 
 
 def _logs(args: argparse.Namespace) -> int:
-    return run_command(args, lambda client, _: print(
-        render_logs(client.call("GET", "/admin/state"), args.model, args.instance)
-    ))  # fmt: skip
+    return run_command(
+        args,
+        lambda client, _: print(
+            render_logs(client.call("GET", "/admin/state"), args.model, args.instance)
+        ),
+    )
 
 
 def render_logs(state: dict[str, Any], model: str, instance: str | None = None) -> str:

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from pathlib import Path
+from typing import Any
 
 # What a command alone needs (the config's loader, Redis's client, the server) it imports in its
 # own function: the simulator and the admin commands start in 0.25 s of CPU, not 0.4 s.
@@ -55,20 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="machine-readable output")
     plan.set_defaults(run=_plan)
 
-    replay = commands.add_parser(
-        "replay", help="replay a swapgate log against simulators, under a config and variants"
-    )
-    replay.add_argument("log", help="swapgate's own log: its access and 'swap done' lines")
-    replay.add_argument("--config", required=True, help="the config to replay under")
-    replay.add_argument(
-        "--variant", action="append", default=[], metavar="SPEC",
-        help="also replay under KEY=VALUE[,KEY=VALUE…] (routing.eviction=demand, instances=3) "
-        "or a config file; repeatable",
-    )  # fmt: skip
-    replay.add_argument("--speedup", type=float, default=1.0, help="replay N times faster")
-    replay.add_argument("--swap-time", type=duration, help="for models the log measured no swap of")
-    replay.add_argument("--json", action="store_true", help="machine-readable output")
-    replay.set_defaults(run=_replay)
+    _replay_command(commands)
 
     sim = commands.add_parser("sim", help="run a simulated inference server")
     _sim_arguments(sim)
@@ -92,6 +80,26 @@ def _parser() -> argparse.ArgumentParser:
     add_admin_commands(commands)
     add_activity_command(commands)
     return parser
+
+
+def _replay_command(commands: Any) -> None:
+    replay = commands.add_parser(
+        "replay", help="replay a swapgate log against simulators, under a config and variants"
+    )
+    replay.add_argument("log", help="swapgate's own log: its access and 'swap done' lines")
+    replay.add_argument("--config", required=True, help="the config to replay under")
+    replay.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="also replay under KEY=VALUE[,KEY=VALUE…] (routing.eviction=demand, instances=3) "
+        "or a config file; repeatable",
+    )
+    replay.add_argument("--speedup", type=float, default=1.0, help="replay N times faster")
+    replay.add_argument("--swap-time", type=duration, help="for models the log measured no swap of")
+    replay.add_argument("--json", action="store_true", help="machine-readable output")
+    replay.set_defaults(run=_replay)
 
 
 def _sim_arguments(sim: argparse.ArgumentParser) -> None:
@@ -134,9 +142,11 @@ def _sim_arguments(sim: argparse.ArgumentParser) -> None:
         "--grow-rss", type=size, default=0, help="bytes kept per request (e.g. 20MiB): a leak"
     )
     sim.add_argument(
-        "--ttft-per-gib", type=float, default=0.0,
+        "--ttft-per-gib",
+        type=float,
+        default=0.0,
         help="seconds its TTFT grows per GiB kept by --grow-rss: a decaying engine",
-    )  # fmt: skip
+    )
     sim.add_argument("--api-key", help="require this bearer key on /v1 requests")
     sim.add_argument("--seed", type=int, help="seed for the fault dice")
     sim.add_argument(
@@ -239,10 +249,14 @@ def keepalive_advice(settings: Settings) -> list[str]:
         f"{name} {t:g}s" if t is not None else f"{name}: none by default"
         for name, t in FRONT_TIMEOUTS.items()
     )
-    lines = [f"  keep-alives: keep every gap without a byte well under the read timeout of any "
-             f"proxy in front ({fronts})"]  # fmt: skip
-    gaps = {"keepalive.early_headers_after": settings.keepalive.early_headers_after,
-            "keepalive.interval": settings.keepalive.interval}  # fmt: skip
+    lines = [
+        f"  keep-alives: keep every gap without a byte well under the read timeout of any "
+        f"proxy in front ({fronts})"
+    ]
+    gaps = {
+        "keepalive.early_headers_after": settings.keepalive.early_headers_after,
+        "keepalive.interval": settings.keepalive.interval,
+    }
     for model, conf in settings.models.items():
         own = conf.keepalive
         for key in ("early_headers_after", "interval"):
@@ -320,8 +334,12 @@ def _replay(args: argparse.Namespace) -> int:
         configs = {"as configured": base} | {v: replay.variant(base, v) for v in args.variant}
         replay.check(configs)
         span = recording.requests[-1].at / args.speedup
-        print(f"replaying {len(recording.requests)} requests under {len(configs)} configs, "
-              f"side by side: about {span:.0f}s", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"replaying {len(recording.requests)} requests under {len(configs)} configs, "
+            f"side by side: about {span:.0f}s",
+            file=sys.stderr,
+            flush=True,
+        )
         outcomes = replay.replay(recording, configs, args.speedup, args.swap_time)
     except (OSError, replay.ReplayError) as exc:
         print(f"swapgate replay: {exc}", file=sys.stderr)

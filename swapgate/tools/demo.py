@@ -154,14 +154,23 @@ def simulator(instance: InstanceConfig, load_time: float) -> Iterator[None]:
     """Run ``swapgate sim`` where the instance's URL points, until the block ends."""
     address = urlsplit(instance.url)
     command = [
-        sys.executable, "-m", "swapgate", "sim",
-        "--flavor", FLAVOURS.get(instance.kind, "openai"),
-        "--host", address.hostname or "127.0.0.1",
-        "--port", str(address.port or 80),
-        "--models", ",".join(instance.models or ("a", "b", "c")),
-        "--capacity", str(instance.capacity),
-        "--load-time", str(load_time),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "swapgate",
+        "sim",
+        "--flavor",
+        FLAVOURS.get(instance.kind, "openai"),
+        "--host",
+        address.hostname or "127.0.0.1",
+        "--port",
+        str(address.port or 80),
+        "--models",
+        ",".join(instance.models or ("a", "b", "c")),
+        "--capacity",
+        str(instance.capacity),
+        "--load-time",
+        str(load_time),
+    ]
     with serving(command, instance.url + "/v1/models"):
         yield
 

@@ -130,17 +130,29 @@ def render(plan: Plan) -> str:
         if size.given is not None:
             rows.append((model, "-", "-", "-", "-", "-", "-", human(size.total) + " (given)"))
             continue
-        rows.append((
-            model, human(size.weights), human(size.kv_per_token), str(size.context or "-"),
-            human(size.kv_per_seq), str(size.max_seqs), human(size.kv), human(size.total),
-        ))  # fmt: skip
+        rows.append(
+            (
+                model,
+                human(size.weights),
+                human(size.kv_per_token),
+                str(size.context or "-"),
+                human(size.kv_per_seq),
+                str(size.max_seqs),
+                human(size.kv),
+                human(size.total),
+            )
+        )
     out = [table(rows), ""]
     places = [("INSTANCE", "LIMITED BY", "FITS AT ONCE", "TOO LARGE")]
     for inst in plan.instances:
-        places.append((
-            inst["name"], inst["limited_by"], " + ".join(inst["fits_at_once"]) or "-",
-            ", ".join(inst["too_large"]) or "-",
-        ))  # fmt: skip
+        places.append(
+            (
+                inst["name"],
+                inst["limited_by"],
+                " + ".join(inst["fits_at_once"]) or "-",
+                ", ".join(inst["too_large"]) or "-",
+            )
+        )
     out.append(table(places))
     if plan.weights:
         budget = human(plan.budget) if plan.budget is not None else "off"

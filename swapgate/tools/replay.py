@@ -120,10 +120,12 @@ def read_log(lines: Iterable[str]) -> Recording:
         )
     first = min(a[0] for a in arrivals)
     recording.requests = sorted(
-        (Logged(at - first, model, status, seconds, waited)
-         for at, model, status, seconds, waited in arrivals),
+        (
+            Logged(at - first, model, status, seconds, waited)
+            for at, model, status, seconds, waited in arrivals
+        ),
         key=lambda r: r.at,
-    )  # fmt: skip
+    )
     return recording
 
 
@@ -239,9 +241,13 @@ def _replayed(config: Mapping[str, Any], sims: Mapping[str, str], speedup: float
     """``config`` in front of the simulators: no relays, replicas, schedules or secrets."""
     out = copy.deepcopy(dict(config))
     out["server"] = {
-        "host": "127.0.0.1", "port": free_port(), "log_level": "warning", "access_log": False,
-        "api_keys_env": "SWAPGATE_REPLAY_NO_KEYS", "admin_token_env": "SWAPGATE_REPLAY_TOKEN",
-    }  # fmt: skip
+        "host": "127.0.0.1",
+        "port": free_port(),
+        "log_level": "warning",
+        "access_log": False,
+        "api_keys_env": "SWAPGATE_REPLAY_NO_KEYS",
+        "admin_token_env": "SWAPGATE_REPLAY_TOKEN",
+    }
     routing = dict(out.get("routing") or {})
     for key in _SCALED:
         if key in routing:
@@ -249,11 +255,14 @@ def _replayed(config: Mapping[str, Any], sims: Mapping[str, str], speedup: float
     routing["poll_interval"] = min(_seconds(routing.get("poll_interval", 5.0)), 1.0)
     out["routing"] = routing
     out["instances"] = [
-        {key: value for key, value in instance.items()
-         if key in ("name", "capacity", "weight", "memory", "models")}
+        {
+            key: value
+            for key, value in instance.items()
+            if key in ("name", "capacity", "weight", "memory", "models")
+        }
         | {"kind": "llama-swap", "url": sims[instance["name"]]}
         for instance in config["instances"]
-    ]  # fmt: skip
+    ]
     out["models"] = {
         model: {
             key: (_seconds(value) / speedup if key == "max_wait" else value)
@@ -294,13 +303,25 @@ def _simulators(
             port = free_port()
             serves = instance.get("models") or models
             command = [
-                sys.executable, "-m", "swapgate", "sim", "--flavor", "llama-swap",
-                "--port", str(port), "--models", ",".join(serves),
-                "--capacity", str(instance.get("capacity", 1)),
+                sys.executable,
+                "-m",
+                "swapgate",
+                "sim",
+                "--flavor",
+                "llama-swap",
+                "--port",
+                str(port),
+                "--models",
+                ",".join(serves),
+                "--capacity",
+                str(instance.get("capacity", 1)),
                 "--load-times",
                 ",".join(f"{m}={loads[instance['name']].get(m, 1.0):.4f}" for m in serves),
-                "--ttft", "0", "--token-rate", str(TOKEN_RATE * speedup),
-            ]  # fmt: skip
+                "--ttft",
+                "0",
+                "--token-rate",
+                str(TOKEN_RATE * speedup),
+            ]
             process = start(command, log=subprocess.DEVNULL)
             stack.callback(stop, process)
             started[instance["name"]] = (f"http://127.0.0.1:{port}", process)
@@ -354,8 +375,11 @@ async def _send_all(
             await asyncio.sleep(max(0.0, started + request.at / speedup - loop.time()))
             sent = loop.time()
             tokens = max(1, round(request.service * TOKEN_RATE))
-            body = {"model": request.model, "max_tokens": tokens,
-                    "messages": [{"role": "user", "content": "replayed"}]}  # fmt: skip
+            body = {
+                "model": request.model,
+                "max_tokens": tokens,
+                "messages": [{"role": "user", "content": "replayed"}],
+            }
             try:
                 answer = await client.post("/v1/chat/completions", json=body)
             except httpx.HTTPError:

@@ -20,8 +20,13 @@ def browser() -> Iterator[WebDriver]:
     assert driver, "the dashboard tests need Debian's chromium-driver (.ci/ensure-packages)"
     options = Options()
     options.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1280,1100"):  # fmt: skip
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,1100",
+    ):
         options.add_argument(flag)
     page = webdriver.Chrome(service=Service(driver), options=options)
     try:

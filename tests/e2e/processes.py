@@ -116,9 +116,12 @@ class Gateway:
         if token:
             env["SWAPGATE_ADMIN_TOKEN"] = token
         return subprocess.run(
-            [sys.executable, "-m", "swapgate", *args], env=env, capture_output=True, text=True,
+            [sys.executable, "-m", "swapgate", *args],
+            env=env,
+            capture_output=True,
+            text=True,
             timeout=60,
-        )  # fmt: skip
+        )
 
 
 def instance(name: str, sim: Sim, kind: str = "llama-swap", **extra: Any) -> dict[str, Any]:

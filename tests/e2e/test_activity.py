@@ -94,8 +94,10 @@ def test_ten_waiters_name_one_swap_a_relayed_request_and_a_429_have_their_rows(
         first_load = min(s["id"] for s in _finished_swaps(gw) if s["model"] == "a")
         assert swap_ids == {first_load}, "a's first load: the limited key's request loads it again"
         assert all(row["wait_ms"] >= 1000 for row in waited), "they waited for the 1.5 s load"
-        assert all(row["tokens_out"] == a.json()["usage"]["completion_tokens"]
-                   for row, a in zip(waited, answers, strict=True))  # fmt: skip
+        assert all(
+            row["tokens_out"] == a.json()["usage"]["completion_tokens"]
+            for row, a in zip(waited, answers, strict=True)
+        )
 
         (relay_row,) = _rows(gw, model="b")
         assert relay_row["request_id"] == relayed.headers["x-request-id"]
@@ -128,8 +130,10 @@ def _send(gw: Gateway, model: str, *, stream: bool = False) -> tuple[bytes, http
     """A request whose body is exact bytes (non-ASCII text kept as UTF-8), with every kind of
     secret header a client sends; its answer read whole."""
     message = {"role": "user", "content": f"héllo ✓ {model}"}
-    body = json.dumps({"model": model, "messages": [message], "max_tokens": 5, "stream": stream},
-                      ensure_ascii=False).encode()  # fmt: skip
+    body = json.dumps(
+        {"model": model, "messages": [message], "max_tokens": 5, "stream": stream},
+        ensure_ascii=False,
+    ).encode()
     headers = {**SECRET_HEADERS, "content-type": "application/json"}
     answer = httpx.post(f"{gw.url}/v1/chat/completions", content=body, headers=headers, timeout=30)
     assert answer.status_code == 200, answer.text

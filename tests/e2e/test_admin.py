@@ -40,9 +40,15 @@ def pair() -> Iterator[tuple[Gateway, Sim, Sim]]:
     ):
         preloads = [
             {"name": "new-year", "model": "x", "cron": "0 7 1 1 *", "timezone": "Asia/Tokyo"},
-            {"name": "morning", "model": "p", "cron": "0 6 * * 1-5", "instances": 1,
-             "pin_for": "1h", "timezone": "Europe/Berlin"},
-        ]  # fmt: skip
+            {
+                "name": "morning",
+                "model": "p",
+                "cron": "0 6 * * 1-5",
+                "instances": 1,
+                "pin_for": "1h",
+                "timezone": "Europe/Berlin",
+            },
+        ]
         config = _config(instance("gpu-a", one), instance("gpu-b", two), preloads=preloads)
         with gateway(config, ENV) as gw:
             yield gw, one, two
@@ -98,8 +104,9 @@ def test_running_a_job_leaves_the_model_warm_and_pinned(pair) -> None:
 def test_a_pinned_model_survives_a_burst_for_other_models(pair) -> None:
     gw, one, _ = pair
     with gw.admin(TOKEN) as admin:
-        pinned = admin.post("/admin/preload", json={"model": "p", "instance": "gpu-a",
-                                                     "pin_for": "1h"}).json()  # fmt: skip
+        pinned = admin.post(
+            "/admin/preload", json={"model": "p", "instance": "gpu-a", "pin_for": "1h"}
+        ).json()
         assert pinned["instances"] == ["gpu-a"]
         admin.post("/admin/unload", json={"model": "p", "instance": "gpu-b"})
         loads_before = dict(one.stats()["loads"])
@@ -181,8 +188,20 @@ def test_the_cli_shows_and_steers_a_live_gateway(pair) -> None:
     status = _cli(gw, "status")
     assert status.returncode == 0, status.stderr
     lines = status.stdout.splitlines()
-    assert lines[0].split() == ["INSTANCE", "MODEL", "STATE", "PINNED", "UNTIL", "IN-FLIGHT",
-                                "QUEUE", "ETA", "WEIGHTS", "IN", "RAM", "ENGINE"]  # fmt: skip
+    assert lines[0].split() == [
+        "INSTANCE",
+        "MODEL",
+        "STATE",
+        "PINNED",
+        "UNTIL",
+        "IN-FLIGHT",
+        "QUEUE",
+        "ETA",
+        "WEIGHTS",
+        "IN",
+        "RAM",
+        "ENGINE",
+    ]
     row = next(line.split() for line in lines if line.startswith("gpu-b") and " y " in line)
     assert row[2] == "warm"
     assert row[3].endswith("Z")

@@ -48,8 +48,9 @@ class Fleet:
 def fleet(load_time: float = 2.0, **config: Any) -> Iterator[Fleet]:
     with ExitStack() as stack:
         redis = stack.enter_context(redis_server())
-        sims = [stack.enter_context(simulator(models=("x", "y"), load_time=load_time))
-                for _ in range(2)]  # fmt: skip
+        sims = [
+            stack.enter_context(simulator(models=("x", "y"), load_time=load_time)) for _ in range(2)
+        ]
         settings = {
             "routing": {"poll_interval": "1h", "min_residency": 0},
             "keepalive": {"early_headers_after": "500ms", "interval": "1s"},
@@ -88,8 +89,10 @@ def test_a_scheduled_preload_runs_once_per_trigger_on_one_replica() -> None:
     preload = {"name": "warm-y", "model": "y", "cron": "*/2 * * * * *", "instances": 1}
 
     def runs() -> list[int]:
-        return [int(r.metric("swapgate_preload_runs_total", job="warm-y", result="ok"))
-                for r in f.replicas]  # fmt: skip
+        return [
+            int(r.metric("swapgate_preload_runs_total", job="warm-y", result="ok"))
+            for r in f.replicas
+        ]
 
     with fleet(load_time=0.2, preloads=[preload]) as f:
         # counted from here: a busy machine starts the replicas slowly, with triggers meanwhile

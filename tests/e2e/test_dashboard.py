@@ -211,8 +211,12 @@ def test_the_event_stream_starts_with_a_snapshot_and_ends_when_the_gateway_stops
 
 def stream_slowly(url: str, model: str, done: list[int]) -> None:
     """A streamed answer of ``model`` that takes seconds; its status once read to the end."""
-    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": True,
-            "max_tokens": 20}  # fmt: skip
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+        "max_tokens": 20,
+    }
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as answer:
         for _ in answer.iter_bytes():
             pass
@@ -263,15 +267,24 @@ def test_an_unload_that_would_cut_requests_asks_first_and_preload_and_drain_act(
 
 
 def test_the_page_shows_each_keys_use_and_each_warm_engines_diagnosis(browser: WebDriver) -> None:
-    key = {"name": "chat-ui", "sha256": hashlib.sha256(b"ui-key").hexdigest(),
-           "priority": "interactive", "concurrency": 8, "rpm": 6000}  # fmt: skip
+    key = {
+        "name": "chat-ui",
+        "sha256": hashlib.sha256(b"ui-key").hexdigest(),
+        "priority": "interactive",
+        "concurrency": 8,
+        "rpm": 6000,
+    }
     config: dict[str, Any] = {
         "instances": [],
         "auth": {"keys": [key]},
         "diagnosis": {"baseline": "2s", "window": "2s"},  # short, for the test
     }
-    body = {"model": "a", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
-            "stream": True}  # fmt: skip
+    body = {
+        "model": "a",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 2,
+        "stream": True,
+    }
     stop = threading.Event()
 
     def streams(url: str) -> None:  # one stream after another, under the key
@@ -387,8 +400,10 @@ def test_a_viewers_token_shows_the_page_and_reads_but_changes_nothing(browser: W
 
 def test_a_models_backoff_shows_in_its_own_cell_not_on_its_instance(browser: WebDriver) -> None:
     crash = "import os, signal; print('loading broken', flush=True); os.kill(os.getpid(), 11)"
-    commands = {"a": sim_command("a", startup=0),
-                "broken": f"{sys.executable} -c {shlex.quote(crash)}"}  # fmt: skip
+    commands = {
+        "a": sim_command("a", startup=0),
+        "broken": f"{sys.executable} -c {shlex.quote(crash)}",
+    }
     config = process_config(**commands)
     config["server"] = {}
     config["instances"][0]["capacity"] = 2

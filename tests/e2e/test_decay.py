@@ -20,8 +20,12 @@ from tests.e2e.test_process import ENV, TOKEN, process_config, processes, sim_co
 
 pytestmark = pytest.mark.e2e
 DIAGNOSIS = {"baseline": "3s", "window": "3s", "drift": 1.5, "memory_slope": "1GiB/h"}
-BODY = {"model": "a", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
-        "stream": True}  # fmt: skip
+BODY = {
+    "model": "a",
+    "messages": [{"role": "user", "content": "hi"}],
+    "max_tokens": 2,
+    "stream": True,
+}
 
 
 @contextmanager
@@ -79,9 +83,12 @@ def slow_ttft(baseline_ms: float | None) -> float:
 
 def test_a_growing_kv_pool_is_kv_growth_and_is_recycled_on_its_slope() -> None:
     command = {
-        "cmd": sim_command("a", startup=0), "stop_timeout": "50ms", "recycle_rss": "4GiB",
-        "recycle_rss_slope": "20GiB/h", "slope_window": "8s",
-    }  # fmt: skip
+        "cmd": sim_command("a", startup=0),
+        "stop_timeout": "50ms",
+        "recycle_rss": "4GiB",
+        "recycle_rss_slope": "20GiB/h",
+        "slope_window": "8s",
+    }
     config = process_config(a=command)  # type: ignore[arg-type]
     config["diagnosis"] = DIAGNOSIS
     with gateway(config, ENV) as gw, flat_load(gw.url) as statuses:

@@ -34,8 +34,11 @@ def test_the_demo_admin_api_is_on_and_the_cli_finds_its_token(tmp_path: Path) ->
         wait_until_serving(f"{url}/readyz", demo, timeout=60)
         status = subprocess.run(
             [sys.executable, "-m", "swapgate", "status", "--url", url],
-            env=cli_env, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         stop(demo)
     assert status.returncode == 0, status.stderr
@@ -45,6 +48,9 @@ def test_the_demo_admin_api_is_on_and_the_cli_finds_its_token(tmp_path: Path) ->
     assert "authorization: Bearer " in printed  # the token, with a curl line that uses it
     stale = subprocess.run(
         [sys.executable, "-m", "swapgate", "status", "--url", url],
-        env=cli_env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert stale.returncode == 1  # the demo is gone: its token is not offered to anyone else

@@ -20,9 +20,12 @@ def test_two_small_models_share_the_card_and_the_big_one_evicts_both_once_idle()
         config = {
             "routing": {"poll_interval": "1h", "min_residency": 0},
             "instances": [instance("card", sim, memory="24GiB", capacity=3)],
-            "models": {"a": {"memory": "10GiB"}, "b": {"memory": "10GiB"},
-                       "c": {"memory": "20GiB"}},
-        }  # fmt: skip
+            "models": {
+                "a": {"memory": "10GiB"},
+                "b": {"memory": "10GiB"},
+                "c": {"memory": "20GiB"},
+            },
+        }
         with gateway(config) as gw, httpx.Client(base_url=gw.url, timeout=30) as client:
 
             def chat(model: str, **extra: object) -> httpx.Response:
@@ -35,10 +38,15 @@ def test_two_small_models_share_the_card_and_the_big_one_evicts_both_once_idle()
             assert sim.stats()["unloads"] == 0
 
             def stream_a() -> list[str]:
-                body = {"model": "a", "messages": [{"role": "user", "content": "hi"}],
-                        "stream": True, "max_tokens": 100}  # fmt: skip
-                with httpx.stream("POST", f"{gw.url}/v1/chat/completions", json=body,
-                                  timeout=30) as response:  # fmt: skip
+                body = {
+                    "model": "a",
+                    "messages": [{"role": "user", "content": "hi"}],
+                    "stream": True,
+                    "max_tokens": 100,
+                }
+                with httpx.stream(
+                    "POST", f"{gw.url}/v1/chat/completions", json=body, timeout=30
+                ) as response:
                     return [line for line in response.iter_lines() if line.startswith("data:")]
 
             with concurrent.futures.ThreadPoolExecutor(2) as pool:

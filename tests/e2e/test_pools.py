@@ -29,11 +29,15 @@ def pools_config(chat: object, batch: object) -> dict[str, object]:
         "routing": {"poll_interval": "200ms", "min_residency": 0},
         "keepalive": {"non_streaming": "off"},
         "instances": [instance("chat", chat), instance("batch", batch)],  # type: ignore[arg-type]
-        "models": {"m": {"pools": [
-            {"name": "interactive", "instances": ["chat"], "max_prompt_tokens": 4096},
-            {"name": "batch", "instances": ["batch"]},
-        ]}},
-    }  # fmt: skip
+        "models": {
+            "m": {
+                "pools": [
+                    {"name": "interactive", "instances": ["chat"], "max_prompt_tokens": 4096},
+                    {"name": "batch", "instances": ["batch"]},
+                ]
+            }
+        },
+    }
 
 
 def test_prompts_go_to_their_pool_and_a_batch_swap_does_not_slow_interactive_requests() -> None:
@@ -44,8 +48,9 @@ def test_prompts_go_to_their_pool_and_a_batch_swap_does_not_slow_interactive_req
     ):
         short, _ = ask(gw.url, SHORT)
         assert (short.headers["x-swapgate-pool"], short.headers["x-swapgate-route"]) == (
-            "interactive", "instance/chat",
-        )  # fmt: skip
+            "interactive",
+            "instance/chat",
+        )
         baseline = [ask(gw.url, SHORT)[1] for _ in range(10)]
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             long = pool.submit(ask, gw.url, LONG)  # the batch pool swaps m in: 3 s
@@ -83,9 +88,13 @@ def test_a_pool_that_is_down_falls_through_only_to_a_pool_the_prompt_fits() -> N
         assert "batch is down" in long.json()["error"]["message"]
     with simulator(models=("m",), load_time=0.2) as only:
         config = pools_config(only, only)
-        config["models"] = {"m": {"pools": [
-            {"name": "interactive", "instances": ["chat"], "max_prompt_tokens": 4096},
-        ]}}  # fmt: skip
+        config["models"] = {
+            "m": {
+                "pools": [
+                    {"name": "interactive", "instances": ["chat"], "max_prompt_tokens": 4096},
+                ]
+            }
+        }
         with gateway(config) as gw:
             too_long, _ = ask(gw.url, LONG)
     assert too_long.status_code == 400
@@ -104,22 +113,36 @@ def test_a_wait_budget_shorter_than_the_swap_relays_or_answers_503_at_once() -> 
             "routing": {"poll_interval": "1h", "expected_swap": "5s"},
             "relays": {"cloud": {"url": f"{relay.url}/v1"}},
             "instances": [instance("node", node)],
-            "models": {"r": {"relay": "cloud", "relay_model": "remote", "fallback": "slow"},
-                       "o": {"relay": "cloud", "fallback": "off"}},
-        }  # fmt: skip
+            "models": {
+                "r": {"relay": "cloud", "relay_model": "remote", "fallback": "slow"},
+                "o": {"relay": "cloud", "fallback": "off"},
+            },
+        }
         with gateway(config) as gw:
             body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
             budget = {"x-swapgate-max-wait": "1s"}
             started = time.monotonic()
-            relayed = httpx.post(f"{gw.url}/v1/chat/completions", json={**body, "model": "r"},
-                                 headers=budget, timeout=30)  # fmt: skip
+            relayed = httpx.post(
+                f"{gw.url}/v1/chat/completions",
+                json={**body, "model": "r"},
+                headers=budget,
+                timeout=30,
+            )
             relayed_in = time.monotonic() - started
             started = time.monotonic()
-            refused = httpx.post(f"{gw.url}/v1/chat/completions", json={**body, "model": "o"},
-                                 headers=budget, timeout=30)  # fmt: skip
+            refused = httpx.post(
+                f"{gw.url}/v1/chat/completions",
+                json={**body, "model": "o"},
+                headers=budget,
+                timeout=30,
+            )
             refused_in = time.monotonic() - started
-            bad = httpx.post(f"{gw.url}/v1/chat/completions", json={**body, "model": "o"},
-                             headers={"x-swapgate-max-wait": "soon"}, timeout=30)  # fmt: skip
+            bad = httpx.post(
+                f"{gw.url}/v1/chat/completions",
+                json={**body, "model": "o"},
+                headers={"x-swapgate-max-wait": "soon"},
+                timeout=30,
+            )
     assert relayed.status_code == 200
     assert relayed.headers["x-swapgate-route"] == "relay/cloud"
     assert relayed_in < 1.0

@@ -105,8 +105,12 @@ def stream_and_kill(gw: Gateway, model: str, after: int, max_tokens: int) -> tup
     """Stream a long answer from ``model`` (warm) and SIGKILL its process after ``after``
     events; return the process's pid and every event's data."""
     pid: int = processes(gw)[model]["pid"]
-    body = {"model": model, "messages": [{"role": "user", "content": "Tell a long story."}],
-            "stream": True, "max_tokens": max_tokens}  # fmt: skip
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Tell a long story."}],
+        "stream": True,
+        "max_tokens": max_tokens,
+    }
     events = []
     with httpx.stream("POST", f"{gw.url}/v1/chat/completions", json=body, timeout=60) as r:
         for line in r.iter_lines():
@@ -181,13 +185,20 @@ def test_a_process_above_recycle_rss_is_drained_and_restarted_when_idle_no_reque
     # The simulator keeps 30 MiB per request (a leak); it starts at about 50 MiB. On SIGTERM it
     # would finish its streams itself (uvicorn does); an engine that does not is SIGKILLed after
     # stop_timeout, so a restart that did not wait for the streams would cut them.
-    leaky = {"cmd": sim_command("a", flags="--grow-rss 30MiB"), "recycle_rss": "150MiB",
-             "stop_timeout": "50ms"}  # fmt: skip
+    leaky = {
+        "cmd": sim_command("a", flags="--grow-rss 30MiB"),
+        "recycle_rss": "150MiB",
+        "stop_timeout": "50ms",
+    }
     config = process_config()
     config["instances"][0]["commands"] = {"a": leaky}
     # Streams of 1.5 s: four are running when the limit is crossed.
-    body = {"model": "a", "messages": [{"role": "user", "content": "hi"}], "stream": True,
-            "max_tokens": 300}  # fmt: skip
+    body = {
+        "model": "a",
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+        "max_tokens": 300,
+    }
 
     def stream(_: int) -> list[str]:
         with httpx.stream("POST", f"{gw.url}/v1/chat/completions", json=body, timeout=60) as r:
@@ -216,8 +227,9 @@ def test_a_process_above_recycle_rss_is_drained_and_restarted_when_idle_no_reque
         last_pid = processes(gw)["a"]["pid"]
     assert all(events[-1] == "data: [DONE]" for events in answers), "every stream ran to its end"
     assert not any('"error"' in event for events in answers for event in events)
-    recycles = re.search(r'swapgate_process_recycles_total\{instance="node",model="a"\} (\S+)',
-                         metrics)  # fmt: skip
+    recycles = re.search(
+        r'swapgate_process_recycles_total\{instance="node",model="a"\} (\S+)', metrics
+    )
     assert recycles is not None
     assert float(recycles[1]) >= 1
     assert last_pid != first_pid
@@ -264,8 +276,10 @@ def test_a_server_whose_port_was_taken_while_it_started_is_started_again_on_anot
         "s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); time.sleep(8)\n"
     )
     mark = tmp_path / "tried"
-    first = (f"if [ ! -e {mark} ]; then touch {mark}; setsid {sys.executable} {hold} ${{PORT}} &"
-             " sleep 0.5; exit 3; fi")  # fmt: skip
+    first = (
+        f"if [ ! -e {mark} ]; then touch {mark}; setsid {sys.executable} {hold} ${{PORT}} &"
+        " sleep 0.5; exit 3; fi"
+    )
     command = f"/bin/sh -c '{first}; exec {sim_command('a', startup=0)}'"
     with gateway(process_config(a=command), ENV) as gw:
         answer = chat(gw.url, "a", timeout=60)

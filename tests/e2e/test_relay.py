@@ -74,8 +74,9 @@ def _stream_through(gw: Gateway, model: str) -> dict[str, Any]:
     body = {"model": model, "messages": [], "stream": True, "max_tokens": 4}
     headers = {"authorization": f"Bearer {CLIENT_KEY}"}
     text, times = "", []
-    with httpx.stream("POST", f"{gw.url}/v1/chat/completions", json=body, headers=headers,
-                      timeout=30) as response:  # fmt: skip
+    with httpx.stream(
+        "POST", f"{gw.url}/v1/chat/completions", json=body, headers=headers, timeout=30
+    ) as response:
         for line in response.iter_lines():
             if line.startswith("data: {"):
                 times.append(time.monotonic())

@@ -26,8 +26,10 @@ GAP = 1.0
 
 def test_a_replayed_log_reproduces_the_live_swap_count(tmp_path: Path) -> None:
     log = tmp_path / "swapgate.log"
-    with simulator(models=("a", "b", "c"), load_time=0.3) as one, \
-            simulator(models=("a", "b", "c"), load_time=0.3) as two:  # fmt: skip
+    with (
+        simulator(models=("a", "b", "c"), load_time=0.3) as one,
+        simulator(models=("a", "b", "c"), load_time=0.3) as two,
+    ):
         config = {
             "server": {"log_level": "info"},
             "routing": {"poll_interval": "1h"},
@@ -41,13 +43,30 @@ def test_a_replayed_log_reproduces_the_live_swap_count(tmp_path: Path) -> None:
     config_file = tmp_path / "swapgate.yaml"
     config_file.write_text(yaml.safe_dump(config))
     replayed = subprocess.run(
-        [sys.executable, "-m", "swapgate", "replay", str(log), "--config", str(config_file),
-         "--variant", "instances=3", "--speedup", "2", "--json"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "swapgate",
+            "replay",
+            str(log),
+            "--config",
+            str(config_file),
+            "--variant",
+            "instances=3",
+            "--speedup",
+            "2",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
         # The operator's shell may point at the live cluster: the replay must not follow.
-        env={**os.environ, "SWAPGATE_REDIS_URL": "redis://127.0.0.1:1/0",
-             "SWAPGATE_SERVER__PORT": "1"},
-    )  # fmt: skip
+        env={
+            **os.environ,
+            "SWAPGATE_REDIS_URL": "redis://127.0.0.1:1/0",
+            "SWAPGATE_SERVER__PORT": "1",
+        },
+    )
     assert replayed.returncode == 0, replayed.stderr
     rows = {row["name"]: row for row in json.loads(replayed.stdout)}
     assert rows["recorded"]["swaps"] == live  # every swap the log measured

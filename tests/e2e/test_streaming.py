@@ -74,8 +74,11 @@ def test_a_client_that_leaves_while_waiting_does_not_stop_the_swap() -> None:
             payload = b'{"model": "b", "messages": []}'
             request = (
                 b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json"
-                + b"\r\ncontent-length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload
-            )  # fmt: skip
+                + b"\r\ncontent-length: "
+                + str(len(payload)).encode()
+                + b"\r\n\r\n"
+                + payload
+            )
             with socket.create_connection(("127.0.0.1", port)) as raw:
                 raw.sendall(request)
                 wait_for(lambda: sim.stats()["resident"] == {"b": "starting"}, timeout=3)

@@ -30,9 +30,11 @@ def test_requests_queued_for_a_swap_are_served_before_the_next_swap() -> None:
             payload = b'{"model": "a", "messages": []}'
             starter.sendall(
                 b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: "
-                b"application/json\r\ncontent-length: " + str(len(payload)).encode()
-                + b"\r\n\r\n" + payload
-            )  # fmt: skip
+                b"application/json\r\ncontent-length: "
+                + str(len(payload)).encode()
+                + b"\r\n\r\n"
+                + payload
+            )
             swapping = 'swapgate_swaps_in_progress{instance="gpu-a"} 1.0'
             wait_for(lambda: swapping in gw.metrics())
             b = pool.submit(chat, gw.url, "b", 2, 60)

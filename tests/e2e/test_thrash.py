@@ -37,8 +37,10 @@ def test_the_thrash_counter_rises_only_when_an_evicted_model_comes_back_soon(
     for model, count in thrash.items():
         assert metric_in(metrics, "swapgate_thrash_total", instance="gpu", model=model) == count
     assert metric_in(metrics, "swapgate_placements_total", model="a", placement="warm") == 1
-    swapped = sum(metric_in(metrics, "swapgate_placements_total", model=m, placement="swap")
-                  for m in ("a", "b"))  # fmt: skip
+    swapped = sum(
+        metric_in(metrics, "swapgate_placements_total", model=m, placement="swap")
+        for m in ("a", "b")
+    )
     assert swapped == len(sequence) - 1 - (sequence[-1] == sequence[-2])
 
 

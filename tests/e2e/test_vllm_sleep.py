@@ -26,9 +26,16 @@ def test_two_servers_on_one_gpu_take_turns_by_waking_never_loading(level: int) -
     ):
         config = {
             "routing": {"poll_interval": "1h", "min_residency": 0},
-            "instances": [{"name": "gpu", "kind": "vllm-sleep", "capacity": 1,
-                           "sleep_level": level, "servers": {"a": a.url, "b": b.url}}],
-        }  # fmt: skip
+            "instances": [
+                {
+                    "name": "gpu",
+                    "kind": "vllm-sleep",
+                    "capacity": 1,
+                    "sleep_level": level,
+                    "servers": {"a": a.url, "b": b.url},
+                }
+            ],
+        }
         with gateway(config, {"SWAPGATE_ADMIN_TOKEN": TOKEN}) as gw:
             state = _state(gw.url)
             assert _models(state) == {"a": "warm", "b": "asleep"}
@@ -51,8 +58,11 @@ def test_two_servers_on_one_gpu_take_turns_by_waking_never_loading(level: int) -
     assert a_stats["stale_answers"] == b_stats["stale_answers"] == 0, "no undefined weights"
     reloads = (1, 2) if level == 2 else (0, 0)
     assert (a_stats["weight_reloads"], b_stats["weight_reloads"]) == reloads
-    wakes = re.search(r'swapgate_wake_duration_seconds_count\{instance="gpu",model="b",'
-                      r'result="ok"\} (\S+)', metrics)  # fmt: skip
+    wakes = re.search(
+        r'swapgate_wake_duration_seconds_count\{instance="gpu",model="b",'
+        r'result="ok"\} (\S+)',
+        metrics,
+    )
     assert wakes is not None
     assert float(wakes[1]) == 2
     eta = state["models"]["a"]["eta_seconds"]["gpu"]  # a is asleep: its wake, measured once
@@ -75,8 +85,9 @@ def test_a_request_goes_to_the_copy_asleep_rather_than_the_one_cold() -> None:
         with gateway(config) as gw:
             started = time.monotonic()
             body = {"model": "m", "messages": HELLO, "max_tokens": 3, "stream": True}
-            with httpx.stream("POST", f"{gw.url}/v1/chat/completions", json=body,
-                              timeout=30) as response:  # fmt: skip
+            with httpx.stream(
+                "POST", f"{gw.url}/v1/chat/completions", json=body, timeout=30
+            ) as response:
                 lines = list(response.iter_lines())
             waited = time.monotonic() - started
             route = httpx.get(f"{gw.url}/metrics", timeout=5).text
@@ -95,9 +106,15 @@ def test_what_is_awake_beyond_capacity_is_put_to_sleep_at_start_and_after_a_wake
     ):
         config = {
             "routing": {"poll_interval": "300ms", "min_residency": 0},
-            "instances": [{"name": "gpu", "kind": "vllm-sleep", "capacity": 1,
-                           "servers": {"a": a.url, "b": b.url}}],
-        }  # fmt: skip
+            "instances": [
+                {
+                    "name": "gpu",
+                    "kind": "vllm-sleep",
+                    "capacity": 1,
+                    "servers": {"a": a.url, "b": b.url},
+                }
+            ],
+        }
         with gateway(config, {"SWAPGATE_ADMIN_TOKEN": TOKEN}) as gw:
             wait_for(lambda: sorted(_models(_state(gw.url)).values()) == ["asleep", "warm"])
             assert chat(gw.url, "b").status_code == 200

@@ -25,8 +25,12 @@ def test_a_committed_stream_tells_its_whole_wait_at_its_end(tmp_path: Path) -> N
             "instances": [instance("sim", sim)],
         }
         with gateway(config, log=log) as gw:
-            body = {"model": "a", "stream": True, "max_tokens": 3,
-                    "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
+            body = {
+                "model": "a",
+                "stream": True,
+                "max_tokens": 3,
+                "messages": [{"role": "user", "content": "hi"}],
+            }
             answer = post(gw.url, "/v1/chat/completions", body)
             waited = gw.metric("swapgate_wait_seconds_sum", model="a")
     lines = [line for line in answer.lines() if line]

@@ -24,8 +24,13 @@ class WireResponse:
         return [line for line in self.lines() if line.startswith("data:")]
 
 
-def post(url: str, path: str, payload: dict[str, object], headers: dict[str, str] | None = None,
-         timeout: float = 30) -> WireResponse:  # fmt: skip
+def post(
+    url: str,
+    path: str,
+    payload: dict[str, object],
+    headers: dict[str, str] | None = None,
+    timeout: float = 30,
+) -> WireResponse:
     host, port = url.removeprefix("http://").split(":")
     body = json.dumps(payload).encode()
     extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
@@ -44,9 +49,13 @@ def post(url: str, path: str, payload: dict[str, object], headers: dict[str, str
     if headers.get("transfer-encoding") == "chunked":
         rest = _dechunk(rest)
     return WireResponse(
-        int(status_line.split()[1]), headers, rest, times[0] - sent, [t - sent for t in times],
+        int(status_line.split()[1]),
+        headers,
+        rest,
+        times[0] - sent,
+        [t - sent for t in times],
         first_event - sent if first_event else None,
-    )  # fmt: skip
+    )
 
 
 def _read_all(sock: socket.socket) -> tuple[bytes, list[float], float | None]:

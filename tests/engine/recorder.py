@@ -72,8 +72,7 @@ def _handler(recorder: Recorder) -> type[BaseHTTPRequestHandler]:
             finally:
                 connection.close()
             time.sleep(next((t for p, t in recorder.slow.items() if self.path.startswith(p)), 0))
-            recorder.add(Event(time.monotonic(), "answered", self.command, self.path, status,
-                               data))  # fmt: skip
+            recorder.add(Event(time.monotonic(), "answered", self.command, self.path, status, data))
             self.send_response(status)
             for name, value in answered:
                 if name.lower() not in HOP_BY_HOP:

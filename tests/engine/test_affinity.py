@@ -34,9 +34,17 @@ def copies(engine: LlamaServerEngine, slack: int) -> dict[str, Any]:
     return {
         "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
         "routing": {"min_residency": 0, "affinity_slack": slack},
-        "instances": [{"name": name, "kind": "process", "capacity": 1, "start_port": free_port(),
-                       "commands": {"gemma": command}} for name in ("node-1", "node-2")],
-    }  # fmt: skip
+        "instances": [
+            {
+                "name": name,
+                "kind": "process",
+                "capacity": 1,
+                "start_port": free_port(),
+                "commands": {"gemma": command},
+            }
+            for name in ("node-1", "node-2")
+        ],
+    }
 
 
 def conversations(engine: LlamaServerEngine, slack: int) -> dict[str, list[dict[str, Any]]]:
@@ -84,6 +92,8 @@ def test_every_later_turn_finds_its_prompt_cached_with_affinity_and_not_without(
     later_reads = [t["prompt_n"] for turns in without.values() for t in turns[1:]]
     assert max(later_reads) > 250, f"without affinity some turns read it all again: {without}"
     assert len(later_reads) == len(TOPICS) * (ROUNDS - 1)
-    print(f"\nlater turns' prompt tokens read, with affinity: "
-          f"{[t['prompt_n'] for ts in with_affinity.values() for t in ts[1:]]}; without: "
-          f"{later_reads}")  # fmt: skip
+    print(
+        f"\nlater turns' prompt tokens read, with affinity: "
+        f"{[t['prompt_n'] for ts in with_affinity.values() for t in ts[1:]]}; without: "
+        f"{later_reads}"
+    )

@@ -108,9 +108,16 @@ def test_every_request_of_each_cli_is_answered_by_the_real_engine(
     clis: CodingClients, real_engine: str, client: str, protocols: list[str], homes: dict[str, Path]
 ) -> None:
     config: dict[str, Any] = {
-        "instances": [{"name": "cpu", "kind": "openai", "url": real_engine,
-                       "models": ["gemma"], "protocols": protocols}],
-    }  # fmt: skip
+        "instances": [
+            {
+                "name": "cpu",
+                "kind": "openai",
+                "url": real_engine,
+                "models": ["gemma"],
+                "protocols": protocols,
+            }
+        ],
+    }
     endpoint = "messages" if client == "claude" else "responses"
     with gateway(config) as gw:
         if client == "claude":

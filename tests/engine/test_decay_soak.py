@@ -21,8 +21,12 @@ from tests.engine.test_process_engine import engine_command
 
 pytestmark = pytest.mark.engine
 SOAK = 12.0  # seconds of load after the baseline
-BODY = {"model": "gemma-a", "messages": [{"role": "user", "content": "Say hello."}],
-        "max_tokens": 4, "stream": True}  # fmt: skip
+BODY = {
+    "model": "gemma-a",
+    "messages": [{"role": "user", "content": "Say hello."}],
+    "max_tokens": 4,
+    "stream": True,
+}
 
 
 def diagnosis(url: str) -> dict[str, Any]:

@@ -28,8 +28,23 @@ def test_the_random_model_has_the_shape_and_size_asked_for(tmp_path: Path) -> No
 def test_the_benchmark_measures_loads_swaps_and_streams_on_the_cpu(tmp_path: Path) -> None:
     ensure_llama_server()
     out = tmp_path / "figures.json"
-    args = ["--cpu", "--shape", "tiny", "--streams", "4", "--swaps", "2", "--rounds", "1",
-            "--tokens", "16", "--work", str(tmp_path), "--json", str(out)]  # fmt: skip
+    args = [
+        "--cpu",
+        "--shape",
+        "tiny",
+        "--streams",
+        "4",
+        "--swaps",
+        "2",
+        "--rounds",
+        "1",
+        "--tokens",
+        "16",
+        "--work",
+        str(tmp_path),
+        "--json",
+        str(out),
+    ]
     assert llama_server_gpu.main(args) == 0
     figures = json.loads(out.read_text())
     assert len(figures["load_s"]) == 2

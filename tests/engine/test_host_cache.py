@@ -57,19 +57,39 @@ def test_a_queued_models_weights_are_in_ram_before_its_swap_within_the_budget(
         # a, once used, stays 4 s: a request for b queues behind it meanwhile (they are two
         # teams' requests: a request for a could still come, docs/configuration.md)
         "routing": {"min_residency": "4s", "poll_interval": "1s"},
-        "auth": {"keys": [{"name": team, "sha256": hashlib.sha256(team.encode()).hexdigest()}
-                          for team in ("team-a", "team-b")]},
+        "auth": {
+            "keys": [
+                {"name": team, "sha256": hashlib.sha256(team.encode()).hexdigest()}
+                for team in ("team-a", "team-b")
+            ]
+        },
         "host_cache": {"budget": budget, "read_rate": "256MiB/s", "interval": "200ms"},
         "models": {"other": {"weights": str(files["other"])}},
-        "instances": [{"name": "node", "kind": "process", "capacity": 1, "start_port": free_port(),
-                       "commands": {name: {"cmd": command(engine, name, files[name]),
-                                           "ready": "/health"} for name in ("a", "b")}}],
-    }  # fmt: skip
+        "instances": [
+            {
+                "name": "node",
+                "kind": "process",
+                "capacity": 1,
+                "start_port": free_port(),
+                "commands": {
+                    name: {"cmd": command(engine, name, files[name]), "ready": "/health"}
+                    for name in ("a", "b")
+                },
+            }
+        ],
+    }
     samples: list[tuple[str, int, int, int]] = []  # b's state, b resident, other resident, held
     with gateway(config, {"TEST_ADMIN_TOKEN": TOKEN}) as gw:
         chat = f"{gw.url}/v1/chat/completions"
-        assert httpx.post(chat, json={"model": "a", "messages": HELLO, "max_tokens": 4},
-                          headers=as_team("team-a"), timeout=60).status_code == 200  # fmt: skip
+        assert (
+            httpx.post(
+                chat,
+                json={"model": "a", "messages": HELLO, "max_tokens": 4},
+                headers=as_team("team-a"),
+                timeout=60,
+            ).status_code
+            == 200
+        )
         done = threading.Event()
 
         def watch() -> None:
@@ -88,8 +108,12 @@ def test_a_queued_models_weights_are_in_ram_before_its_swap_within_the_budget(
         watcher.start()
         try:
             started = time.monotonic()
-            answer = httpx.post(chat, json={"model": "b", "messages": HELLO, "max_tokens": 4},
-                                headers=as_team("team-b"), timeout=60)  # fmt: skip
+            answer = httpx.post(
+                chat,
+                json={"model": "b", "messages": HELLO, "max_tokens": 4},
+                headers=as_team("team-b"),
+                timeout=60,
+            )
             waited = time.monotonic() - started
         finally:
             done.set()

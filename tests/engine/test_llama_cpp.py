@@ -181,9 +181,12 @@ def test_anthropic_messages_reach_the_engine_as_chat_and_come_back_as_messages(f
     ask: Any = [{"role": "user", "content": "Say hello to Paris."}]
     with anthropic.Anthropic(base_url=gw.url, api_key="x", max_retries=0, timeout=60) as client:
         raw = client.messages.with_raw_response.create(
-            model="gemma-a", max_tokens=8, system="You are brief.", messages=ask,
+            model="gemma-a",
+            max_tokens=8,
+            system="You are brief.",
+            messages=ask,
             extra_headers=QUIET,  # the final headers, not keep-alives committed before them
-        )  # fmt: skip
+        )
         with client.messages.stream(model="gemma-b", max_tokens=8, messages=ask) as stream:
             texts = list(stream.text_stream)
             streamed = stream.get_final_message()
@@ -238,8 +241,10 @@ def test_responses_reach_the_engine_as_chat_and_come_back_as_responses(fleet) ->
 def test_without_the_translation_the_engine_answers_its_own_404(fleet) -> None:
     """The same engine declared as speaking Responses itself: its 404 comes back, as before."""
     _, servers = fleet
-    native = {**swap_on_request("llama-1", servers[0], list(MODELS)),
-              "protocols": ["openai", "responses"]}  # fmt: skip
+    native = {
+        **swap_on_request("llama-1", servers[0], list(MODELS)),
+        "protocols": ["openai", "responses"],
+    }
     with gateway({"instances": [native]}) as gw:
         body = {"model": "gemma-a", "input": "hello"}
         answer = httpx.post(f"{gw.url}/v1/responses", json=body, headers=QUIET, timeout=60)

@@ -93,10 +93,15 @@ def deployment(engine: LlamaSwapEngine, tmp_path_factory: Any) -> Iterator[Deplo
             "keepalive": {"early_headers_after": "500ms", "interval": "500ms"},
             "instances": [
                 {"name": "ls-1", "kind": "llama-swap", "url": one.url, "models": listed},
-                {"name": "ls-2", "kind": "llama-swap", "url": two.url, "models": listed,
-                 "api_key_env": "LS2_KEY"},
+                {
+                    "name": "ls-2",
+                    "kind": "llama-swap",
+                    "url": two.url,
+                    "models": listed,
+                    "api_key_env": "LS2_KEY",
+                },
             ],
-        }  # fmt: skip
+        }
         gw = stack.enter_context(gateway(config, ENV, log=root / "gateway.log"))
         fronts = stack.enter_context(nginx({"swapgate": gw.url}, read_timeout="2s"))
         yield Deployment((one, two), gw, fronts["swapgate"])
@@ -112,14 +117,16 @@ def states(gw: Gateway) -> dict[str, dict[str, str]]:
 def chats(url: str, model: str, count: int, stream: bool = False) -> list[httpx.Response]:
     body = {"model": model, "messages": HELLO, "max_tokens": 8, "stream": stream}
     with concurrent.futures.ThreadPoolExecutor(count) as pool:
-        return list(pool.map(lambda _: httpx.post(url + CHAT, json=body, timeout=120),
-                             range(count)))  # fmt: skip
+        return list(
+            pool.map(lambda _: httpx.post(url + CHAT, json=body, timeout=120), range(count))
+        )
 
 
 def text(answer: httpx.Response) -> str:
     if answer.headers["content-type"].startswith("text/event-stream"):
-        chunks = [json.loads(line[6:]) for line in answer.text.splitlines()
-                  if line.startswith("data: {")]  # fmt: skip
+        chunks = [
+            json.loads(line[6:]) for line in answer.text.splitlines() if line.startswith("data: {")
+        ]
         assert all("choices" in c for c in chunks), answer.text  # an error event: which one
         return "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
     return str(answer.json()["choices"][0]["message"]["content"])
@@ -156,8 +163,9 @@ def test_warm_requests_go_to_their_instance_and_cold_ones_share_one_swap(
     # sendLoadingState is on: a client of swapgate still sees only the engine's own chunks
     for answer in cold:
         assert "llama-swap loading" not in answer.text
-        chunks = [json.loads(line[6:]) for line in answer.text.splitlines()
-                  if line.startswith("data: {")]  # fmt: skip
+        chunks = [
+            json.loads(line[6:]) for line in answer.text.splitlines() if line.startswith("data: {")
+        ]
         assert all(c["object"] == "chat.completion.chunk" for c in chunks)
     assert gw.metric("swapgate_upstream_errors_total", kind="auth") == 0, "ls-2's key went along"
 
@@ -205,9 +213,16 @@ def test_a_group_that_keeps_two_models_works_with_capacity_two(
         config = {
             "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
             "routing": {"poll_interval": "5s", "min_residency": 0},
-            "instances": [{"name": "pair", "kind": "llama-swap", "url": pair.url, "capacity": 2,
-                           "models": ["gemma-a", "gemma-b"]}],
-        }  # fmt: skip
+            "instances": [
+                {
+                    "name": "pair",
+                    "kind": "llama-swap",
+                    "url": pair.url,
+                    "capacity": 2,
+                    "models": ["gemma-a", "gemma-b"],
+                }
+            ],
+        }
         with gateway(config, ENV) as gw:
             answers = [
                 post(gw.url, CHAT, {"model": m, "messages": HELLO, "max_tokens": 4})

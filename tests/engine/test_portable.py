@@ -23,8 +23,10 @@ def instructions_beyond_the_baseline(binary: Path) -> list[str]:
     assert objdump, "objdump (binutils, which the engine builds need too)"
     listing = subprocess.run(
         [objdump, "-d", "--no-show-raw-insn", str(binary)],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return [line.strip() for line in listing.splitlines() if BEYOND_BASELINE.search(line)][:5]
 
 

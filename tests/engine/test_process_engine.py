@@ -181,8 +181,9 @@ def test_a_real_engine_nobody_waits_for_is_stopped_for_the_model_queued_behind_i
     with gateway(config, ENV) as gw, concurrent.futures.ThreadPoolExecutor(2) as pool:
         url = f"{gw.url}/v1/chat/completions"
         gone = pool.submit(httpx.post, url, json={"model": "gemma-a", **CHAT}, timeout=3.0)
-        wait_for(lambda: any("gemma-a" in p.cmdline() for p in engines_under(gw.process.pid)),
-                 timeout=10)  # fmt: skip
+        wait_for(
+            lambda: any("gemma-a" in p.cmdline() for p in engines_under(gw.process.pid)), timeout=10
+        )
         loading = engines_under(gw.process.pid)
         queued = pool.submit(httpx.post, url, json={"model": "gemma-b", **CHAT}, timeout=60)
         with pytest.raises(httpx.ReadTimeout):  # the client gives up and disconnects
@@ -211,8 +212,10 @@ def test_an_engine_that_dies_at_start_takes_none_of_its_neighbours_down(
 ) -> None:
     crash = tmp_path / "crash.py"
     crash.write_text(CRASHING_ENGINE)
-    commands: dict[str, object] = {"gemma-a": engine_command(engine, "gemma-a"),
-                "broken": f"{sys.executable} {crash} --port ${{PORT}}"}  # fmt: skip
+    commands: dict[str, object] = {
+        "gemma-a": engine_command(engine, "gemma-a"),
+        "broken": f"{sys.executable} {crash} --port ${{PORT}}",
+    }
     config = process_node(commands)
     config["instances"][0]["capacity"] = 2
     url = "/v1/chat/completions"

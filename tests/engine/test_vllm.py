@@ -64,8 +64,9 @@ def engine() -> VllmEngine:
 
 
 @contextmanager
-def vllm_servers(engine: VllmEngine, root: Path, names: tuple[str, ...]) -> Iterator[
-        dict[str, VllmServer]]:  # fmt: skip
+def vllm_servers(
+    engine: VllmEngine, root: Path, names: tuple[str, ...]
+) -> Iterator[dict[str, VllmServer]]:
     """A ``vllm serve`` per name, started together (each alone takes ~30 s)."""
     servers: dict[str, VllmServer] = {}
     try:
@@ -166,9 +167,15 @@ def test_two_real_servers_on_one_place_take_turns_asleep_and_none_is_sent_a_requ
         config: dict[str, Any] = {
             "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
             "routing": {"poll_interval": "1s", "min_residency": 0, "swap_timeout": "30s"},
-            "instances": [{"name": "gpu", "kind": "vllm-sleep", "capacity": 1,
-                           "servers": {n: r.url for n, r in recorders.items()}}],
-        }  # fmt: skip
+            "instances": [
+                {
+                    "name": "gpu",
+                    "kind": "vllm-sleep",
+                    "capacity": 1,
+                    "servers": {n: r.url for n, r in recorders.items()},
+                }
+            ],
+        }
         gw = stack.enter_context(gateway(config, ENV))
 
         # Both start awake, as vllm serve does: swapgate puts one to sleep at once.
@@ -184,8 +191,9 @@ def test_two_real_servers_on_one_place_take_turns_asleep_and_none_is_sent_a_requ
             assert body["usage"]["completion_tokens"] == 4, "vLLM generated what was asked"
             assert body["choices"][0]["message"]["content"], "real tokens, decoded"
             assert awake(servers) == {model}, f"after {model}: only {model} is awake"
-        stream = post(gw.url, CHAT, {"model": "b", "messages": HELLO, "max_tokens": 4,
-                                     "stream": True})  # fmt: skip
+        stream = post(
+            gw.url, CHAT, {"model": "b", "messages": HELLO, "max_tokens": 4, "stream": True}
+        )
         assert stream.status == 200
         assert "data: [DONE]" in stream.lines(), stream.body[-300:]
 
@@ -217,8 +225,12 @@ def test_two_real_servers_on_one_place_take_turns_asleep_and_none_is_sent_a_requ
             assert answer.status_code == 200, answer.text
             assert answer.json()["usage"]["completion_tokens"] == 4
             assert awake(servers) == {model}
-        reloads = [e for r in recorders.values() for e in r.seen()
-                   if e.path == "/collective_rpc" and e.what == "answered"]  # fmt: skip
+        reloads = [
+            e
+            for r in recorders.values()
+            for e in r.seen()
+            if e.path == "/collective_rpc" and e.what == "answered"
+        ]
         assert [e.status for e in reloads] == [200, 200], "one reload of the weights per wake"
 
         # a's server dies while asleep: only a fails, at once; b keeps answering and is never
@@ -270,14 +282,20 @@ def test_two_real_servers_on_one_place_take_turns_asleep_and_none_is_sent_a_requ
 
 
 def _wake_times(metrics: str) -> dict[str, float]:
-    found = re.findall(r'swapgate_wake_duration_seconds_count\{instance="gpu",model="(\w+)",'
-                       r'result="ok"\} (\S+)', metrics)  # fmt: skip
+    found = re.findall(
+        r'swapgate_wake_duration_seconds_count\{instance="gpu",model="(\w+)",'
+        r'result="ok"\} (\S+)',
+        metrics,
+    )
     return {model: float(count) for model, count in found}
 
 
 def _wake_seconds(metrics: str) -> dict[str, float]:
-    sums = re.findall(r'swapgate_wake_duration_seconds_sum\{instance="gpu",model="(\w+)",'
-                      r'result="ok"\} (\S+)', metrics)  # fmt: skip
+    sums = re.findall(
+        r'swapgate_wake_duration_seconds_sum\{instance="gpu",model="(\w+)",'
+        r'result="ok"\} (\S+)',
+        metrics,
+    )
     counts = _wake_times(metrics)
     return {model: round(float(total) / counts[model], 3) for model, total in sums}
 
@@ -307,19 +325,34 @@ def reload(gw: Gateway, config: dict[str, Any]) -> None:
 def test_vllm_serve_as_a_process_a_real_cold_start_a_recycle_and_nothing_left_after_sigkill(
     engine: VllmEngine,
 ) -> None:
-    command = {"cmd": " ".join(engine.serve("tiny")), "ready": "/health", "env": engine.env(),
-               "stop_timeout": "20s"}  # fmt: skip
+    command = {
+        "cmd": " ".join(engine.serve("tiny")),
+        "ready": "/health",
+        "env": engine.env(),
+        "stop_timeout": "20s",
+    }
     config: dict[str, Any] = {
         "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
         "routing": {"poll_interval": "1s", "min_residency": 0, "swap_timeout": "240s"},
         "keepalive": {"early_headers_after": "1s", "interval": "2s"},
-        "instances": [{"name": "node", "kind": "process", "capacity": 1,
-                       "start_port": free_port(), "commands": {"tiny": command}}],
-    }  # fmt: skip
+        "instances": [
+            {
+                "name": "node",
+                "kind": "process",
+                "capacity": 1,
+                "start_port": free_port(),
+                "commands": {"tiny": command},
+            }
+        ],
+    }
     with gateway(config, ENV) as gw:
         started = time.monotonic()
-        cold = post(gw.url, CHAT, {"model": "tiny", "messages": HELLO, "max_tokens": 4,
-                                   "stream": True}, timeout=STARTUP)  # fmt: skip
+        cold = post(
+            gw.url,
+            CHAT,
+            {"model": "tiny", "messages": HELLO, "max_tokens": 4, "stream": True},
+            timeout=STARTUP,
+        )
         took = time.monotonic() - started
         eta = admin_state(gw)["models"]["tiny"]["eta_seconds"]["node"]
         first = group(state(gw)["processes"]["tiny"]["pid"])

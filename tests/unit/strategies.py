@@ -11,9 +11,12 @@ BOUNDED = settings(max_examples=150, deadline=None, suppress_health_check=[Healt
 SCALARS = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12)
 # What JSON can hold: no NaN or infinity (a body with them is a 400, tested on its own).
 JSON_SCALARS = (
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=12)
-)  # fmt: skip
+)
 JSON = st.recursive(
     JSON_SCALARS,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),

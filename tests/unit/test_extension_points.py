@@ -16,11 +16,17 @@ from swapgate.metrics import Declared, Metrics
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 # Metrics read from live state at scrape time (collectors), or exported only with a Redis.
 COLLECTED = {
-    "swapgate_swaps_in_progress", "swapgate_model_warm", "swapgate_queue_depth",
-    "swapgate_inflight_requests", "swapgate_instance_up", "swapgate_cluster_up",
-    "swapgate_process_rss_slope_bytes_per_hour", "swapgate_ttft_drift_ratio",
-    "swapgate_engine_diagnosis", "swapgate_load_progress_ratio",
-}  # fmt: skip
+    "swapgate_swaps_in_progress",
+    "swapgate_model_warm",
+    "swapgate_queue_depth",
+    "swapgate_inflight_requests",
+    "swapgate_instance_up",
+    "swapgate_cluster_up",
+    "swapgate_process_rss_slope_bytes_per_hour",
+    "swapgate_ttft_drift_ratio",
+    "swapgate_engine_diagnosis",
+    "swapgate_load_progress_ratio",
+}
 
 
 def _row(doc: str, key: str) -> str:

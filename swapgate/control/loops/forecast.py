@@ -149,9 +149,10 @@ class DayDemand:
             return
         data = {
             "day": self._day,
-            "models": {m: {**_encoded(v.usual, v.days), "today": v.today}
-                       for m, v in self._models.items()},
-        }  # fmt: skip
+            "models": {
+                m: {**_encoded(v.usual, v.days), "today": v.today} for m, v in self._models.items()
+            },
+        }
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)
             temporary = self._path.with_suffix(".tmp")
@@ -219,9 +220,11 @@ def _day_kind(day: int) -> int:
 
 def _encoded(usual: list[list[float]], days: list[int]) -> dict[str, Any]:
     return {
-        "usual": [round(n, 3) for n in usual[WEEKDAYS]], "days": days[WEEKDAYS],
-        "weekend": [round(n, 3) for n in usual[WEEKENDS]], "weekend_days": days[WEEKENDS],
-    }  # fmt: skip
+        "usual": [round(n, 3) for n in usual[WEEKDAYS]],
+        "days": days[WEEKDAYS],
+        "weekend": [round(n, 3) for n in usual[WEEKENDS]],
+        "weekend_days": days[WEEKENDS],
+    }
 
 
 def _decoded(model: Mapping[str, Any]) -> tuple[list[list[float]] | None, list[int]]:

@@ -133,8 +133,12 @@ class PreloadScheduler:
             log.info("auto preload %s: skipped, %s", name, record.skipped)
             return
         record.skipped = None
-        log.info("auto preload %s: %s peaks at %s", name, model,
-                 datetime.fromtimestamp(peak).astimezone().isoformat())  # fmt: skip
+        log.info(
+            "auto preload %s: %s peaks at %s",
+            name,
+            model,
+            datetime.fromtimestamp(peak).astimezone().isoformat(),
+        )
         await self.run(name)
 
     def _lead(self, model: str) -> float:

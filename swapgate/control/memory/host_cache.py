@@ -163,8 +163,13 @@ class HostCache:
                 if before < OURS * size:
                     self.ours.add(path)
                 self._resident[path] = pages.resident(path) or 0
-                log.info("host cache: read %s for %s (%.0f MiB in %.1fs)", path.name, model,
-                         read / 2**20, time.monotonic() - started)  # fmt: skip
+                log.info(
+                    "host cache: read %s for %s (%.0f MiB in %.1fs)",
+                    path.name,
+                    model,
+                    read / 2**20,
+                    time.monotonic() - started,
+                )
 
     def _quiet(self) -> bool:
         """No swap runs anywhere now (also asked from the reading thread between chunks)."""

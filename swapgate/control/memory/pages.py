@@ -22,8 +22,14 @@ _libc: ctypes.CDLL | None = None
 if sys.platform == "linux":
     _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     _libc.mmap.restype = ctypes.c_void_p
-    _libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                           ctypes.c_int, ctypes.c_long)  # fmt: skip
+    _libc.mmap.argtypes = (
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    )
     _libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
     _libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p)
 

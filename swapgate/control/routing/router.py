@@ -230,11 +230,21 @@ class Router:
             conf = self._settings.model_settings(model)
             max_wait = want.budget if want.budget is not None else self.max_wait(model)
             waiter = Waiter(
-                self, self._registry, self._coordinator, self._metrics,
-                Waiting(model, started, max_wait, self._policy.patience(model),
-                        conf.fallback_policy, want),
-                progress, decision,
-            )  # fmt: skip
+                self,
+                self._registry,
+                self._coordinator,
+                self._metrics,
+                Waiting(
+                    model,
+                    started,
+                    max_wait,
+                    self._policy.patience(model),
+                    conf.fallback_policy,
+                    want,
+                ),
+                progress,
+                decision,
+            )
             try:
                 lease = await self._registry.changes.until(waiter.step, waiter.deadline)
             finally:

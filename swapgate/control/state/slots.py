@@ -41,12 +41,21 @@ class ModelSlot:
 
     def view(self, now: float, elsewhere: int = 0) -> ModelView:
         return ModelView(
-            self.state, self.since, self.last_used, self.inflight + elsewhere, self.pinned_until,
-            self.waiting, self.closing_until > now, self.unwanted,
-            max(self.classes) if self.classes else None, self.for_slot,
-            self.backoff_until, self.failure, self.down,
+            self.state,
+            self.since,
+            self.last_used,
+            self.inflight + elsewhere,
+            self.pinned_until,
+            self.waiting,
+            self.closing_until > now,
+            self.unwanted,
+            max(self.classes) if self.classes else None,
+            self.for_slot,
+            self.backoff_until,
+            self.failure,
+            self.down,
             self.limit if self.limit_until > now else None,
-        )  # fmt: skip
+        )
 
 
 @dataclass(slots=True)

@@ -25,21 +25,38 @@ from swapgate.proxy.translate.fields import as_dict, as_int, as_list, as_str
 
 # Top-level request fields with no chat counterpart: dropped (docs cite this list).
 DROPPED = (
-    "cache_control", "container", "context_management", "diagnostics", "inference_geo",
-    "mcp_servers", "output_config", "service_tier", "speed", "thinking",
-)  # fmt: skip
+    "cache_control",
+    "container",
+    "context_management",
+    "diagnostics",
+    "inference_geo",
+    "mcp_servers",
+    "output_config",
+    "service_tier",
+    "speed",
+    "thinking",
+)
 _PASSED = ("max_tokens", "temperature", "top_p", "top_k")
 _SKIPPED_BLOCKS = frozenset({"thinking", "redacted_thinking", "document"})
 _TOOL_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
 _STOP_REASON = {
-    "stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
-    "function_call": "tool_use", "content_filter": "refusal",
-}  # fmt: skip
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "content_filter": "refusal",
+}
 _ERROR_TYPE = {
-    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-    503: "overloaded_error", 529: "overloaded_error", 504: "timeout_error",
-}  # fmt: skip
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+    504: "timeout_error",
+}
 # Where a non-streamed tool call's arguments are not a JSON object, the text the engine wrote
 # goes to the client under this key: an empty input would hide what went wrong.
 RAW_ARGUMENTS = "_raw_arguments"

@@ -27,9 +27,19 @@ from swapgate.proxy.translate.anthropic import message_of
 from swapgate.proxy.translate.fields import as_dict, as_int, as_list, as_str
 
 DROPPED = (
-    "include", "metadata", "prompt_cache_key", "reasoning", "safety_identifier", "service_tier",
-    "store", "top_logprobs", "truncation", "user", "prompt_cache_retention", "stream_options",
-)  # fmt: skip
+    "include",
+    "metadata",
+    "prompt_cache_key",
+    "reasoning",
+    "safety_identifier",
+    "service_tier",
+    "store",
+    "top_logprobs",
+    "truncation",
+    "user",
+    "prompt_cache_retention",
+    "stream_options",
+)
 REFUSED = {
     "previous_response_id": "swapgate keeps no responses: send the whole conversation in input",
     "conversation": "swapgate keeps no conversations: send the whole conversation in input",
@@ -189,8 +199,11 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
         if not isinstance(tool.get("name"), str):
             raise BadRequest(f"tools[{i}]: a {kind} tool needs a string 'name'")
         if kind == "custom":
-            parameters = {"type": "object", "properties": {CUSTOM_INPUT: {"type": "string"}},
-                          "required": [CUSTOM_INPUT]}  # fmt: skip
+            parameters = {
+                "type": "object",
+                "properties": {CUSTOM_INPUT: {"type": "string"}},
+                "required": [CUSTOM_INPUT],
+            }
         else:
             parameters = as_dict(tool.get("parameters")) or {"type": "object", "properties": {}}
         function: dict[str, Any] = {"name": tool["name"], "parameters": parameters}
@@ -253,8 +266,13 @@ def response(
 
 def text_item(item_id: str, text: str, status: str) -> dict[str, Any]:
     part = {"type": "output_text", "text": text, "annotations": []}
-    return {"type": "message", "id": item_id, "status": status, "role": "assistant",
-            "content": [part] if text or status == "completed" else []}  # fmt: skip
+    return {
+        "type": "message",
+        "id": item_id,
+        "status": status,
+        "role": "assistant",
+        "content": [part] if text or status == "completed" else [],
+    }
 
 
 def call_item(
@@ -267,10 +285,22 @@ def call_item(
             text = as_str(as_dict(json.loads(arguments)).get(CUSTOM_INPUT))
         except (ValueError, RecursionError):
             text = arguments
-        return {"type": "custom_tool_call", "id": item_id, "call_id": call_id, "name": name,
-                "input": text, "status": "completed"}  # fmt: skip
-    return {"type": "function_call", "id": item_id, "call_id": call_id, "name": name,
-            "arguments": arguments, "status": "completed"}  # fmt: skip
+        return {
+            "type": "custom_tool_call",
+            "id": item_id,
+            "call_id": call_id,
+            "name": name,
+            "input": text,
+            "status": "completed",
+        }
+    return {
+        "type": "function_call",
+        "id": item_id,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": "completed",
+    }
 
 
 def usage_from_chat(usage: Any, estimate: int) -> dict[str, Any]:
@@ -298,6 +328,10 @@ def new_id(prefix: str) -> str:
 
 def error_from_chat(status: int, body: bytes) -> bytes:
     """An upstream's error body as OpenAI's error object (what Responses answers too)."""
-    error = {"message": message_of(status, body), "type": "upstream_error", "param": None,
-             "code": status}  # fmt: skip
+    error = {
+        "message": message_of(status, body),
+        "type": "upstream_error",
+        "param": None,
+        "code": status,
+    }
     return json.dumps({"error": error}, separators=(",", ":")).encode()

@@ -81,8 +81,7 @@ class ResponsesStream(ChatStreamReader):
             out += self._emit("response.content_part.added", **self._at(), part=part)
         self._text += text
         self._deltas += 1
-        return out + self._emit("response.output_text.delta", **self._at(), delta=text,
-                                 logprobs=[])  # fmt: skip
+        return out + self._emit("response.output_text.delta", **self._at(), delta=text, logprobs=[])
 
     def _call_delta(self, call: dict[str, Any]) -> bytes:
         function = as_dict(call.get("function"))
@@ -94,18 +93,26 @@ class ResponsesStream(ChatStreamReader):
             out += self._close_item()
             self._call_index = index
             name = as_str(function.get("name"))
-            item = {"type": "function_call", "id": new_id("fc_"),
-                    "call_id": call_id or new_id("call_"), "name": name, "arguments": "",
-                    "status": "in_progress"}  # fmt: skip
+            item = {
+                "type": "function_call",
+                "id": new_id("fc_"),
+                "call_id": call_id or new_id("call_"),
+                "name": name,
+                "arguments": "",
+                "status": "in_progress",
+            }
             out += self._open_item(item)
         arguments = as_str(function.get("arguments"))
         if arguments:
             assert self._open is not None
             self._open["arguments"] += arguments
             self._deltas += 1
-            out += self._emit("response.function_call_arguments.delta",
-                               item_id=self._open["id"], output_index=len(self._items),
-                               delta=arguments)  # fmt: skip
+            out += self._emit(
+                "response.function_call_arguments.delta",
+                item_id=self._open["id"],
+                output_index=len(self._items),
+                delta=arguments,
+            )
         return out
 
     def _open_call_id(self) -> str:
@@ -123,24 +130,34 @@ class ResponsesStream(ChatStreamReader):
         if item["type"] == "message":
             done = text_item(item["id"], self._text, "completed")
             part = done["content"][0]
-            out = self._emit("response.output_text.done", **self._at(item), text=self._text,
-                              logprobs=[])  # fmt: skip
+            out = self._emit(
+                "response.output_text.done", **self._at(item), text=self._text, logprobs=[]
+            )
             out += self._emit("response.content_part.done", **self._at(item), part=part)
             self._text = ""
         else:
-            done = call_item(item["id"], item["call_id"], item["name"], item["arguments"],
-                             self._custom)  # fmt: skip
+            done = call_item(
+                item["id"], item["call_id"], item["name"], item["arguments"], self._custom
+            )
             out = self._arguments_done(done, index)
         self._items.append(done)
         return out + self._emit("response.output_item.done", output_index=index, item=done)
 
     def _arguments_done(self, item: dict[str, Any], index: int) -> bytes:
         if item["type"] == "custom_tool_call":
-            return self._emit("response.custom_tool_call_input.done", item_id=item["id"],
-                               output_index=index, input=item["input"])  # fmt: skip
-        return self._emit("response.function_call_arguments.done", item_id=item["id"],
-                           output_index=index, name=item["name"],
-                           arguments=item["arguments"])  # fmt: skip
+            return self._emit(
+                "response.custom_tool_call_input.done",
+                item_id=item["id"],
+                output_index=index,
+                input=item["input"],
+            )
+        return self._emit(
+            "response.function_call_arguments.done",
+            item_id=item["id"],
+            output_index=index,
+            name=item["name"],
+            arguments=item["arguments"],
+        )
 
     def _at(self, item: dict[str, Any] | None = None) -> dict[str, Any]:
         """Where a text delta or part goes: its message item, the first part of it."""
@@ -159,8 +176,9 @@ class ResponsesStream(ChatStreamReader):
             usage["output_tokens"] = self._deltas
             usage["total_tokens"] = usage["input_tokens"] + self._deltas
         done = status != "in_progress"
-        return response(self._id, self._model, self._items if done else [], status,
-                        usage if done else None)  # fmt: skip
+        return response(
+            self._id, self._model, self._items if done else [], status, usage if done else None
+        )
 
     def _fail(self, message: str) -> bytes:
         failed = self._response("failed")

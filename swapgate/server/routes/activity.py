@@ -28,9 +28,14 @@ def activity_routes(router: APIRouter, runtime: Runtime) -> None:
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> dict[str, Any]:
         page = await runtime.activity.query(
-            model=model, key=key, instance=instance, status=status,
-            since=_since(since), before=before, limit=limit,
-        )  # fmt: skip
+            model=model,
+            key=key,
+            instance=instance,
+            status=status,
+            since=_since(since),
+            before=before,
+            limit=limit,
+        )
         recording = runtime.endpoint.records_activity
         return {**page.describe(), "recording": recording, "dropped": runtime.activity.dropped}
 

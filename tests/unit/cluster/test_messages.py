@@ -37,14 +37,31 @@ def test_each_event_comes_back_as_it_was_sent_with_its_sender(event: Event) -> N
 
 def test_the_wire_keeps_the_one_letter_keys_earlier_releases_read() -> None:
     wire = json.loads(encode(SwapDone("gpu-1", "qwen", True, 11.2, 0.0), "r1"))
-    assert wire == {"t": "done", "i": "gpu-1", "m": "qwen", "ok": True, "s": 11.2, "b": 0.0,
-                    "r": "r1"}  # fmt: skip
+    assert wire == {
+        "t": "done",
+        "i": "gpu-1",
+        "m": "qwen",
+        "ok": True,
+        "s": 11.2,
+        "b": 0.0,
+        "r": "r1",
+    }
 
 
 @pytest.mark.parametrize(
     "raw",
-    ["", "not json", "[1, 2]", '{"t": "swap"}', '{"t": "nope", "i": "x"}', '{"t": "beat"}',
-     '{"t": "swap", "i": 3}', '{"t": "done", "i": "x", "s": "soon"}', None, 42],
-)  # fmt: skip
+    [
+        "",
+        "not json",
+        "[1, 2]",
+        '{"t": "swap"}',
+        '{"t": "nope", "i": "x"}',
+        '{"t": "beat"}',
+        '{"t": "swap", "i": 3}',
+        '{"t": "done", "i": "x", "s": "soon"}',
+        None,
+        42,
+    ],
+)
 def test_what_is_not_an_event_is_ignored(raw: object) -> None:
     assert decode(raw) is None

@@ -102,8 +102,9 @@ class Replica(SwapCoordinator):
 
 
 def replica(delay: float = 0.02) -> tuple[Replica, Registry, FakeReplicas, FakeDriver]:
-    settings = parse_config({"instances": [{"name": "gpu-1", "url": "http://a"},
-                                           {"name": "gpu-2", "url": "http://b"}]})  # fmt: skip
+    settings = parse_config(
+        {"instances": [{"name": "gpu-1", "url": "http://a"}, {"name": "gpu-2", "url": "http://b"}]}
+    )
     catalog = Catalog(settings)
     fake = FakeReplicas()
     shares = OperatorShares(fake, time.monotonic)
@@ -237,11 +238,18 @@ async def test_scheduled_runs_happen_only_on_the_replica_that_leads() -> None:
 
 def test_status_names_each_replica_and_what_it_holds() -> None:
     now = time.time()
-    text = render_cluster({
-        "replica": "r1", "redis_up": True, "scheduler": "r1",
-        "replicas": [{"id": "r1", "last_heartbeat": now}, {"id": "r2", "last_heartbeat": now - 2}],
-        "swap_locks": {"gpu-2": {"replica": "r2", "model": "llama"}},
-    })  # fmt: skip
+    text = render_cluster(
+        {
+            "replica": "r1",
+            "redis_up": True,
+            "scheduler": "r1",
+            "replicas": [
+                {"id": "r1", "last_heartbeat": now},
+                {"id": "r2", "last_heartbeat": now - 2},
+            ],
+            "swap_locks": {"gpu-2": {"replica": "r2", "model": "llama"}},
+        }
+    )
     lines = text.splitlines()
     assert lines[0] == "redis: up"
     assert lines[2].startswith("r1 (this one)")
@@ -270,8 +278,9 @@ async def test_only_the_leading_replica_puts_what_is_over_capacity_to_sleep(lead
     swaps, registry, fake, driver = replica()
     driver.trims_to_capacity = True
     fake.leading = leading
-    registry.polls.apply_report("gpu-1", InstanceReport({"x": WarmState.WARM, "y": WarmState.WARM},
-                                                  None), 0)  # fmt: skip
+    registry.polls.apply_report(
+        "gpu-1", InstanceReport({"x": WarmState.WARM, "y": WarmState.WARM}, None), 0
+    )
     assert swaps.reconcile("gpu-1", Policy(min_residency=0.0))
     await swaps.wait("gpu-1")
     assert driver.calls == ([("unload", "x")] if leading else [])

@@ -17,8 +17,12 @@ from swapgate.tools.plan import as_json, make_plan, render
 
 G, K = 2**30, 2**10
 # Llama-3.3-70B in bf16: 80 layers x 8 KV heads x 128 head dim x 2 (K and V) x 2 bytes
-LLAMA_70B = {"weights": "141GB", "kv_per_token": 80 * 8 * 128 * 2 * 2, "context": 32768,
-             "max_seqs": 32}  # fmt: skip
+LLAMA_70B = {
+    "weights": "141GB",
+    "kv_per_token": 80 * 8 * 128 * 2 * 2,
+    "context": 32768,
+    "max_seqs": 32,
+}
 TP4 = {"name": "tp4", "url": "http://10.0.0.5:8000", "memory": "192GiB", "models": ["llama-70b"]}
 
 
@@ -37,11 +41,19 @@ def test_the_70b_arithmetic_per_token_per_sequence_and_at_max_seqs() -> None:
     [
         ({"memory": "40GiB"}, 40 * G),
         ({"weights": "18GiB"}, round(18 * G * 1.1)),
-        ({"weights": "18GiB", "kv_per_token": "192KiB", "context": 16384, "max_seqs": 8,
-          "memory_overhead": 0}, 18 * G + 24 * G),
+        (
+            {
+                "weights": "18GiB",
+                "kv_per_token": "192KiB",
+                "context": 16384,
+                "max_seqs": 8,
+                "memory_overhead": 0,
+            },
+            18 * G + 24 * G,
+        ),
         ({}, None),
     ],
-)  # fmt: skip
+)
 def test_a_size_is_given_or_computed(conf: dict[str, object], total: int | None) -> None:
     size = size_of(SizeConfig.model_validate(conf))
     assert (size.total if size else None) == total
@@ -57,7 +69,7 @@ def test_a_size_is_given_or_computed(conf: dict[str, object], total: int | None)
         ({"kv_cache_dtype": "int3"}, "models.m.kv_cache_dtype: Input should be"),
         ({"gguf": "/nowhere/model.gguf"}, "models.m.gguf: cannot read /nowhere/model.gguf"),
     ],
-)  # fmt: skip
+)
 def test_sizes_that_do_not_add_up_are_named_by_their_yaml_path(
     model: dict[str, object], message: str, tmp_path: Path
 ) -> None:
@@ -92,8 +104,12 @@ def test_plan_warns_about_the_70b_and_says_what_would_fit() -> None:
 
 def test_plan_packs_instances_and_names_models_without_a_size() -> None:
     card = {"name": "card", "url": "http://x", "memory": "24GiB", "capacity": 3}
-    models = {"a": {"memory": "10GiB"}, "b": {"memory": "10GiB"}, "c": {"memory": "20GiB"},
-              "unsized": {}}  # fmt: skip
+    models = {
+        "a": {"memory": "10GiB"},
+        "b": {"memory": "10GiB"},
+        "c": {"memory": "20GiB"},
+        "unsized": {},
+    }
     plan = as_json(make_plan(parse_config({"instances": [card], "models": models})))
     (inst,) = plan["instances"]
     assert inst["fits_at_once"] == ["a", "b"]
@@ -110,8 +126,16 @@ def test_the_plan_command_prints_a_table_or_json_and_exits_1_on_a_warning(
     path.write_text(json.dumps({"instances": [TP4], "models": {"llama-70b": LLAMA_70B}}))
     assert main(["plan", str(path)]) == 1
     out = capsys.readouterr().out
-    assert out.splitlines()[0].split() == ["MODEL", "WEIGHTS", "KV/TOKEN", "CONTEXT",
-                                           "KV/SEQUENCE", "SEQS", "KV", "TOTAL"]  # fmt: skip
+    assert out.splitlines()[0].split() == [
+        "MODEL",
+        "WEIGHTS",
+        "KV/TOKEN",
+        "CONTEXT",
+        "KV/SEQUENCE",
+        "SEQS",
+        "KV",
+        "TOTAL",
+    ]
     assert "warning: llama-70b" in out
     assert main(["plan", "--json", str(path)]) == 1
     data = json.loads(capsys.readouterr().out)
@@ -123,6 +147,9 @@ def test_the_plan_command_prints_a_table_or_json_and_exits_1_on_a_warning(
 
 def test_human_sizes() -> None:
     assert [human(n) for n in (512, 320 * K, 10 * G, int(131.4 * G))] == [
-        "512 B", "320 KiB", "10 GiB", "131.4 GiB",
-    ]  # fmt: skip
+        "512 B",
+        "320 KiB",
+        "10 GiB",
+        "131.4 GiB",
+    ]
     assert Size(1, given=5).total == 5

@@ -234,17 +234,21 @@ async def _wakes(router: respx.MockRouter, client: httpx.AsyncClient) -> None:
     router.post(f"{SLEEPY['a']}/collective_rpc", json={"method": "reload_weights"}).respond(200)
     wake = router.post(f"{SLEEPY['a']}/wake_up").respond(200, json={"status": "awake"})
     router.get(f"{SLEEPY['a']}/is_sleeping").mock(
-        side_effect=[httpx.Response(200, json={"is_sleeping": True}),
-                     httpx.Response(200, json={"is_sleeping": False})]
-    )  # fmt: skip
+        side_effect=[
+            httpx.Response(200, json={"is_sleeping": True}),
+            httpx.Response(200, json={"is_sleeping": False}),
+        ]
+    )
     sleep = router.post(f"{SLEEPY['b']}/sleep", params={"level": "2", "mode": "wait"}).respond(
         200, json={"status": "sleeping", "level": 2}
     )
     driver = VllmSleepDriver(SLEEPY, 2, client)
     await driver.load("a")
     await driver.unload("b")
-    asked = [f"{c.request.method} {c.request.url.path}?{c.request.url.query.decode()}"
-             for c in router.calls]  # fmt: skip
+    asked = [
+        f"{c.request.method} {c.request.url.path}?{c.request.url.query.decode()}"
+        for c in router.calls
+    ]
     assert asked == [
         "GET /is_sleeping?",
         "POST /wake_up?tags=weights",

@@ -15,8 +15,15 @@ SYSTEM = {"role": "system", "content": "You are terse."}
 def turns(first: str) -> list[dict[str, Any]]:
     user = {"role": "user", "content": first}
     one = {"model": "m", "messages": [SYSTEM, user]}
-    two = {"model": "m", "messages": [SYSTEM, user, {"role": "assistant", "content": "ok"},
-                                      {"role": "user", "content": "and then?"}]}  # fmt: skip
+    two = {
+        "model": "m",
+        "messages": [
+            SYSTEM,
+            user,
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "and then?"},
+        ],
+    }
     return [one, two]
 
 
@@ -80,6 +87,17 @@ async def test_with_slack_zero_there_is_no_affinity() -> None:
 def test_a_conversation_is_computed_only_where_it_can_change_where_a_turn_goes() -> None:
     one = world({"instances": [{"name": "x", "url": "http://x", "models": ["m"]}]})
     assert not one.router.conversations.matter("m"), "one copy, no kv_keep: nothing to choose"
-    kept = world({"instances": [{"name": "x", "kind": "llama-swap", "url": "http://x",
-                                 "models": ["m"], "kv_keep": {"dir": "/tmp/kv"}}]})  # fmt: skip
+    kept = world(
+        {
+            "instances": [
+                {
+                    "name": "x",
+                    "kind": "llama-swap",
+                    "url": "http://x",
+                    "models": ["m"],
+                    "kv_keep": {"dir": "/tmp/kv"},
+                }
+            ]
+        }
+    )
     assert kept.router.conversations.matter("m"), "kv_keep assigns its slots"

@@ -35,8 +35,10 @@ def test_relay_reason(policy, decision, expected_wait, max_wait, reason) -> None
 
 
 def test_each_policy_includes_the_ones_before_it() -> None:
-    table = {p: [allows(p, r) for r in ("error", "queue_full", "slow", "swap")] for p in
-             ("off", "error", "slow", "swap")}  # fmt: skip
+    table = {
+        p: [allows(p, r) for r in ("error", "queue_full", "slow", "swap")]
+        for p in ("off", "error", "slow", "swap")
+    }
     assert table == {
         "off": [False, False, False, False],
         "error": [True, True, False, False],

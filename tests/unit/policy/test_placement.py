@@ -50,10 +50,21 @@ class I:  # noqa: E742 - one letter keeps the table readable
             for name, spec in self.models.items()
         }
         return InstanceView(
-            self.name, self.up, self.drained, self.capacity, self.weight, self.inflight,
-            frozenset(self.serves), models, self.swapping, self.swap_done_by, self.backoff_until,
-            self.reserved_for, self.memory, self.sizes,
-        )  # fmt: skip
+            self.name,
+            self.up,
+            self.drained,
+            self.capacity,
+            self.weight,
+            self.inflight,
+            frozenset(self.serves),
+            models,
+            self.swapping,
+            self.swap_done_by,
+            self.backoff_until,
+            self.reserved_for,
+            self.memory,
+            self.sizes,
+        )
 
 
 def warm(
@@ -428,8 +439,14 @@ SIZES = {"a": 10 * G, "b": 10 * G, "c": 20 * G, "d": 4 * G, "e": 8 * G, "huge": 
 
 
 def card(**models: tuple[WarmState, float, int, float]) -> I:
-    return I("gpu", dict(models), ("a", "b", "c", "d", "e", "huge"), capacity=3, memory=24 * G,
-             sizes=SIZES)  # fmt: skip
+    return I(
+        "gpu",
+        dict(models),
+        ("a", "b", "c", "d", "e", "huge"),
+        capacity=3,
+        memory=24 * G,
+        sizes=SIZES,
+    )
 
 
 @pytest.mark.parametrize(
@@ -451,15 +468,23 @@ def card(**models: tuple[WarmState, float, int, float]) -> I:
         # pinned counts the same
         ((card(a=warm(900, pinned_until=NOW + 60), b=warm(950)),), "c", Queue("gpu")),
         # a model larger than the instance can never go there
-        ((card(),), "huge", Unavailable(
-            "'huge' is larger than the memory of every instance serving it (gpu 24 GiB)")),
+        (
+            (card(),),
+            "huge",
+            Unavailable(
+                "'huge' is larger than the memory of every instance serving it (gpu 24 GiB)"
+            ),
+        ),
         # with two instances, the one where it fits without evicting anything
         ((card(c=warm(900)), replace(card(), name="gpu-2")), "a", Swap("gpu-2")),
         # capacity holds too: three 4 GiB models leave room in bytes but not in places
-        ((replace(card(), capacity=2, models={"d": warm(900), "a": warm(950)}),), "b",
-         Swap("gpu", ("d",))),
+        (
+            (replace(card(), capacity=2, models={"d": warm(900), "a": warm(950)}),),
+            "b",
+            Swap("gpu", ("d",)),
+        ),
     ],
-)  # fmt: skip
+)
 def test_memory_placement(instances: tuple[I, ...], model: str, decision: object) -> None:
     assert place(model, snap(*instances), POLICY) == decision
 
@@ -490,7 +515,7 @@ def asleep() -> tuple[WarmState, float, int, float]:
         # an asleep copy takes no place: capacity 1 with b asleep beside it is free for a
         ((I("x", {"b": asleep()}),), Swap("x")),
     ],
-)  # fmt: skip
+)
 def test_placement_goes_to_the_copy_ready_soonest(
     instances: tuple[I, ...], decision: object
 ) -> None:
@@ -523,7 +548,7 @@ def test_a_cold_copy_wins_when_its_load_is_sooner_than_the_wake() -> None:
         # a swap running there decides for itself
         (I("x", {"a": warm(), "b": warm()}, swapping="c"), ()),
     ],
-)  # fmt: skip
+)
 def test_what_is_awake_beyond_capacity_goes_back_to_sleep_least_wanted_first(
     instance: I, extra: tuple[str, ...]
 ) -> None:
@@ -606,8 +631,11 @@ def cold(**more: Any) -> ModelView:
 
 
 def test_a_model_backing_off_does_not_load_there_but_its_neighbours_keep_serving() -> None:
-    x = I("x", {"a": cold(backoff_until=NOW + 5, failure="a exited with SIGSEGV"),
-                "b": warm()}, capacity=1)  # fmt: skip
+    x = I(
+        "x",
+        {"a": cold(backoff_until=NOW + 5, failure="a exited with SIGSEGV"), "b": warm()},
+        capacity=1,
+    )
     decision = place("a", snap(x), POLICY)
     assert isinstance(decision, Unavailable)
     assert decision.backing_off

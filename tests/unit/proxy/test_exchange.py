@@ -55,13 +55,16 @@ def test_a_request_refused_before_any_upstream_has_no_wait_and_names_its_error()
     ("answer", "tokens"),
     [
         (b'{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":40}}', (12, 40)),
-        (b'data: {"choices":[]}\n\ndata: {"usage":{"prompt_tokens":5,"completion_tokens":3}}'
-         b"\n\ndata: [DONE]\n\n", (5, 3)),
+        (
+            b'data: {"choices":[]}\n\ndata: {"usage":{"prompt_tokens":5,"completion_tokens":3}}'
+            b"\n\ndata: [DONE]\n\n",
+            (5, 3),
+        ),
         (b'event: message_delta\ndata: {"usage":{"output_tokens":9}}\n\n', (None, 9)),
         (b'{"usage":{"input_tokens":7,"output_tokens":2}}', (7, 2)),  # Responses
         (b'{"choices":[{"text":"no usage said"}]}', (None, None)),
     ],
-)  # fmt: skip
+)
 def test_tokens_are_what_the_answer_said_last(answer: bytes, tokens: tuple[int, int]) -> None:
     ex = _exchange()
     for at in range(0, len(answer), 7):  # as chunks arrive

@@ -36,10 +36,34 @@ def parsed_or_400(body: bytes) -> tuple[dict[str, Any], str, bool] | None:
 
 
 JSON_TOKENS = [
-    b"{", b"}", b"[", b"]", b",", b":", b" ", b'"model"', b'"stream"', b'"a"', b'""', b"true",
-    b"null", b"1e400", b"-1e400", b"0.1e-99999", b"NaN", b"Infinity", b"-Infinity", b"9" * 5000,
-    b'"\\ud800"', b'"\\u12"', b'"\\x"', b"\xff", b"\xc3", b"\xef\xbb\xbf", b"\x00",
-]  # fmt: skip
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b",",
+    b":",
+    b" ",
+    b'"model"',
+    b'"stream"',
+    b'"a"',
+    b'""',
+    b"true",
+    b"null",
+    b"1e400",
+    b"-1e400",
+    b"0.1e-99999",
+    b"NaN",
+    b"Infinity",
+    b"-Infinity",
+    b"9" * 5000,
+    b'"\\ud800"',
+    b'"\\u12"',
+    b'"\\x"',
+    b"\xff",
+    b"\xc3",
+    b"\xef\xbb\xbf",
+    b"\x00",
+]
 TOKEN_SOUP = st.lists(st.sampled_from(JSON_TOKENS), max_size=24).map(b"".join)
 ENCODED_JSON = st.builds(
     lambda value, encoding: json.dumps(value).encode(encoding),

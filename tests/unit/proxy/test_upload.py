@@ -28,8 +28,12 @@ def form(*parts: tuple[str, bytes, str | None]) -> bytes:
 
 
 AUDIO = bytes(range(256)) * 64
-BODY = form(("model", b"whisper", None), ("response_format", b"text", None),
-            ("file", AUDIO, "a.wav"), ("language", b"en", None))  # fmt: skip
+BODY = form(
+    ("model", b"whisper", None),
+    ("response_format", b"text", None),
+    ("file", AUDIO, "a.wav"),
+    ("language", b"en", None),
+)
 
 
 def receiver(body: bytes, size: int, disconnect_at: int | None = None) -> Any:
@@ -125,10 +129,14 @@ def _collector(fields: dict[str, bytes]) -> Any:
         (form(("language", b"en", None)), TYPE, BadRequest, "no 'model' field"),
         (BODY, b"application/json", BadRequest, "multipart/form-data"),
         (BODY, b"multipart/form-data", BadRequest, "multipart/form-data"),  # no boundary
-        (form(("prompt", b"x" * 5000, None), ("model", b"w", None)), TYPE, RequestTooLarge,
-         "before the file"),
+        (
+            form(("prompt", b"x" * 5000, None), ("model", b"w", None)),
+            TYPE,
+            RequestTooLarge,
+            "before the file",
+        ),
     ],
-)  # fmt: skip
+)
 def test_forms_it_cannot_place_are_clear_errors(
     body: bytes, content_type: bytes, error: type[Exception], says: str
 ) -> None:

@@ -60,8 +60,11 @@ async def test_a_request_on_a_connection_the_server_just_closed_is_sent_again() 
 async def _read_request(reader: asyncio.StreamReader) -> None:
     head = await reader.readuntil(b"\r\n\r\n")
     length = next(
-        (int(line.split(b":")[1]) for line in head.split(b"\r\n")
-         if line.lower().startswith(b"content-length")),
+        (
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length")
+        ),
         0,
-    )  # fmt: skip
+    )
     await reader.readexactly(length)

@@ -83,20 +83,35 @@ def test_the_one_fact_events_say_what_moved_and_only_that() -> None:
         since = "2026-12-04T10:00:00Z"
         return {
             "now": 1000.0,
-            "instances": [{"name": "x", "inflight": inflight,
-                           "models": {"a": {"state": a, "since": since}}}],
+            "instances": [
+                {"name": "x", "inflight": inflight, "models": {"a": {"state": a, "since": since}}}
+            ],
             "models": {"a": {"queue": depth, "eta_seconds": {"x": 20.0}}},
-            "swaps": {"running": [{"instance": "x", "model": "a", "eta_seconds": 20.0,
-                                   "started_at": 990.0}] if a == "loading" else []},
+            "swaps": {
+                "running": [
+                    {"instance": "x", "model": "a", "eta_seconds": 20.0, "started_at": 990.0}
+                ]
+                if a == "loading"
+                else []
+            },
             "jobs": [{"name": "morning", "last_run": last_run, "last_result": {"ok": True}}],
-        }  # fmt: skip
+        }
 
     assert event_stream._fine(state(1, "warm", 0, None), state(1, "warm", 0, None)) == []
     moved = event_stream._fine(state(1, "cold", 0, None), state(3, "loading", 2, "09:00"))
     assert moved == [
         ("inflight", {"instance": "x", "count": 3}),
-        ("model", {"instance": "x", "model": "a", "state": "loading",
-                   "since": "2026-12-04T10:00:00Z", "eta": 20.0, "progress": 0.5}),
+        (
+            "model",
+            {
+                "instance": "x",
+                "model": "a",
+                "state": "loading",
+                "since": "2026-12-04T10:00:00Z",
+                "eta": 20.0,
+                "progress": 0.5,
+            },
+        ),
         ("queue", {"model": "a", "depth": 2}),
         ("preload", {"job": "morning", "result": {"ok": True}}),
-    ]  # fmt: skip
+    ]

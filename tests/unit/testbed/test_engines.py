@@ -104,9 +104,15 @@ def test_the_smoke_check_names_the_signal_the_last_lines_and_what_to_try(tmp_pat
     )
     with pytest.raises(EngineBroken) as raised:
         smoke_server(
-            "llama-server (stand-in)", _stand_in(tmp_path, crash), 9, model="smoke",
-            ready="/health", env=dict(os.environ), timeout=20, hint="What to try: make engine",
-        )  # fmt: skip
+            "llama-server (stand-in)",
+            _stand_in(tmp_path, crash),
+            9,
+            model="smoke",
+            ready="/health",
+            env=dict(os.environ),
+            timeout=20,
+            hint="What to try: make engine",
+        )
     message = str(raised.value)
     assert "llama-server (stand-in) cannot answer on this machine" in message
     assert "exited with SIGSEGV while starting" in message

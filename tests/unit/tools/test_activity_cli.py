@@ -7,23 +7,54 @@ from swapgate.tools.activity_cli import render_activity
 
 def _row(**fields: object) -> dict[str, object]:
     row = {
-        "id": 911, "at": 1_700_000_000.0, "key": "chat-ui", "model": "qwen", "instance": "gpu-a",
-        "placement": "swap", "swap_id": 37, "wait_ms": 24_100.0, "ttft_ms": 24_310.0,
-        "duration_ms": 25_020.0, "tokens_in": 12, "tokens_out": 40, "status": 200, "error": "",
+        "id": 911,
+        "at": 1_700_000_000.0,
+        "key": "chat-ui",
+        "model": "qwen",
+        "instance": "gpu-a",
+        "placement": "swap",
+        "swap_id": 37,
+        "wait_ms": 24_100.0,
+        "ttft_ms": 24_310.0,
+        "duration_ms": 25_020.0,
+        "tokens_in": 12,
+        "tokens_out": 40,
+        "status": 200,
+        "error": "",
         "request_id": "9e77",
-    }  # fmt: skip
+    }
     return {**row, **fields}
 
 
 def test_a_row_per_request_with_its_swap_and_the_next_page() -> None:
-    refused = _row(id=910, key=None, instance=None, placement="refused", swap_id=None,
-                   wait_ms=None, ttft_ms=None, duration_ms=3.0, tokens_in=None, tokens_out=None,
-                   status=429, error="rate_limited", request_id="0d2f")  # fmt: skip
+    refused = _row(
+        id=910,
+        key=None,
+        instance=None,
+        placement="refused",
+        swap_id=None,
+        wait_ms=None,
+        ttft_ms=None,
+        duration_ms=3.0,
+        tokens_in=None,
+        tokens_out=None,
+        status=429,
+        error="rate_limited",
+        request_id="0d2f",
+    )
     text = render_activity({"rows": [_row(), refused], "next_before": 910})
     swap_line, refused_line = text.splitlines()[1:3]
     assert swap_line.split()[3:12] == [
-        "qwen", "gpu-a", "swap", "#37", "24.10s", "24.31s", "25.02s", "12→40", "200",
-    ]  # fmt: skip
+        "qwen",
+        "gpu-a",
+        "swap",
+        "#37",
+        "24.10s",
+        "24.31s",
+        "25.02s",
+        "12→40",
+        "200",
+    ]
     assert "429 rate_limited" in refused_line
     assert refused_line.split()[5:7] == ["refused", "-"]
     assert text.endswith("older: --before 910")

@@ -94,14 +94,24 @@ def test_check_config_lists_the_keys_and_flags_an_expired_one_and_an_empty_scope
     from swapgate.tools.cli import keys_summary
 
     digest = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
-    settings = parse_config({
-        "instances": [{"name": "gpu", "url": "http://127.0.0.1:9", "models": ["qwen-7b"]}],
-        "auth": {"keys": [
-            {"name": "chat", "sha256": digest, "models": ["qwen-*"], "rpm": 60, "concurrency": 4},
-            {"name": "old", "sha256": "0" * 64, "expires": "2026-01-31"},
-            {"name": "typo", "sha256": "1" * 64, "models": ["qwen7b"], "priority": "batch"},
-        ]},
-    })  # fmt: skip
+    settings = parse_config(
+        {
+            "instances": [{"name": "gpu", "url": "http://127.0.0.1:9", "models": ["qwen-7b"]}],
+            "auth": {
+                "keys": [
+                    {
+                        "name": "chat",
+                        "sha256": digest,
+                        "models": ["qwen-*"],
+                        "rpm": 60,
+                        "concurrency": 4,
+                    },
+                    {"name": "old", "sha256": "0" * 64, "expires": "2026-01-31"},
+                    {"name": "typo", "sha256": "1" * 64, "models": ["qwen7b"], "priority": "batch"},
+                ]
+            },
+        }
+    )
     lines = keys_summary(settings, today=date(2026, 12, 4))
     assert lines == [
         "  keys: 3",
@@ -114,16 +124,26 @@ def test_check_config_lists_the_keys_and_flags_an_expired_one_and_an_empty_scope
 def test_status_shows_each_engines_diagnosis_with_its_figures() -> None:
     from swapgate.tools.admin_cli import render_status
 
-    diagnosis = {"state": "kv-growth", "ttft_drift_ratio": 3.39,
-                 "rss_slope_bytes_per_hour": 2150 * 2**20, "relay_drift_ratio": 1.03}  # fmt: skip
+    diagnosis = {
+        "state": "kv-growth",
+        "ttft_drift_ratio": 3.39,
+        "rss_slope_bytes_per_hour": 2150 * 2**20,
+        "relay_drift_ratio": 1.03,
+    }
     state = {
-        "instances": [{
-            "name": "node", "up": True, "drained": False, "swapping": None,
-            "backoff_until": None, "serves": ["a"],
-            "models": {"a": {"state": "warm", "inflight": 2, "diagnosis": diagnosis}},
-        }],
+        "instances": [
+            {
+                "name": "node",
+                "up": True,
+                "drained": False,
+                "swapping": None,
+                "backoff_until": None,
+                "serves": ["a"],
+                "models": {"a": {"state": "warm", "inflight": 2, "diagnosis": diagnosis}},
+            }
+        ],
         "models": {"a": {"queue": 0, "eta_seconds": {"node": 3.0}}},
-    }  # fmt: skip
+    }
     row = render_status(state).splitlines()[1]
     assert row.endswith("kv-growth (TTFT p95 3.4× baseline, memory +2150 MiB/h, relay 1.0×)")
 
@@ -132,19 +152,32 @@ def test_status_shows_a_backoff_on_the_model_it_belongs_to_not_its_instance() ->
     from swapgate.tools.admin_cli import render_status
 
     state = {
-        "instances": [{
-            "name": "gpu", "up": True, "drained": False, "swapping": None,
-            "backoff_until": None, "serves": ["a", "b", "broken"],
-            "models": {
-                "a": {"state": "warm", "inflight": 1},
-                "b": {"state": "cold", "inflight": 0,
-                      "unreachable": "its vLLM server 127.0.0.1:8002 does not answer"},
-                "broken": {"state": "cold", "inflight": 0,
-                           "backoff_until": "2026-12-04T23:40:05Z", "failure": "SIGSEGV"},
-            },
-        }],
+        "instances": [
+            {
+                "name": "gpu",
+                "up": True,
+                "drained": False,
+                "swapping": None,
+                "backoff_until": None,
+                "serves": ["a", "b", "broken"],
+                "models": {
+                    "a": {"state": "warm", "inflight": 1},
+                    "b": {
+                        "state": "cold",
+                        "inflight": 0,
+                        "unreachable": "its vLLM server 127.0.0.1:8002 does not answer",
+                    },
+                    "broken": {
+                        "state": "cold",
+                        "inflight": 0,
+                        "backoff_until": "2026-12-04T23:40:05Z",
+                        "failure": "SIGSEGV",
+                    },
+                },
+            }
+        ],
         "models": {},
-    }  # fmt: skip
+    }
     rows = {line.split()[1]: " ".join(line.split()) for line in render_status(state).splitlines()}
     assert rows["a"].startswith("gpu a warm -"), "the instance itself is not backing off"
     assert "cold (unreachable: its vLLM server 127.0.0.1:8002 does not answer)" in rows["b"]
@@ -155,14 +188,37 @@ def test_status_shows_each_keys_use_against_its_limits_here_and_in_all() -> None
     from swapgate.tools.admin_cli import render_status
 
     keys = {
-        "chat-ui": {"priority": 10, "models": ["qwen-*"], "rpm": 600, "concurrency": 4,
-                    "expires": None, "in_flight": 1, "last_minute": 12},
-        "nightly": {"priority": -10, "models": ["*"], "rpm": None, "concurrency": None,
-                    "expires": "2027-01-31T00:00:00+00:00", "in_flight": 3, "last_minute": 40},
-    }  # fmt: skip
-    state = {"instances": [], "models": {}, "keys": keys,
-             "cluster": {"replica": "r1", "redis_up": True, "replicas": [], "swap_locks": {},
-                         "keys": {"chat-ui": {"in_flight": 3, "last_minute": 30}}}}  # fmt: skip
+        "chat-ui": {
+            "priority": 10,
+            "models": ["qwen-*"],
+            "rpm": 600,
+            "concurrency": 4,
+            "expires": None,
+            "in_flight": 1,
+            "last_minute": 12,
+        },
+        "nightly": {
+            "priority": -10,
+            "models": ["*"],
+            "rpm": None,
+            "concurrency": None,
+            "expires": "2027-01-31T00:00:00+00:00",
+            "in_flight": 3,
+            "last_minute": 40,
+        },
+    }
+    state = {
+        "instances": [],
+        "models": {},
+        "keys": keys,
+        "cluster": {
+            "replica": "r1",
+            "redis_up": True,
+            "replicas": [],
+            "swap_locks": {},
+            "keys": {"chat-ui": {"in_flight": 3, "last_minute": 30}},
+        },
+    }
     lines = render_status(state).splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("KEY"))
     chat, nightly = (" ".join(line.split()) for line in lines[start + 1 : start + 3])
@@ -178,13 +234,18 @@ def test_check_config_says_when_a_memory_slope_cannot_be_measured_at_the_poll_in
     from swapgate.tools.cli import slope_advice
 
     def config(slope_window: str, poll: str) -> list[str]:
-        command = {"cmd": "engine --port ${PORT}", "recycle_rss_slope": "1GiB/h",
-                   "slope_window": slope_window}  # fmt: skip
-        settings = parse_config({
-            "routing": {"poll_interval": poll},
-            "diagnosis": {"window": "10m"},
-            "instances": [{"name": "node", "kind": "process", "commands": {"m": command}}],
-        })  # fmt: skip
+        command = {
+            "cmd": "engine --port ${PORT}",
+            "recycle_rss_slope": "1GiB/h",
+            "slope_window": slope_window,
+        }
+        settings = parse_config(
+            {
+                "routing": {"poll_interval": poll},
+                "diagnosis": {"window": "10m"},
+                "instances": [{"name": "node", "kind": "process", "commands": {"m": command}}],
+            }
+        )
         return slope_advice(settings)
 
     assert config("20s", "5s") == []

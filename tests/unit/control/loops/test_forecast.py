@@ -127,8 +127,11 @@ def test_a_history_written_before_weekends_were_apart_is_read_as_weekdays(tmp_pa
     path = tmp_path / "demand.json"
     usual = [0.0] * SLOTS
     usual[36] = 9.0
-    path.write_text(json.dumps({"day": MONDAY, "models": {
-        "chat": {"usual": usual, "today": [0] * SLOTS, "days": 4}}}))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {"day": MONDAY, "models": {"chat": {"usual": usual, "today": [0] * SLOTS, "days": 4}}}
+        )
+    )
     demand = DayDemand(path, Clock(MONDAY * DAY))
     assert demand.peaks("chat", WEEKDAYS) == [36]
     assert demand.days("chat", WEEKENDS) == 0
@@ -152,8 +155,13 @@ def _history(path: Path, busy: dict[str, float]) -> DayDemand:
     for model, usual in busy.items():
         day = [0.1] * SLOTS
         day[slot] = usual
-        models[model] = {"usual": day, "days": 2, "weekend": day, "weekend_days": 2,
-                         "today": [0] * SLOTS}  # fmt: skip
+        models[model] = {
+            "usual": day,
+            "days": 2,
+            "weekend": day,
+            "weekend_days": 2,
+            "today": [0] * SLOTS,
+        }
     path.write_text(json.dumps({"day": int(time.time() // 86400), "models": models}))
     return DayDemand(path)
 
@@ -167,9 +175,13 @@ async def test_an_auto_job_takes_only_free_or_cheap_room(
 ) -> None:
     if SLOT - time.time() % SLOT < 2:
         await asyncio.sleep(3)
-    w = world({"instances": [{"name": "x", "url": "http://x", "models": ["a", "b"]}],
-               "routing": {"min_residency": 0},
-               "preloads": [{"model": "a", "auto": True}]})  # fmt: skip
+    w = world(
+        {
+            "instances": [{"name": "x", "url": "http://x", "models": ["a", "b"]}],
+            "routing": {"min_residency": 0},
+            "preloads": [{"model": "a", "auto": True}],
+        }
+    )
     w.warm("x", "b")
     demand = _history(tmp_path / "demand.json", {"a": 10.0, "b": b_usually})
     scheduler = PreloadScheduler(lambda: w.preloader, w.metrics, None, demand)

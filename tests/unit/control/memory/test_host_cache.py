@@ -48,11 +48,13 @@ def weights(root: Path, name: str, size: int = 4 * MIB) -> Path:
 
 def cache(root: Path, budget: int | None) -> tuple[HostCache, Registry, FakeClock]:
     models = {name: {"weights": str(weights(root, name))} for name in ("a", "b", "c")}
-    settings = parse_config({
-        "host_cache": {"budget": budget, "read_rate": "1GiB/s"},
-        "models": models,
-        "instances": [{"name": "x", "url": "http://x", "models": ["a", "b", "c"]}],
-    })  # fmt: skip
+    settings = parse_config(
+        {
+            "host_cache": {"budget": budget, "read_rate": "1GiB/s"},
+            "models": models,
+            "instances": [{"name": "x", "url": "http://x", "models": ["a", "b", "c"]}],
+        }
+    )
     clock = FakeClock(100.0)
     catalog = Catalog(settings)
     registry = Registry(settings.instances, catalog, clock)

@@ -133,8 +133,9 @@ async def test_the_swap_policy_relays_at_once_and_still_starts_the_swap() -> Non
 
 
 async def test_fallback_off_never_relays() -> None:
-    config = one_instance({"max_wait": "100ms"}, relays=RELAY,
-                          models={"a": {"relay": "hosted", "fallback": "off"}})  # fmt: skip
+    config = one_instance(
+        {"max_wait": "100ms"}, relays=RELAY, models={"a": {"relay": "hosted", "fallback": "off"}}
+    )
     w = world(config, delay=5)
     w.warm("x")
     with pytest.raises(NoCapacity):
@@ -344,12 +345,15 @@ def test_a_request_no_instance_can_take_is_refused_before_any_swap(
 async def test_memory_alone_limits_what_is_resident_when_capacity_is_unset() -> None:
     """docs/memory.md's instance with `memory` and no `capacity`: two 10 GiB models share
     24 GiB; a third that does not fit evicts one."""
-    w = world({
-        "instances": [{"name": "x", "url": "http://x", "models": ["a", "b", "c"],
-                       "memory": "24GiB"}],
-        "models": {m: {"memory": "10GiB"} for m in "abc"},
-        "routing": {"min_residency": 0},
-    })  # fmt: skip
+    w = world(
+        {
+            "instances": [
+                {"name": "x", "url": "http://x", "models": ["a", "b", "c"], "memory": "24GiB"}
+            ],
+            "models": {m: {"memory": "10GiB"} for m in "abc"},
+            "routing": {"min_residency": 0},
+        }
+    )
     w.warm("x")  # up, nothing loaded
     for model in ("a", "b", "c"):
         w.router.release(await w.router.acquire(model))

@@ -241,12 +241,17 @@ def test_fixed_model_servers_are_all_warm(all_warm: bool) -> None:
 
 
 def test_a_size_the_backend_reports_replaces_the_estimate_where_memory_counts() -> None:
-    settings = parse_config({
-        "instances": [{"name": "gpu", "url": "http://x", "memory": "24GiB",
-                       "models": ["qwen", "llama"]}],
-        "models": {"qwen": {"memory": "10GiB", "upstream_names": {"gpu": "qwen2.5:7b"}},
-                   "llama": {"memory": "12GiB"}},
-    })  # fmt: skip
+    settings = parse_config(
+        {
+            "instances": [
+                {"name": "gpu", "url": "http://x", "memory": "24GiB", "models": ["qwen", "llama"]}
+            ],
+            "models": {
+                "qwen": {"memory": "10GiB", "upstream_names": {"gpu": "qwen2.5:7b"}},
+                "llama": {"memory": "12GiB"},
+            },
+        }
+    )
     registry = Registry(settings.instances, Catalog(settings))
     before = registry.snapshot().instance("gpu")
     assert (before.memory, before.sizes["qwen"]) == (24 * 2**30, 10 * 2**30)
@@ -256,8 +261,9 @@ def test_a_size_the_backend_reports_replaces_the_estimate_where_memory_counts() 
     assert after.sizes == {"qwen": 6 * 2**30, "llama": 12 * 2**30}, "learned, by client name"
     assert after.used == 6 * 2**30
     assert registry.sizes("gpu") == {
-        "qwen": {"estimate": 10 * 2**30, "learned": 6 * 2**30}, "llama": {"estimate": 12 * 2**30},
-    }  # fmt: skip
+        "qwen": {"estimate": 10 * 2**30, "learned": 6 * 2**30},
+        "llama": {"estimate": 12 * 2**30},
+    }
 
 
 def test_the_waitlist_serves_by_class_then_arrival() -> None:
@@ -272,8 +278,10 @@ def test_the_waitlist_serves_by_class_then_arrival() -> None:
     assert waitlist.ahead("m", -10, 2.0) == 2
     assert waitlist.ahead("m", 0, 4.0) == 2, "a newcomer of the default class"
     assert (waitlist.oldest(), waitlist.classes(), waitlist.depths()) == (
-        {"m": 1.0}, {"m": 10}, {"m": 3}
-    )  # fmt: skip
+        {"m": 1.0},
+        {"m": 10},
+        {"m": 3},
+    )
     waitlist.leave("m", 3.0, 10)
     assert waitlist.classes() == {"m": 0}
 

@@ -134,8 +134,12 @@ async def test_waiters_on_a_swap_protect_its_model_until_they_are_served() -> No
     from swapgate.policy.placement import Policy, Serve, Swap, place
 
     driver = FakeDriver(delay=0.05)
-    settings = parse({"instances": [{"name": "x", "url": "http://x", "models": ["a", "b"]}],
-                      "routing": {"min_residency": 0}})  # fmt: skip
+    settings = parse(
+        {
+            "instances": [{"name": "x", "url": "http://x", "models": ["a", "b"]}],
+            "routing": {"min_residency": 0},
+        }
+    )
     catalog = Catalog(settings)
     registry = Registry(settings.instances, catalog)
     registry.polls.apply_report("x", InstanceReport({}, None), 0)

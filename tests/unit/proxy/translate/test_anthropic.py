@@ -355,11 +355,16 @@ INNER_BLOCK = st.fixed_dictionaries(
 BLOCK = st.fixed_dictionaries(
     {"type": st.sampled_from(KINDS)},
     optional={
-        "text": st.text(max_size=4) | JSON, "source": SOURCE | JSON, "id": JSON, "name": JSON,
-        "input": JSON, "tool_use_id": st.text(max_size=4) | JSON, "is_error": JSON,
+        "text": st.text(max_size=4) | JSON,
+        "source": SOURCE | JSON,
+        "id": JSON,
+        "name": JSON,
+        "input": JSON,
+        "tool_use_id": st.text(max_size=4) | JSON,
+        "is_error": JSON,
         "content": st.lists(INNER_BLOCK, max_size=3) | JSON,
     },
-)  # fmt: skip
+)
 MESSAGE = st.fixed_dictionaries(
     {},
     optional={
@@ -377,11 +382,15 @@ TOOL_CHOICE = st.fixed_dictionaries(
 REQUEST = st.fixed_dictionaries(
     {},
     optional={
-        "model": JSON, "messages": st.lists(MESSAGE, max_size=3) | JSON,
-        "system": st.lists(INNER_BLOCK, max_size=2) | JSON, "metadata": JSON, "stream": JSON,
-        "tools": st.lists(TOOL_DEFINITION, max_size=2) | JSON, "tool_choice": TOOL_CHOICE | JSON,
+        "model": JSON,
+        "messages": st.lists(MESSAGE, max_size=3) | JSON,
+        "system": st.lists(INNER_BLOCK, max_size=2) | JSON,
+        "metadata": JSON,
+        "stream": JSON,
+        "tools": st.lists(TOOL_DEFINITION, max_size=2) | JSON,
+        "tool_choice": TOOL_CHOICE | JSON,
     },
-) | st.dictionaries(st.text(max_size=10), JSON)  # fmt: skip
+) | st.dictionaries(st.text(max_size=10), JSON)
 
 
 @BOUNDED
@@ -492,8 +501,10 @@ def test_text_comes_before_tool_calls_in_order() -> None:
     )
     content = from_chat(answer, MODEL)["content"]
     assert [(block["type"], block.get("id")) for block in content] == [
-        ("text", None), ("tool_use", "call_1"), ("tool_use", "call_2"),
-    ]  # fmt: skip
+        ("text", None),
+        ("tool_use", "call_1"),
+        ("tool_use", "call_2"),
+    ]
 
 
 @pytest.mark.parametrize("answer", [{}, {"choices": []}, {"choices": [{}]}, {"usage": None}])
@@ -526,13 +537,21 @@ def test_count_answer(answer: dict[str, Any], tokens: int) -> None:
 @pytest.mark.parametrize(
     ("status", "kind"),
     [
-        (400, "invalid_request_error"), (401, "authentication_error"), (403, "permission_error"),
-        (404, "not_found_error"), (413, "request_too_large"), (429, "rate_limit_error"),
-        (503, "overloaded_error"), (529, "overloaded_error"), (504, "timeout_error"),
-        (500, "api_error"), (502, "api_error"), (422, "invalid_request_error"),
+        (400, "invalid_request_error"),
+        (401, "authentication_error"),
+        (403, "permission_error"),
+        (404, "not_found_error"),
+        (413, "request_too_large"),
+        (429, "rate_limit_error"),
+        (503, "overloaded_error"),
+        (529, "overloaded_error"),
+        (504, "timeout_error"),
+        (500, "api_error"),
+        (502, "api_error"),
+        (422, "invalid_request_error"),
         (409, "invalid_request_error"),
     ],
-)  # fmt: skip
+)
 def test_error_type(status: int, kind: str) -> None:
     assert error_type(status) == kind
 
@@ -623,9 +642,14 @@ def test_a_text_stream_becomes_anthropic_events() -> None:
         {
             "type": "message_start",
             "message": {
-                "id": "msg_chatcmpl-7", "type": "message", "role": "assistant",
-                "model": "claude-local", "content": [], "stop_reason": None,
-                "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0},
+                "id": "msg_chatcmpl-7",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-local",
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {"input_tokens": 0, "output_tokens": 0},
             },
         },
         {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
@@ -638,7 +662,7 @@ def test_a_text_stream_becomes_anthropic_events() -> None:
             "usage": {"input_tokens": 9, "output_tokens": 4},
         },
         {"type": "message_stop"},
-    ]  # fmt: skip
+    ]
 
 
 @pytest.mark.parametrize("newline", [b"\n", b"\r\n"])
@@ -747,8 +771,10 @@ def test_done_or_close_ends_the_message_exactly_once(body: bytes, ended_by: str)
 
 def test_no_chunks_at_all_still_make_a_well_formed_message() -> None:
     assert [e["type"] for e in events(translate(b""))] == [
-        "message_start", "message_delta", "message_stop",
-    ]  # fmt: skip
+        "message_start",
+        "message_delta",
+        "message_stop",
+    ]
     assert events(translate(b": ping\n\n"))[0]["type"] == "message_start"
 
 
@@ -781,8 +807,11 @@ def test_an_upstream_error_ends_the_stream_with_one_error_event(bad: str, messag
     assert translator.close() == b""
     parsed = events(out)
     assert [e["type"] for e in parsed] == [
-        "message_start", "content_block_start", "content_block_delta", "error",
-    ]  # fmt: skip
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "error",
+    ]
     assert parsed[-1]["error"]["type"] == "api_error"
     assert message in parsed[-1]["error"]["message"]
 

@@ -18,15 +18,33 @@ from swapgate.proxy.translate.responses import custom_tools, from_chat, to_chat
 from swapgate.proxy.translate.responses_stream import ResponsesStream
 from tests.unit.proxy.translate.test_anthropic import BOUNDED, JSON
 
-FIELDS = ["model", "input", "instructions", "tools", "tool_choice", "text", "max_output_tokens",
-          "stream", "previous_response_id", "store", "reasoning"]  # fmt: skip
+FIELDS = [
+    "model",
+    "input",
+    "instructions",
+    "tools",
+    "tool_choice",
+    "text",
+    "max_output_tokens",
+    "stream",
+    "previous_response_id",
+    "store",
+    "reasoning",
+]
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 
 
 def test_a_string_input_with_instructions_is_a_system_and_a_user_message() -> None:
-    chat = to_chat({"model": "m", "instructions": "Be brief.", "input": "hi",
-                    "max_output_tokens": 16, "temperature": 0.2})  # fmt: skip
+    chat = to_chat(
+        {
+            "model": "m",
+            "instructions": "Be brief.",
+            "input": "hi",
+            "max_output_tokens": 16,
+            "temperature": 0.2,
+        }
+    )
     assert chat == {
         "model": "m",
         "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
@@ -57,9 +75,12 @@ def test_codex_style_items_become_chat_turns_with_calls_and_their_outputs() -> N
         call("c1", '{"cmd":"ls"}'),
         call("c2", '{"cmd":"pwd"}'),
         {"type": "function_call_output", "call_id": "c1", "output": "a.txt"},
-        {"type": "function_call_output", "call_id": "c2",
-         "output": [{"type": "input_text", "text": "/w"}]},
-    ]  # fmt: skip
+        {
+            "type": "function_call_output",
+            "call_id": "c2",
+            "output": [{"type": "input_text", "text": "/w"}],
+        },
+    ]
     chat = to_chat({"model": "m", "input": items, "stream": True})
     calls = [chat_call("c1", '{"cmd":"ls"}'), chat_call("c2", '{"cmd":"pwd"}')]
     assert chat["messages"] == [
@@ -74,12 +95,20 @@ def test_codex_style_items_become_chat_turns_with_calls_and_their_outputs() -> N
 
 def test_function_and_custom_tools_and_the_choice_of_one() -> None:
     tools = [
-        {"type": "function", "name": "shell", "description": "Run.",
-         "parameters": {"type": "object"}},
+        {
+            "type": "function",
+            "name": "shell",
+            "description": "Run.",
+            "parameters": {"type": "object"},
+        },
         {"type": "custom", "name": "apply_patch", "description": "Patch."},
-    ]  # fmt: skip
-    request = {"model": "m", "input": "x", "tools": tools,
-               "tool_choice": {"type": "function", "name": "shell"}}  # fmt: skip
+    ]
+    request = {
+        "model": "m",
+        "input": "x",
+        "tools": tools,
+        "tool_choice": {"type": "function", "name": "shell"},
+    }
     chat = to_chat(request)
     assert chat["tools"][0] == {
         "type": "function",
@@ -121,8 +150,9 @@ def test_tools_no_engine_can_run_are_not_offered_to_it() -> None:
     shell = {"type": "function", "name": "shell", "parameters": {"type": "object"}}
     agents = {"type": "namespace", "name": "multi_agent_v1", "tools": [shell]}
     hosted = {"type": "web_search", "external_web_access": False}
-    chat = to_chat({"model": "m", "input": "x", "tools": [shell, agents, hosted],
-                    "tool_choice": "auto"})  # fmt: skip
+    chat = to_chat(
+        {"model": "m", "input": "x", "tools": [shell, agents, hosted], "tool_choice": "auto"}
+    )
     assert [t["function"]["name"] for t in chat["tools"]] == ["shell"]
     only_hosted = to_chat({"model": "m", "input": "x", "tools": [hosted], "tool_choice": "auto"})
     assert "tools" not in only_hosted
@@ -130,8 +160,12 @@ def test_tools_no_engine_can_run_are_not_offered_to_it() -> None:
 
 
 def test_dropped_fields_do_not_reach_the_engine() -> None:
-    dropped = {"store": True, "reasoning": {"effort": "low"}, "prompt_cache_key": "k",
-               "include": ["reasoning.encrypted_content"]}  # fmt: skip
+    dropped = {
+        "store": True,
+        "reasoning": {"effort": "low"},
+        "prompt_cache_key": "k",
+        "include": ["reasoning.encrypted_content"],
+    }
     chat = to_chat({"model": "m", "input": "x", **dropped})
     assert set(chat) == {"model", "messages"}
 
@@ -139,15 +173,32 @@ def test_dropped_fields_do_not_reach_the_engine() -> None:
 def test_a_whole_answer_with_text_and_calls_is_a_response() -> None:
     answer = {
         "id": "chatcmpl-1",
-        "choices": [{"finish_reason": "tool_calls", "message": {
-            "role": "assistant", "content": "Let me look.",
-            "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "shell", "arguments": "{}"}},
-                {"id": "c2", "type": "function",
-                 "function": {"name": "apply_patch", "arguments": '{"input": "*** patch"}'}},
-            ]}}],
+        "choices": [
+            {
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": "Let me look.",
+                    "tool_calls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "shell", "arguments": "{}"},
+                        },
+                        {
+                            "id": "c2",
+                            "type": "function",
+                            "function": {
+                                "name": "apply_patch",
+                                "arguments": '{"input": "*** patch"}',
+                            },
+                        },
+                    ],
+                },
+            }
+        ],
         "usage": {"prompt_tokens": 12, "completion_tokens": 7},
-    }  # fmt: skip
+    }
     response = from_chat(answer, "coder", frozenset({"apply_patch"}))
     assert response["id"] == "resp_chatcmpl-1"
     assert (response["status"], response["model"]) == ("completed", "coder")
@@ -200,11 +251,17 @@ def test_a_text_stream_is_the_responses_event_sequence() -> None:
     )
     events = translated(body)
     assert [e["type"] for e in events] == [
-        "response.created", "response.in_progress", "response.output_item.added",
-        "response.content_part.added", "response.output_text.delta",
-        "response.output_text.delta", "response.output_text.done",
-        "response.content_part.done", "response.output_item.done", "response.completed",
-    ]  # fmt: skip
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     done = events[-1]["response"]
     assert done["id"] == "resp_chatcmpl-9"
@@ -215,8 +272,11 @@ def test_a_text_stream_is_the_responses_event_sequence() -> None:
 def test_streamed_tool_calls_arrive_as_argument_deltas_then_whole_items() -> None:
     def call(index: int, **function: str) -> dict[str, Any]:
         first = {"id": f"c{index}"} if "name" in function else {}
-        return {"choices": [{"delta": {"tool_calls": [{"index": index, **first,
-                                                       "function": function}]}}]}  # fmt: skip
+        return {
+            "choices": [
+                {"delta": {"tool_calls": [{"index": index, **first, "function": function}]}}
+            ]
+        }
 
     body = chat_stream(
         call(0, name="shell", arguments='{"cmd":'),

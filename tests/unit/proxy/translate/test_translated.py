@@ -14,10 +14,11 @@ MESSAGES, COUNT = ENDPOINTS["/v1/messages"], ENDPOINTS["/v1/messages/count_token
 ASK = {"model": "claude", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
 CHAT = {
     "id": "c1",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello"},
-                 "finish_reason": "stop"}],
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "Hello"}, "finish_reason": "stop"}
+    ],
     "usage": {"prompt_tokens": 9, "completion_tokens": 1},
-}  # fmt: skip
+}
 
 
 def answered(translated: Translated, status: int, body: bytes, stream: bool = False) -> bytes:
