@@ -141,8 +141,12 @@ def swapgate_with(config: dict[str, Any], env: dict[str, str] | None = None) -> 
         yaml.safe_dump(config, handle)
     command = [sys.executable, "-m", "swapgate", "serve", "--config", handle.name]
     try:
-        with running("swapgate", command, f"http://127.0.0.1:{port}", env) as proc:
-            yield proc
+        # Its own state (the activity log's rows among them), gone with it: a benchmark leaves
+        # nothing in the user's state folder for the demo's dashboard to list
+        with tempfile.TemporaryDirectory(prefix="swapgate-bench-state-") as state:
+            own = {"SWAPGATE_STATE_DIR": state, **(env or {})}
+            with running("swapgate", command, f"http://127.0.0.1:{port}", own) as proc:
+                yield proc
     finally:
         os.unlink(handle.name)
 

@@ -23,8 +23,18 @@ from swapgate.activity.database import WriteBuffer
 from swapgate.activity.log import ActivityLog
 from swapgate.config.settings import CaptureConfig
 
+# Credentials in any dialect a client or an upstream may send them: OpenAI's and Anthropic's,
+# Azure OpenAI's (api-key) and Gemini's (x-goog-api-key), whether or not swapgate has keys
 SECRET_HEADERS = frozenset(
-    {"authorization", "proxy-authorization", "x-api-key", "cookie", "set-cookie"}
+    {
+        "authorization",
+        "proxy-authorization",
+        "x-api-key",
+        "api-key",
+        "x-goog-api-key",
+        "cookie",
+        "set-cookie",
+    }
 )
 # Few: each may hold two bodies of max_bytes until the writer takes it.
 BUFFER_CAPTURES = 64
@@ -164,9 +174,13 @@ class Captures:
             return
         compressor = zstandard.ZstdCompressor(level=COMPRESSION_LEVEL)
         rows = [_row(capture, compressor) for capture in captures]
-        with connection:
-            connection.executemany(_INSERT, rows)
-            connection.execute(_BEYOND_NEWEST, (captures[-1].keep,))
+        try:
+            with connection:
+                connection.executemany(_INSERT, rows)
+                connection.execute(_BEYOND_NEWEST, (captures[-1].keep,))
+        except (sqlite3.Error, OSError):
+            self._pending.lost(len(rows))  # a full or read-only disk
+            raise
 
 
 def _message(headers: Headers, body: bytes, max_bytes: int, size: int) -> _Message:

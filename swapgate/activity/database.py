@@ -5,15 +5,23 @@ append) and returns. ``SqliteWorker`` owns the only connection, on its own threa
 database works and SQLite never sees two threads. Before each job, and at least every
 ``DRAIN_EVERY`` seconds, it drains every attached buffer (a transaction each); reads are jobs too,
 so a read sees every row recorded before it was asked for.
+
+The file holds whole prompts and answers (captures): it and its WAL are created 0600, its folder
+0700, whatever the umask. Its layout has a version (``PRAGMA user_version``): an older file is
+migrated forward when opened (``MIGRATIONS``), one from a newer swapgate is left alone and the
+log kept in memory. A disk that is full or read-only loses rows, counted, and says so once a
+minute; it never fails a request (docs/operations.md, "Activity").
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import queue
 import sqlite3
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -24,6 +32,11 @@ T = TypeVar("T")
 Row = TypeVar("Row")
 
 DRAIN_EVERY = 0.25  # seconds: how stale the database may be while requests keep coming
+WARN_EVERY = 60.0  # seconds between two warnings that rows cannot be written
+# The database's layout; MIGRATIONS[n] takes a file from version n to n + 1. Version 1 is the
+# first layout, which files from before versions had too (their user_version is 0).
+SCHEMA_VERSION = 1
+MIGRATIONS: dict[int, str] = {}
 
 # Called on the worker thread with the connection, and True on the last call before closing.
 WritePending = Callable[[sqlite3.Connection, bool], None]
@@ -46,6 +59,11 @@ class WriteBuffer(Generic[Row]):
     def dropped(self) -> int:
         """Rows refused because the buffer was full, or came after the database closed."""
         return self._dropped
+
+    def lost(self, count: int) -> None:
+        """``count`` rows taken for the database never reached it (a full or read-only disk)."""
+        with self._lock:
+            self._dropped += count
 
     def put(self, row: Row) -> bool:
         """Keep ``row`` for the writer; ``False`` (and counted) when there is no room."""
@@ -76,6 +94,8 @@ class SqliteWorker:
         self._thread: threading.Thread | None = None
         self._closing = False
         self._finished: Future[None] = Future()
+        self._warned_at = -WARN_EVERY  # when a failed write was last told (worker thread)
+        self.failed_writes = 0  # batches that could not be written
 
     def attach(self, schema: str, write_pending: WritePending) -> None:
         """Create a table's schema, then call ``write_pending`` whenever buffers are drained."""
@@ -163,12 +183,18 @@ class SqliteWorker:
 
     @staticmethod
     def _connect_file(path: Path) -> sqlite3.Connection:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _private(path)
         connection = sqlite3.connect(path)
-        # WAL: readers and the writer don't block each other; NORMAL: no fsync per commit, a
-        # crash may lose the last rows but never corrupts the file.
-        connection.execute("PRAGMA journal_mode=WAL")
-        connection.execute("PRAGMA synchronous=NORMAL")
+        try:
+            migrate(connection)  # first: a file from a newer swapgate is not touched
+            # WAL: readers and the writer don't block each other; NORMAL: no fsync per commit,
+            # a crash may lose the last rows but never corrupts the file. SQLite gives the WAL
+            # and its index the database file's own mode.
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=NORMAL")
+        except BaseException:
+            connection.close()
+            raise
         return connection
 
     def _serve(self, connection: sqlite3.Connection) -> None:
@@ -187,9 +213,55 @@ class SqliteWorker:
         for write_pending in self._writers:
             try:
                 write_pending(connection, final)
+            except (sqlite3.Error, OSError) as error:
+                # A full or read-only disk must not end the thread, nor fill the log: these
+                # rows are lost (the writer counted them), later ones may land.
+                self.failed_writes += 1
+                now = time.monotonic()
+                if now - self._warned_at >= WARN_EVERY:
+                    self._warned_at = now
+                    _log.warning(
+                        "activity log: rows cannot be written (%s): they are dropped and counted "
+                        "(/admin/activity's dropped) until they can; said at most once a minute",
+                        error,
+                    )
             except Exception:
-                # A full disk must not end the thread: these rows are lost, later ones may land.
                 _log.exception("activity database: writing buffered rows failed")
+
+
+def _private(path: Path) -> None:
+    """The database's folder 0700 when swapgate makes it, and its files 0600, whatever the
+    umask: they hold whole prompts and answers."""
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o700)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # one made before this was 0644
+    finally:
+        os.close(fd)
+    for suffix in ("-wal", "-shm"):
+        side = path.with_name(path.name + suffix)
+        if side.exists():
+            side.chmod(0o600)
+
+
+def migrate(connection: sqlite3.Connection) -> None:
+    """Bring the file's layout to ``SCHEMA_VERSION``; raise ``sqlite3.DatabaseError`` for a
+    file from a newer swapgate (it is left as it is)."""
+    version = connection.execute("PRAGMA user_version").fetchone()[0]
+    tables = connection.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'")
+    if not tables.fetchone()[0]:
+        version = SCHEMA_VERSION  # a new file: its tables are made in the latest layout
+    version = version or 1  # a file from before versions: the first layout
+    if version > SCHEMA_VERSION:
+        raise sqlite3.DatabaseError(
+            f"its layout is version {version}, newer than this swapgate's {SCHEMA_VERSION}: "
+            "a newer swapgate wrote it; upgrade, or set activity.path to another file"
+        )
+    with connection:
+        for step in range(version, SCHEMA_VERSION):
+            connection.executescript(MIGRATIONS[step])
+        connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
 def _perform(

@@ -103,7 +103,8 @@ class ActivityLog:
 
     @property
     def dropped(self) -> int:
-        """Rows lost because the buffer was full (the disk fell behind) or the log was closed."""
+        """Rows lost because the buffer was full (the disk fell behind), the disk refused them
+        (full, read-only), or the log was closed."""
         return self._pending.dropped
 
     def start(self) -> None:
@@ -162,8 +163,12 @@ class ActivityLog:
     def _write_pending(self, connection: sqlite3.Connection, final: bool) -> None:
         rows = self._pending.take(seal=final)
         if rows:
-            with connection:  # one transaction for the batch
-                _insert(connection, list(rows))
+            try:
+                with connection:  # one transaction for the batch
+                    _insert(connection, list(rows))
+            except (sqlite3.Error, OSError):
+                self._pending.lost(len(rows))  # a full or read-only disk
+                raise
         if self._clock() - self._pruned_at >= PRUNE_EVERY:
             self._prune(connection)
 

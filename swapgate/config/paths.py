@@ -3,7 +3,8 @@ set, else ``$XDG_STATE_HOME/swapgate`` (else ``~/.local/state/swapgate``).
 
 What lies there: the process ledger's records (``processes/`` under the default root, or
 ``*.json`` in ``$SWAPGATE_STATE_DIR``), the demand by time of day (``demand-by-day.state``), the
-activity log (``activity.sqlite3``) and a running demo's admin token (``demo-admin-token``).
+activity log of each gateway (``activity-PORT.sqlite3``) and a running demo's admin token
+(``demo-admin-token``).
 Nothing else is named ``*.json`` there: the ledger sweeps those.
 """
 

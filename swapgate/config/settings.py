@@ -495,7 +495,7 @@ class ActivityConfig(_Section):
     """The activity log: one row per request, kept in SQLite (docs/operations.md, "Activity")."""
 
     enabled: bool = True
-    # The database file; unset: activity.sqlite3 in the state directory (config/paths.py);
+    # The database file; unset: activity-PORT.sqlite3 in the state directory (config/paths.py);
     # ":memory:" keeps it in memory, for as long as the gateway runs.
     path: str | None = None
     max_rows: Annotated[int, Field(ge=1)] = 100_000

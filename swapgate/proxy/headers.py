@@ -35,6 +35,7 @@ DROP_REQUEST = frozenset(
         b"proxy-authorization",
         b"x-api-key",
         b"api-key",
+        b"x-goog-api-key",
         b"cookie",
         b"origin",
         b"x-data-parallel-rank",

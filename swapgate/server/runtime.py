@@ -388,10 +388,12 @@ def _cluster(settings: Settings, metrics: Metrics) -> Cluster | None:
 
 
 def _activity_log(settings: Settings) -> ActivityLog:
-    """The activity log's database: ``activity.path``, else a file in the state directory;
-    in memory when that is ``:memory:``."""
+    """The activity log's database: ``activity.path``, else this gateway's own file in the
+    state directory, named by its port (two gateways on one host never read or write each
+    other's rows); in memory when that is ``:memory:``."""
     config = settings.activity
-    path = config.path or str(state_directory() / "activity.sqlite3")
+    own = state_directory() / f"activity-{settings.server.port}.sqlite3"
+    path = config.path or str(own)
     where = None if path == ":memory:" else Path(path).expanduser()
     return ActivityLog(where, max_rows=config.max_rows, max_age=config.max_age)
 

@@ -3,8 +3,14 @@ swap it waited for; captured bodies come back byte for byte, and no secret reach
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
+import stat
+import subprocess
+import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -123,7 +129,13 @@ def test_ten_waiters_name_one_swap_a_relayed_request_and_a_429_have_their_rows(
 
 
 COOKIE = "session=cookie-secret-9002"
-SECRET_HEADERS = {"authorization": f"Bearer {MAIN_KEY}", "x-api-key": MAIN_KEY, "cookie": COOKIE}
+SECRET_HEADERS = {
+    "authorization": f"Bearer {MAIN_KEY}",
+    "x-api-key": MAIN_KEY,
+    "api-key": "azure-secret-5150",  # Azure OpenAI's header
+    "x-goog-api-key": "gemini-secret-6160",  # Gemini's
+    "cookie": COOKIE,
+}
 
 
 def _send(gw: Gateway, model: str, *, stream: bool = False) -> tuple[bytes, httpx.Response]:
@@ -145,10 +157,20 @@ def _capture(gw: Gateway, answer: httpx.Response, token: str = TOKEN) -> httpx.R
         return admin.get(f"/admin/captures/{answer.headers['x-request-id']}")
 
 
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    """The usual umask, which the gateway started in the test inherits."""
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
 def test_a_captured_models_bodies_come_back_byte_for_byte_and_no_secret_is_stored(
-    relay: Sim, tmp_path: Path
+    relay: Sim, tmp_path: Path, umask_022: None
 ) -> None:
-    database = tmp_path / "activity.sqlite3"
+    database = tmp_path / "state" / "activity.sqlite3"  # its folder is the gateway's to make
     with simulator(models=("a", "b"), load_time=0.2) as node:
         config = _config(node, relay, database, capture={"models": ["a"]})
         config["instances"][0]["capacity"] = 2
@@ -181,6 +203,75 @@ def test_a_captured_models_bodies_come_back_byte_for_byte_and_no_secret_is_store
             assert _capture(gw, now_a).status_code == 404, "and off"
     with sqlite3.connect(database) as db:  # the gateway has stopped: its WAL is folded in
         assert db.execute("SELECT COUNT(*) FROM captures").fetchone()[0] == 3
-    stored = b"".join(p.read_bytes() for p in tmp_path.glob("activity.sqlite3*"))
-    for secret in (MAIN_KEY, "cookie-secret-9002", TOKEN):
+    files = list(database.parent.glob("activity.sqlite3*"))
+    stored = b"".join(p.read_bytes() for p in files)
+    for secret in (MAIN_KEY, "cookie-secret-9002", "azure-secret-5150", "gemini-secret-6160"):
         assert secret.encode() not in stored
+    assert TOKEN.encode() not in stored
+    # Whole prompts and answers at rest: private whatever the umask (022 here)
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in files} == {p.name: 0o600 for p in files}
+    assert stat.S_IMODE(database.parent.stat().st_mode) == 0o700
+
+
+def test_two_gateways_on_one_host_with_default_settings_keep_their_own_rows(relay: Sim) -> None:
+    """Same state folder, no activity.path: each gateway's own file, named by its port."""
+    with simulator(models=("a", "b"), load_time=0.1) as node:
+        ours, theirs = _config(node, relay, Path()), _config(node, relay, Path())
+        del ours["activity"], theirs["activity"]
+        with gateway(ours, ENV) as first, gateway(theirs, ENV) as second:
+            for gw, model in ((first, "a"), (second, "b")):
+                assert chat(
+                    gw.url, model, headers={"authorization": f"Bearer {MAIN_KEY}"}
+                ).is_success
+            seen = {gw.url: {row["model"] for row in _rows(gw)} for gw in (first, second)}
+    assert seen == {first.url: {"a"}, second.url: {"b"}}
+
+
+@contextlib.contextmanager
+def small_disk(where: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs at ``where``: a disk that can be filled."""
+    where.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"a small disk needs mount (root): {mounted.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def fill(disk: Path) -> None:
+    """Write to ``disk`` until it is full."""
+    with (disk / "filler").open("ab", buffering=0) as filler, contextlib.suppress(OSError):
+        while True:
+            filler.write(b"\0" * 4096)
+
+
+def test_a_full_disk_drops_rows_counted_says_so_once_and_every_request_is_answered(
+    relay: Sim, tmp_path: Path
+) -> None:
+    log = tmp_path / "gateway.log"
+    auth = {"authorization": f"Bearer {MAIN_KEY}"}
+    with (
+        small_disk(tmp_path / "disk") as disk,
+        simulator(models=("a", "b"), load_time=0.1, ttft=0) as node,
+        gateway(_config(node, relay, disk / "activity.sqlite3"), ENV, log=log) as gw,
+    ):
+        assert chat(gw.url, "a", headers=auth).status_code == 200
+        assert len(_rows(gw)) == 1, "written while there was room"
+        fill(disk)
+        answers = []
+        for _ in range(40):  # each drain (every 0.25 s) is a transaction of WAL pages
+            answers.append(chat(gw.url, "a", headers=auth).status_code)
+            time.sleep(0.03)
+        with gw.admin(VIEWER) as admin:
+            dropped = admin.get("/admin/activity").json()["dropped"]
+    said = log.read_text()
+    assert answers == [200] * 40, "the disk never fails a request"
+    assert dropped > 0, "the rows it refused are counted"
+    assert said.count("rows cannot be written") == 1, said
+    assert "Traceback" not in said

@@ -6,6 +6,9 @@ without, it reads the whole prompt again. Both ways teams run llama-server: one 
 
 from __future__ import annotations
 
+import os
+import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,9 +78,19 @@ def process_node(engine: LlamaServerEngine, kv: Path | None) -> dict[str, Any]:
     }
 
 
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    """The usual umask, which the gateway and the engines it starts inherit."""
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
 @pytest.mark.parametrize("kept", [True, False], ids=["kv_keep", "without"])
 def test_process_a_conversations_next_turn_after_a_swap(
-    engine: LlamaServerEngine, tmp_path: Path, kept: bool
+    engine: LlamaServerEngine, tmp_path: Path, kept: bool, umask_022: None
 ) -> None:
     env = {"TEST_ADMIN_TOKEN": TOKEN}
     with gateway(process_node(engine, tmp_path / "kv" if kept else None), env) as gw:
@@ -96,7 +109,12 @@ def test_process_a_conversations_next_turn_after_a_swap(
     if kept:
         assert after["prompt_n"] < 40, f"only the new tokens were read: {after}"
         assert (saves, restores) >= (1, 1)
-        assert list((tmp_path / "kv" / "node").glob("a--*.bin")), "a's conversation on disk"
+        folder = tmp_path / "kv" / "node"
+        assert list(folder.glob("a--*.bin")), "a's conversation on disk"
+        # Token ids decode straight back to the conversation: private whatever the umask
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()}
+        assert modes == dict.fromkeys(modes, 0o600), modes
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
         assert saved["count"] >= 1, saved
         assert saved["bytes"] > 1_000_000, saved
     else:

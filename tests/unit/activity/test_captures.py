@@ -88,6 +88,8 @@ async def test_secret_headers_never_reach_the_file(tmp_path: Path) -> None:
             (b"X-Api-Key", b"sk-secret-456"),
             (b"Proxy-Authorization", b"Basic sk-secret-789"),
             (b"Cookie", b"session=sk-secret-abc"),
+            (b"api-key", b"sk-secret-azure"),  # Azure OpenAI's
+            (b"x-goog-api-key", b"sk-secret-gemini"),  # Gemini's
             (b"User-Agent", b"probe-visible-42"),
         ],
         request_body=b"{}",
