@@ -151,6 +151,13 @@ class Metrics:
         "Requests answered, by the client key's configured name",
         "key status",
     )
+    tokens = Declared(
+        Counter,
+        "swapgate_tokens",
+        "Tokens the engines reported in their answers' usage, by the client key's name (empty:"
+        " no key) and kind (prompt or completion)",
+        "key model kind",
+    )
     preload_runs = Declared(Counter, "swapgate_preload_runs", "Preload job runs", "job result")
     upstream_errors = Declared(
         Counter, "swapgate_upstream_errors", "Failed upstream calls", "instance kind"
@@ -261,6 +268,12 @@ class Metrics:
 
     def key_done(self, key: str, status: int) -> None:
         self._child(self.key_requests, key, str(status)).inc()
+
+    def tokens_spent(self, key: str | None, model: str, prompt: int, completion: int) -> None:
+        if prompt:
+            self._child(self.tokens, key or "", model, "prompt").inc(prompt)
+        if completion:
+            self._child(self.tokens, key or "", model, "completion").inc(completion)
 
     def endpoint_done(self, endpoint: str, status: int) -> None:
         self._child(self.endpoint_requests, endpoint, str(status)).inc()

@@ -62,6 +62,13 @@ _COUNTS = (
     ' WHERE at >= ? GROUP BY slot, "key", model ORDER BY slot, "key", model'
 )
 
+USAGE_BY = {"key": '"key"', "model": "model"}
+_USAGE = (
+    "SELECT {column}, COUNT(*), COALESCE(SUM(tokens_in), 0), COALESCE(SUM(tokens_out), 0)"
+    " FROM activity WHERE at >= ? GROUP BY {column}"
+    " ORDER BY COALESCE(SUM(tokens_in), 0) + COALESCE(SUM(tokens_out), 0) DESC, {column}"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Page:
@@ -158,6 +165,24 @@ class ActivityLog:
         return [
             {"at": slot * bucket, "key": key, "model": model, "requests": requests}
             for slot, key, model, requests in found
+        ]
+
+    async def usage(self, *, since: float, by: str) -> list[dict[str, object]]:
+        """Requests and the tokens their engines reported since ``since``, per client key
+        (``by="key"``, None for requests without one) or per model, most tokens first."""
+        if by not in USAGE_BY:
+            raise ValueError(f"by must be one of {', '.join(USAGE_BY)}, not {by!r}")
+        sql = _USAGE.format(column=USAGE_BY[by])
+        found = await self._worker.run(lambda db: db.execute(sql, (since,)).fetchall())
+        return [
+            {
+                by: name,
+                "requests": requests,
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            }
+            for name, requests, prompt, completion in found
         ]
 
     def _write_pending(self, connection: sqlite3.Connection, final: bool) -> None:

@@ -3,6 +3,8 @@ per admission, so that two replicas cannot both take the last slot.
 
 - Requests per minute: a counter per key and ``BUCKET`` seconds; a request is admitted while
   the last minute's buckets sum below the key's rpm. The window moves in steps of ``BUCKET``.
+- Tokens per minute: a counter per key and ``BUCKET`` seconds that each answer adds its tokens
+  to; a request is admitted while the last minute's buckets sum below the key's tpm.
 - Requests at once: a hash per key, a field per replica with its count. A replica that dies
   stops counting once its heartbeat's key expires (``REPLICA_TTL``): its field is dropped.
 
@@ -34,6 +36,23 @@ if total >= rpm then return (oldest + n) end
 redis.call('incr', KEYS[1] .. now)
 redis.call('pexpire', KEYS[1] .. now, ARGV[4])
 return 0
+"""
+# KEYS[1]: the key's token bucket prefix. ARGV: this bucket's number, buckets per window, tpm.
+# Answers 0 while under tpm, else the number of the bucket whose leaving puts it under.
+_TOKENS_WAIT = """
+local now, n, tpm = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local counts, total = {}, 0
+for i = n - 1, 0, -1 do
+  local count = tonumber(redis.call('get', KEYS[1] .. (now - i)) or '0')
+  counts[#counts + 1] = {now - i, count}
+  total = total + count
+end
+if total < tpm then return 0 end
+for _, bucket in ipairs(counts) do
+  total = total - bucket[2]
+  if total < tpm then return bucket[1] + n end
+end
+return now + n
 """
 # KEYS[1]: the key's slots hash; ARGV: this replica, the limit, the replicas' key prefix.
 # Answers 1 when a slot was taken, else 0.
@@ -67,6 +86,7 @@ class SharedCounts:
         self._take_rate = redis.register_script(_TAKE_RATE)
         self._take_slot = redis.register_script(_TAKE_SLOT)
         self._give_slot = redis.register_script(_GIVE_SLOT)
+        self._tokens_wait = redis.register_script(_TOKENS_WAIT)
         # Slots whose return Redis did not take (it was down): given back with the next one.
         self._owed: dict[str, int] = {}
 
@@ -80,6 +100,24 @@ class SharedCounts:
             return None
         freed_bucket = int(answer)
         return 0.0 if freed_bucket == 0 else max(0.0, freed_bucket * BUCKET - now)
+
+    async def tokens_wait(self, name: str, tpm: int) -> float | None:
+        now = time.time()
+        keys = [f"{PREFIX}tokens:{name}:"]
+        answer = await self._cluster.call(
+            self._tokens_wait(keys, [int(now // BUCKET), _BUCKETS, tpm])
+        )
+        if answer is None:
+            return None
+        freed_bucket = int(answer)
+        return 0.0 if freed_bucket == 0 else max(0.0, freed_bucket * BUCKET - now)
+
+    async def spend(self, name: str, tokens: int) -> None:
+        key = f"{PREFIX}tokens:{name}:{int(time.time() // BUCKET)}"
+        pipe = self._cluster.redis.pipeline(transaction=True)
+        pipe.incrby(key, tokens)
+        pipe.pexpire(key, (_BUCKETS + 1) * BUCKET * 1000)
+        await self._cluster.call(pipe.execute())
 
     async def take_slot(self, name: str, limit: int) -> bool | None:
         args: list[str | int] = [self._cluster.replica, limit, f"{PREFIX}replica:"]

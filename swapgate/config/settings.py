@@ -466,6 +466,8 @@ class KeyConfig(_Section):
     priority_header: bool = False
     progress: ProgressMode | None = None  # what its waiting streams are told; None: the model's
     rpm: Annotated[int, Field(ge=1)] | None = None  # requests per minute
+    # Tokens per minute, prompt and completion as the engines report them (their usage)
+    tpm: Annotated[int, Field(ge=1)] | None = None
     concurrency: Annotated[int, Field(ge=1)] | None = None  # requests at once
     expires: date | None = None  # the last day it works (UTC)
 

@@ -57,9 +57,14 @@ class Exchange:
     def keep_tail(self, chunk: bytes) -> None:
         self.tail = (self.tail + chunk)[-TAIL:]
 
-    def activity(self, status: int, ended: float) -> Activity:
-        """Its row in the activity log, at ``ended`` (perf_counter)."""
-        since, usage = self.started, _usage(self.tail)
+    def usage(self) -> tuple[int | None, int | None]:
+        """The tokens in and out its engine reported (the last usage in its answer's tail)."""
+        usage = _usage(self.tail)
+        return _last(_TOKENS_IN, usage), _last(_TOKENS_OUT, usage)
+
+    def activity(self, status: int, ended: float, usage: tuple[int | None, int | None]) -> Activity:
+        """Its row in the activity log, at ``ended`` (perf_counter), with its ``usage``."""
+        since = self.started
         return Activity(
             request_id=self.request_id,
             at=self.arrived,
@@ -71,8 +76,8 @@ class Exchange:
             wait_ms=_ms(self.sent - since) if self.sent else None,
             ttft_ms=_ms(self.first_byte - since) if self.first_byte else None,
             duration_ms=_ms(ended - since),
-            tokens_in=_last(_TOKENS_IN, usage),
-            tokens_out=_last(_TOKENS_OUT, usage),
+            tokens_in=usage[0],
+            tokens_out=usage[1],
             status=status,
             swap_id=self.progress.swap_id if self.progress else None,
             error=self.failed.code if self.failed else "",

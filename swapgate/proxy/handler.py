@@ -177,9 +177,10 @@ class ProxyEndpoint:
                 await self._report_failure(ex, writer, shutting)
             raise
         finally:
+            usage = ex.usage() if ex.tail else (None, None)
             if ex.admission is not None:
-                await self._limits.release(ex.admission)
-            self._records.done(ex, ex.failed.status if ex.failed else writer.status)
+                await self._limits.release(ex.admission, (usage[0] or 0) + (usage[1] or 0))
+            self._records.done(ex, ex.failed.status if ex.failed else writer.status, usage)
 
     async def _conversation(self, ex: Exchange, request: Request) -> str | None:
         """The conversation this request is a turn of, where that can change where it goes
@@ -414,7 +415,9 @@ class ProxyEndpoint:
         out (docs/architecture.md) is told as the writer's mode allows; either way the request
         counts as failed."""
         translation, pulse, capture = ex.translation, lease.pulse, ex.capture
-        first, tail = True, self._records.activity is not None
+        # The answer's tail, for its usage: its row in the activity log, its key's tpm
+        counts = ex.admission is not None and ex.admission.counts_tokens
+        first, tail = True, self._records.activity is not None or counts
         try:
             async for chunk in response.chunks():
                 pulse.beat()

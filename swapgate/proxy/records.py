@@ -45,8 +45,9 @@ class RequestRecords:
             return None
         return Capture(captures.max_bytes, headers, request.body)
 
-    def done(self, ex: Exchange, status: int) -> None:
-        """Count, log and keep what ``ex`` left behind, once its answer is over."""
+    def done(self, ex: Exchange, status: int, usage: tuple[int | None, int | None]) -> None:
+        """Count, log and keep what ``ex`` left behind, once its answer is over; ``usage``:
+        the tokens in and out its engine reported."""
         ended = time.perf_counter()
         elapsed = ended - ex.started
         if ex.sent and ex.route.startswith("instance/"):
@@ -60,6 +61,8 @@ class RequestRecords:
             self._metrics.pool_done(ex.model, ex.want.pool.name, status, ex.waited)
         if ex.key is not None:
             self._metrics.key_done(ex.key, status)
+        if usage != (None, None):
+            self._metrics.tokens_spent(ex.key, ex.model, usage[0] or 0, usage[1] or 0)
         if self.access_log:
             log.info(
                 '"%s %s" %d model=%s route=%s wait_ms=%d ms=%.1f id=%s key=%s',
@@ -74,7 +77,7 @@ class RequestRecords:
                 ex.key or "-",
             )
         if self.activity is not None:
-            self.activity.record(ex.activity(status, ended))
+            self.activity.record(ex.activity(status, ended, usage))
         if ex.capture is not None and self._captures is not None:
             self._store(ex, ex.capture, status)
 

@@ -55,9 +55,10 @@ def _describe_keys(runtime: Runtime) -> dict[str, dict[str, Any]]:
             "priority": key.priority,
             "models": key.models,
             "rpm": key.rpm,
+            "tpm": key.tpm,
             "concurrency": key.concurrency,
             "expires": key.expires.isoformat() if key.expires else None,
-            **use.get(key.name, {"in_flight": 0, "last_minute": 0}),
+            **use.get(key.name, {"in_flight": 0, "last_minute": 0, "tokens_last_minute": 0}),
         }
         for key in runtime.configured.settings.auth.keys
     }

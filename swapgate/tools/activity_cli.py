@@ -1,5 +1,5 @@
-"""``swapgate activity``: the activity log's rows over the admin API, newest first
-(docs/operations.md, "Activity")."""
+"""``swapgate activity``: the activity log's rows over the admin API, newest first; ``swapgate
+usage``: requests and tokens per key or model over a period (docs/operations.md, "Activity")."""
 
 from __future__ import annotations
 
@@ -27,6 +27,14 @@ def add_activity_command(commands: Any) -> None:
     activity.add_argument("--limit", type=int, default=50)
     activity.add_argument("--json", action="store_true", help="the rows as the API gives them")
     activity.set_defaults(run=_activity)
+    usage = commands.add_parser(
+        "usage", help="requests and tokens per client key or per model over a period"
+    )
+    connection_options(usage)
+    usage.add_argument("--since", default="24h", help="epoch seconds, or a duration ago: 1h, 7d")
+    usage.add_argument("--by", choices=("key", "model"), default="key")
+    usage.add_argument("--json", action="store_true", help="the sums as the API gives them")
+    usage.set_defaults(run=_usage)
 
 
 def _activity(args: argparse.Namespace) -> int:
@@ -79,6 +87,34 @@ def render_activity(page: dict[str, Any]) -> str:
         )
     more = page["next_before"]
     return table(rows) + (f"\nolder: --before {more}" if more is not None else "")
+
+
+def _usage(args: argparse.Namespace) -> int:
+    def show(client: AdminClient, _: argparse.Namespace) -> None:
+        sums = client.call("GET", "/admin/usage", params={"since": args.since, "by": args.by})
+        print(json.dumps(sums, indent=2) if args.json else render_usage(sums))
+
+    return run_command(args, show)
+
+
+def render_usage(sums: dict[str, Any]) -> str:
+    """Each key's (or model's) requests and tokens, most tokens first, and the total."""
+    by = sums["by"]
+    if not sums["rows"]:
+        return "no requests recorded" + ("" if sums.get("recording", True) else " (activity off)")
+    header = (by.upper(), "REQUESTS", "PROMPT", "COMPLETION", "TOTAL")
+    rows: list[tuple[str, ...]] = [header]
+    for row in sums["rows"]:
+        counts = (row["requests"], row["prompt_tokens"], row["completion_tokens"])
+        name = row[by] if row[by] is not None else "(no key)"
+        rows.append((name, *(f"{n:,}" for n in counts), f"{row['total_tokens']:,}"))
+    totals = [sum(row[field] for row in sums["rows"]) for field in _SUMMED]
+    rows.append(("all", *(f"{n:,}" for n in totals)))
+    since = time.strftime("%Y-%m-%d %H:%M", time.localtime(sums["since"]))
+    return f"since {since}\n" + table(rows)
+
+
+_SUMMED = ("requests", "prompt_tokens", "completion_tokens", "total_tokens")
 
 
 def _ms(value: float | None) -> str:

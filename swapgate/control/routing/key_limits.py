@@ -1,4 +1,8 @@
-"""Each key's limits (docs/keys.md): requests per minute and requests at once.
+"""Each key's limits (docs/keys.md): requests per minute, tokens per minute and requests at once.
+
+Tokens are known once an answer is over (its usage): a request is admitted while the tokens its
+key spent in the last minute are under its ``tpm``, so requests in flight together may pass it
+by what they spend; the next one waits for the minute to move on (429 with Retry-After).
 
 A replica counts its own requests. Among replicas (Redis), the counts are the cluster's
 (swapgate/cluster/key_counts.py): a request is admitted against the sum. When Redis does not
@@ -34,6 +38,13 @@ class SharedCounts(Protocol):
 
     async def give_slot(self, name: str) -> None: ...
 
+    async def tokens_wait(self, name: str, tpm: int) -> float | None:
+        """0.0 while the key's tokens in the last minute are under ``tpm``, else the seconds
+        until enough of them leave it."""
+
+    async def spend(self, name: str, tokens: int) -> None:
+        """Count ``tokens`` the key's request spent."""
+
 
 @dataclass(slots=True)
 class _Use:
@@ -43,6 +54,13 @@ class _Use:
     arrivals: deque[float] = field(default_factory=deque)
     minute: PerSecond = field(default_factory=PerSecond)
     inflight: int = 0
+    spent: deque[tuple[float, int]] = field(default_factory=deque)  # (when, tokens), a minute
+
+    def tokens(self, now: float) -> int:
+        """Tokens spent in the last minute."""
+        while self.spent and self.spent[0][0] <= now - WINDOW:
+            self.spent.popleft()
+        return sum(tokens for _, tokens in self.spent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +69,7 @@ class Admission:
 
     name: str
     shared_slot: bool  # the slot was taken in the cluster's count, so it is given back there
+    counts_tokens: bool = False  # its key has a tpm: what the answer spent is counted
 
 
 class KeyLimits:
@@ -68,6 +87,14 @@ class KeyLimits:
             if wait > 0:
                 raise RateLimited(
                     f"the key {key.name!r} is at its limit of {key.rpm} requests per minute; "
+                    f"retry in {math.ceil(wait)}s",
+                    retry_after=max(1, math.ceil(wait)),
+                )
+        if key.tpm is not None:
+            wait = await self._tokens(key, use, now)
+            if wait > 0:
+                raise RateLimited(
+                    f"the key {key.name!r} spent its {key.tpm} tokens per minute; "
                     f"retry in {math.ceil(wait)}s",
                     retry_after=max(1, math.ceil(wait)),
                 )
@@ -89,7 +116,7 @@ class KeyLimits:
             use.arrivals.append(now)
         use.minute.add(now, WINDOW)
         use.inflight += 1
-        return Admission(key.name, shared_slot)
+        return Admission(key.name, shared_slot, key.tpm is not None)
 
     async def _rate(self, key: KeyConfig, use: _Use, now: float) -> float:
         assert key.rpm is not None
@@ -101,9 +128,29 @@ class KeyLimits:
             return 0.0
         return use.arrivals[-key.rpm] + WINDOW - now  # when the rpm-th latest leaves the minute
 
-    async def release(self, admission: Admission) -> None:
+    async def _tokens(self, key: KeyConfig, use: _Use, now: float) -> float:
+        assert key.tpm is not None
+        if self._shared is not None:
+            wait = await self._shared.tokens_wait(key.name, key.tpm)
+            if wait is not None:
+                return wait
+        total = use.tokens(now)
+        if total < key.tpm:
+            return 0.0
+        for when, tokens in use.spent:  # oldest first: until the rest are under tpm
+            total -= tokens
+            if total < key.tpm:
+                return when + WINDOW - now
+        return WINDOW
+
+    async def release(self, admission: Admission, tokens: int = 0) -> None:
+        """The request is over; ``tokens``: what it spent, as its engine reported."""
         use = self._use[admission.name]
         use.inflight = max(0, use.inflight - 1)
+        if admission.counts_tokens and tokens > 0:
+            use.spent.append((self._clock(), tokens))
+            if self._shared is not None:
+                await self._shared.spend(admission.name, tokens)
         if admission.shared_slot and self._shared is not None:
             await self._shared.give_slot(admission.name)
 
@@ -114,6 +161,7 @@ class KeyLimits:
             name: {
                 "in_flight": use.inflight,
                 "last_minute": use.minute.count(now, WINDOW),
+                "tokens_last_minute": use.tokens(now),
             }
             for name, use in sorted(self._use.items())
         }

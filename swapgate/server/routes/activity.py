@@ -1,5 +1,6 @@
 """``/admin/activity``: each request's row, filtered and paged; requests per key and model over
-time; and ``/admin/captures/{request_id}``, a captured request's bodies, for the operator's
+time; ``/admin/usage``, the tokens each key or model spent over a period; and
+``/admin/captures/{request_id}``, a captured request's bodies, for the operator's
 token alone (docs/operations.md, "Activity")."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
+from swapgate.activity.log import USAGE_BY
 from swapgate.config.settings import parse_duration
 from swapgate.errors import BadRequest, PathNotFound
 from swapgate.server.runtime import Runtime
@@ -46,6 +48,15 @@ def activity_routes(router: APIRouter, runtime: Runtime) -> None:
             raise BadRequest("bucket: give a positive duration, such as 5m")
         start = _since(since) or 0.0
         return {"bucket": width, "counts": await runtime.activity.counts(since=start, bucket=width)}
+
+    @router.get("/usage")
+    async def usage(since: Since = "24h", by: str = "key") -> dict[str, Any]:
+        if by not in USAGE_BY:
+            raise BadRequest(f"by: {by!r} is not one of {', '.join(USAGE_BY)}")
+        start = _since(since) or 0.0
+        rows = await runtime.activity.usage(since=start, by=by)
+        recording = runtime.endpoint.records_activity
+        return {"since": start, "by": by, "rows": rows, "recording": recording}
 
     @router.get("/captures/{request_id}")  # the operator's token alone (proxy/auth.py)
     async def capture(request_id: str) -> dict[str, Any]:

@@ -179,3 +179,35 @@ async def test_a_file_database_survives_close_and_reopen(tmp_path: Path) -> None
     await reopened.close()
 
     assert request_ids(page.rows) == ["kept"]
+
+
+async def test_usage_sums_requests_and_tokens_per_key_or_model_since_a_time(
+    log: ActivityLog,
+) -> None:
+    rows = [
+        ("alice", "a", 10, 5, 2_000.0),
+        ("alice", "b", 7, None, 2_000.0),  # an engine that said only its prompt
+        ("bob", "a", 1, 1, 2_000.0),
+        (None, "a", 3, 4, 2_000.0),  # no key
+        ("alice", "a", 1_000, 1_000, 100.0),  # before the period
+    ]
+    for name, model, tokens_in, tokens_out, at in rows:
+        log.record(
+            make_activity(key=name, model=model, tokens_in=tokens_in, tokens_out=tokens_out, at=at)
+        )
+    by_key = await log.usage(since=1_000.0, by="key")
+    by_model = await log.usage(since=1_000.0, by="model")
+    assert by_key == [
+        {"key": "alice", "requests": 2, "prompt_tokens": 17, "completion_tokens": 5,
+         "total_tokens": 22},
+        {"key": None, "requests": 1, "prompt_tokens": 3, "completion_tokens": 4,
+         "total_tokens": 7},
+        {"key": "bob", "requests": 1, "prompt_tokens": 1, "completion_tokens": 1,
+         "total_tokens": 2},
+    ]  # fmt: skip
+    assert [(r["model"], r["total_tokens"], r["requests"]) for r in by_model] == [
+        ("a", 24, 3),
+        ("b", 7, 1),
+    ]
+    with pytest.raises(ValueError, match="by must be one of key, model"):
+        await log.usage(since=0.0, by="instance")

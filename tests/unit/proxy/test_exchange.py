@@ -32,13 +32,13 @@ def _exchange(route: str = "instance/gpu", placement: str = "warm") -> Exchange:
     ],
 )
 def test_its_placement(route: str, placement: str, expected: str) -> None:
-    assert _exchange(route, placement).activity(200, 101.0).placement == expected
+    assert _exchange(route, placement).activity(200, 101.0, (None, None)).placement == expected
 
 
 def test_its_times_are_from_its_arrival_in_milliseconds() -> None:
     ex = _exchange(placement="swap")
     ex.sent, ex.first_byte = 124.5, 124.75
-    row = ex.activity(200, 125.0)
+    row = ex.activity(200, 125.0, (None, None))
     assert (row.wait_ms, row.ttft_ms, row.duration_ms) == (24_500.0, 24_750.0, 25_000.0)
     assert (row.instance, row.swap_id, row.key, row.at) == ("gpu", 7, "chat-ui", 1_700_000_000.0)
 
@@ -46,7 +46,7 @@ def test_its_times_are_from_its_arrival_in_milliseconds() -> None:
 def test_a_request_refused_before_any_upstream_has_no_wait_and_names_its_error() -> None:
     ex = Exchange("POST", CHAT, "req-2", started=100.0)
     ex.failed = RateLimited("chat-ui: 3 requests a minute")
-    row = ex.activity(429, 100.01)
+    row = ex.activity(429, 100.01, (None, None))
     assert (row.placement, row.instance, row.wait_ms, row.ttft_ms) == ("refused", None, None, None)
     assert (row.status, row.error) == (429, "rate_limited")
 
@@ -69,7 +69,8 @@ def test_tokens_are_what_the_answer_said_last(answer: bytes, tokens: tuple[int, 
     ex = _exchange()
     for at in range(0, len(answer), 7):  # as chunks arrive
         ex.keep_tail(answer[at : at + 7])
-    row = ex.activity(200, 101.0)
+    assert ex.usage() == tokens
+    row = ex.activity(200, 101.0, ex.usage())
     assert (row.tokens_in, row.tokens_out) == tokens
 
 
@@ -78,7 +79,7 @@ def test_only_the_answers_tail_is_kept() -> None:
     ex.keep_tail(b'{"usage":{"prompt_tokens":1}}' + b" " * TAIL)
     ex.keep_tail(b'{"completion_tokens":4}')
     assert len(ex.tail) == TAIL
-    assert ex.activity(200, 101.0).tokens_out == 4
+    assert ex.usage() == (None, 4)
 
 
 def test_a_capture_keeps_each_body_up_to_its_limit_and_counts_the_whole() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from swapgate.tools.activity_cli import render_activity
+from swapgate.tools.activity_cli import render_activity, render_usage
 
 
 def _row(**fields: object) -> dict[str, object]:
@@ -64,3 +64,24 @@ def test_nothing_recorded_says_so() -> None:
     assert render_activity({"rows": [], "next_before": None}) == "no requests recorded"
     off: dict[str, object] = {"rows": [], "next_before": None, "recording": False}
     assert render_activity(off) == "no requests recorded (activity off)"
+
+
+def test_usage_is_a_table_most_tokens_first_with_the_total() -> None:
+    sums = {
+        "since": 0.0,
+        "by": "key",
+        "recording": True,
+        "rows": [
+            {"key": "alice", "requests": 1200, "prompt_tokens": 900_000,
+             "completion_tokens": 100_000, "total_tokens": 1_000_000},
+            {"key": None, "requests": 3, "prompt_tokens": 7, "completion_tokens": 2,
+             "total_tokens": 9},
+        ],
+    }  # fmt: skip
+    lines = render_usage(sums).splitlines()
+    assert lines[1].split() == ["KEY", "REQUESTS", "PROMPT", "COMPLETION", "TOTAL"]
+    assert lines[2].split() == ["alice", "1,200", "900,000", "100,000", "1,000,000"]
+    assert lines[3].split() == ["(no", "key)", "3", "7", "2", "9"]
+    assert lines[4].split() == ["all", "1,203", "900,007", "100,002", "1,000,009"]
+    empty = render_usage({**sums, "rows": [], "recording": False})
+    assert empty == "no requests recorded (activity off)"

@@ -156,7 +156,39 @@ def test_requests_per_minute_are_counted_over_a_sliding_minute() -> None:
         assert refused.value.retry_after == 30, "the first of the three leaves the minute then"
         clock.advance(30)
         await limits.admit(limited)
-        assert limits.describe()["k"] == {"in_flight": 1, "last_minute": 3}
+        assert limits.describe()["k"] == {
+            "in_flight": 1,
+            "last_minute": 3,
+            "tokens_last_minute": 0,
+        }
+
+    asyncio.run(run())
+
+
+def test_tokens_per_minute_admit_while_under_and_wait_for_the_minute_to_move_on() -> None:
+    clock = FakeClock()
+    limits = KeyLimits(clock)
+    limited = key("t", "t", tpm=100)
+
+    async def run() -> None:
+        # Two at once, each admitted under the limit: together they pass it (tokens are known
+        # once an answer is over)
+        first, second = await limits.admit(limited), await limits.admit(limited)
+        await limits.release(first, 60)
+        clock.advance(20)
+        await limits.release(second, 70)
+        with pytest.raises(RateLimited) as refused:
+            await limits.admit(limited)
+        assert "spent its 100 tokens per minute" in refused.value.message
+        assert refused.value.retry_after == 40, "the first 60 leave the minute then: 70 < 100"
+        assert limits.describe()["t"]["tokens_last_minute"] == 130
+        clock.advance(40)
+        await limits.release(await limits.admit(limited), 0)  # no usage said: nothing counted
+        assert limits.describe()["t"]["tokens_last_minute"] == 70
+        # A key without a tpm counts no tokens
+        free = key("free", "f")
+        await limits.release(await limits.admit(free), 10_000)
+        assert limits.describe()["free"]["tokens_last_minute"] == 0
 
     asyncio.run(run())
 
