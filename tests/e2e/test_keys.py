@@ -84,6 +84,7 @@ def slow_config(sims: list[Any], **extra: Any) -> dict[str, Any]:
                 entry("pair", "p-key", concurrency=2),
                 entry("free", "f-key"),
                 entry("three-a-minute", "m-key", rpm=3),
+                entry("ten-tokens", "t-key", tpm=10),
             ]
         },
         **extra,
@@ -140,6 +141,9 @@ def test_across_two_replicas_on_redis_the_limit_holds_for_the_sum() -> None:
             assert [h.result().status_code for h in held] == [200, 200]
         again = [chat(url, "a", headers=auth("p-key")).status_code for url in (one, two)]
         per_minute = [chat(url, "a", headers=auth("m-key")) for url in (one, two, one, two)]
+        # 1 + 3 tokens each: 4, 8, 12 counted in all when the fourth comes (each replica
+        # alone has 8 at most, under 10)
+        tokens = [chat(url, "a", headers=auth("t-key")) for url in (one, two, one, two)]
         counted = key_use(one)
         status = replicas[0].cli("status", token=TOKEN)
         redis.kill()
@@ -159,6 +163,9 @@ def test_across_two_replicas_on_redis_the_limit_holds_for_the_sum() -> None:
     assert [r.status_code for r in per_minute] == [200, 200, 200, 429], "3 a minute in all"
     assert "'three-a-minute' is at its limit of 3 requests per minute" in per_minute[3].text
     assert 1 <= int(per_minute[3].headers["retry-after"]) <= 60
+    assert [t.json()["usage"]["total_tokens"] for t in tokens[:3]] == [4, 4, 4]
+    assert [t.status_code for t in tokens] == [200, 200, 200, 429], "10 tokens a minute in all"
+    assert "'ten-tokens' spent its 10 tokens per minute" in tokens[3].text
 
 
 def key_use(url: str) -> dict[str, dict[str, Any]]:
