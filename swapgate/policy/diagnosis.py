@@ -31,6 +31,8 @@ class Figures:
     rss_slope: float | None = None  # bytes per hour (kind: process only)
     relay_p50: float | None = None  # the probe's, to the model's relay
     relay_drift: float | None = None  # its recent p50 / its baseline p50
+    # Its memory grew past its recycle_rss_slope: it is restarted (or was, within the window)
+    outgrown: bool = False
 
     @property
     def drift(self) -> float | None:
@@ -41,7 +43,10 @@ class Figures:
 
 def diagnose(figures: Figures, drift: float, memory_slope: float) -> State:
     """``drift``: the TTFT ratio that counts as decay; ``memory_slope``: bytes per hour from
-    which memory is growing, not flat."""
+    which memory is growing, not flat. An engine restarted for its memory slope is
+    ``kv-growth`` whatever its TTFT: recycling cuts the leak short before it drifts."""
+    if figures.outgrown:
+        return "kv-growth"
     ratio = figures.drift
     if ratio is None or ratio < drift:
         return "healthy"

@@ -158,3 +158,41 @@ def test_flat_memory_is_placement_or_preemption_and_a_relay_slowing_too_is_globa
     answered = metric_in(metrics, "swapgate_requests_total")
     assert served <= answered <= served + 32, "probes are not counted as clients' requests"
     assert metric_in(metrics, "swapgate_ttft_drift_ratio", model="a") >= 1.5
+
+
+def test_a_leak_that_recycling_keeps_cutting_short_shows_its_slope_and_kv_growth() -> None:
+    """An engine that keeps 4 MiB a request, no TTFT drift, the default 10-minute diagnosis
+    window, polls every second and a 4 s slope_window: before its restart the engine shows its
+    slope and ``kv-growth``, and the next load shows the slope it was restarted for."""
+    command = {
+        "cmd": sim_command("a", startup=0, flags="--grow-rss 4MiB"),
+        "stop_timeout": "50ms",
+        "recycle_rss_slope": "2GiB/h",
+        "slope_window": "4s",
+    }
+    config = process_config(a=command)  # type: ignore[arg-type]
+    config["routing"]["poll_interval"] = "1s"
+    seen: list[tuple[str, float, int | None]] = []  # (state, slope, pid) every 0.1 s
+
+    def restarted() -> bool:
+        found = diagnosis(gw)
+        slope = found.get("rss_slope_bytes_per_hour") or 0.0
+        seen.append((found["state"], slope, processes(gw).get("a", {}).get("pid")))
+        return gw.metric("swapgate_process_recycles_total", model="a") >= 1
+
+    with gateway(config, ENV) as gw, flat_load(gw.url) as statuses:
+        wait_for(lambda: processes(gw).get("a", {}).get("pid") is not None, timeout=15)
+        first = processes(gw)["a"]["pid"]
+        wait_for(restarted, timeout=30, interval=0.1)
+        wait_for(lambda: diagnosis(gw)["state"] != "not warm", timeout=15)
+        after = diagnosis(gw)
+        gauge = gw.metric("swapgate_process_rss_slope_bytes_per_hour", model="a")
+    before = [(state, slope) for state, slope, pid in seen if pid == first]
+    print(f"\nbefore the restart: {before[-3:]}; after: {after}")
+    shown = [slope for state, slope in before if state == "kv-growth"]
+    assert shown, f"kv-growth shown before the restart: {before}"
+    assert max(shown) > 2 * 2**30, "with its slope, past recycle_rss_slope"
+    assert after["state"] == "kv-growth", "the next load shows what it was restarted for"
+    assert after["rss_slope_bytes_per_hour"] > 2 * 2**30
+    assert gauge > 2 * 2**30, "and so does swapgate_process_rss_slope_bytes_per_hour"
+    assert set(statuses) == {200}, "no request was cut by the restart"

@@ -48,6 +48,8 @@ class _Series:
     recent: dict[str, deque[tuple[float, float]]] = field(default_factory=dict)
     served: PerSecond = field(default_factory=PerSecond)
     rss: deque[tuple[float, int]] = field(default_factory=deque)
+    slope_window: float = 0.0  # its process's own (slope_window), if it has one
+    leaking: float | None = None  # its slope, past recycle_rss_slope at the last poll
 
 
 @dataclass(slots=True)
@@ -66,6 +68,9 @@ class DecayWatch:
         self._clock = clock
         self._series: dict[tuple[str, str], _Series] = {}
         self._probes: dict[str, _Probes] = {}
+        # (instance, model): the slope an engine was last restarted for, and when: shown
+        # through the restart and the next load's first minutes, until they measure their own
+        self._leaks: dict[tuple[str, str], tuple[float, float]] = {}
 
     def configure(self, config: DiagnosisConfig) -> None:
         self.config = config
@@ -100,20 +105,29 @@ class DecayWatch:
     def rss(self, instance: str, model: str, since: float, rss: int, keep: float) -> None:
         """A process group's resident size; ``keep``: how far back the slope may look."""
         now = self._clock()
-        samples = self._of(instance, model, since).rss
+        series = self._of(instance, model, since)
+        series.slope_window = keep
+        samples = series.rss
         samples.append((now, rss))
         _trim(samples, now - max(keep, self.config.window), anchor=True)
 
     def outgrown(
         self, instance: str, model: str, since: float, rss: int, command: ProcessCommand | None
     ) -> float | None:
-        """A process group's resident size, measured: its slope in bytes per hour when that is
-        at or past its command's ``recycle_rss_slope`` (restart it), else None."""
+        """A process group's resident size, measured: its slope in bytes per hour once it was
+        at or past its command's ``recycle_rss_slope`` at two polls in a row (restart it),
+        else None. The first of them shows the slope and ``kv-growth`` before the restart."""
         self.rss(instance, model, since, rss, command.slope_window if command else 0.0)
         if command is None or command.recycle_rss_slope is None:
             return None
+        series = self._series[instance, model]
         slope = self.slope(instance, model, command.slope_window)
-        return slope if slope is not None and slope >= command.recycle_rss_slope else None
+        if slope is None or slope < command.recycle_rss_slope:
+            series.leaking = None
+            return None
+        self._leaks[instance, model] = (slope, self._clock())
+        sustained, series.leaking = series.leaking is not None, slope
+        return slope if sustained else None
 
     def probe(self, target: str, seconds: float) -> None:
         now = self._clock()
@@ -145,11 +159,22 @@ class DecayWatch:
     def figures(self, instance: str, model: str, relay: str | None = None) -> Figures:
         series = self._series.get((instance, model))
         relay_p50, relay_drift = self._probe_figures(f"relay/{relay}") if relay else (None, None)
-        if series is None:
-            return Figures(relay_p50=relay_p50, relay_drift=relay_drift)
         now = self._clock()
         window = self.config.window
+        leak = self._leaks.get((instance, model))
+        if leak is not None and now - leak[1] > window:
+            leak = None  # restarted for its slope longer ago than the window looks back
+        if series is None:
+            leaked = leak[0] if leak else None
+            return Figures(
+                rss_slope=leaked, relay_p50=relay_p50, relay_drift=relay_drift, outgrown=bool(leak)
+            )
         rss_slope = self.slope(instance, model, window)
+        if rss_slope is None and series.slope_window:  # a process restarted on its own slope
+            rss_slope = self.slope(instance, model, min(window, series.slope_window))
+        if rss_slope is None and leak is not None:
+            rss_slope = leak[0]
+        outgrown = leak is not None
         rate = series.served.count(now, window) / window
         chosen = _band_to_compare(series, now - window)
         p50 = p95 = base = None
@@ -160,7 +185,7 @@ class DecayWatch:
             # baseline
             if now - series.since > self.config.baseline:
                 base = _quantile(series.baseline[chosen], 0.95)
-        return Figures(p50, p95, base, chosen, rate, rss_slope, relay_p50, relay_drift)
+        return Figures(p50, p95, base, chosen, rate, rss_slope, relay_p50, relay_drift, outgrown)
 
     def _probe_figures(self, target: str) -> tuple[float | None, float | None]:
         """The median of the last ``PROBES_RECENT`` probes, and its ratio to the baseline's

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from swapgate.config.settings import DiagnosisConfig, parse_rate
+from swapgate.config.settings import DiagnosisConfig, ProcessCommand, parse_rate
 from swapgate.control.loops.decay import BASELINE_KEPT, RECENT_KEPT, DecayWatch, band
 from swapgate.policy.diagnosis import Figures, diagnose
 from tests.unit.fakes import FakeClock
@@ -37,6 +37,8 @@ def feed(decay: DecayWatch, clock: FakeClock, ttft: float, count: int, tokens: i
         (Figures(ttft_p95=0.3, baseline_p95=0.1, rss_slope=500 * MIB, relay_drift=2.0), "global"),
         (Figures(ttft_p95=0.3, baseline_p95=0.1, relay_drift=1.1), "placement-or-preemption"),
         (Figures(ttft_p95=0.1, baseline_p95=0.1, rss_slope=900 * MIB), "healthy"),
+        # Restarted for its memory slope: recycling cuts the leak short before TTFT drifts
+        (Figures(rss_slope=900 * MIB, outgrown=True), "kv-growth"),
     ],
 )
 def test_the_soak_rule(figures: Figures, state: str) -> None:
@@ -129,6 +131,34 @@ def test_the_diagnosis_keeps_its_own_window_of_memory_when_slope_window_is_short
         clock.now = poll * 5.0 + 0.3
         decay.rss("node", "m", 0.0, 100 * MIB + poll * 8 * MIB, keep=20)
     assert decay.figures("node", "m").rss_slope == pytest.approx(8 * MIB / 5 * 3600)
+
+
+def test_a_leak_cut_short_by_recycling_shows_its_slope_and_kv_growth_before_and_after() -> None:
+    """A 20 s slope_window, 1 s polls, the diagnosis over 10 minutes (the default): the slope
+    shows from the first poll past recycle_rss_slope, the restart comes at the next, and the
+    next load shows the slope it was restarted for until it measures its own."""
+    decay = DecayWatch(DiagnosisConfig(window=600, memory_slope=100 * MIB), clock := FakeClock(0.0))
+    command = ProcessCommand(cmd="engine", recycle_rss_slope="1GiB/h", slope_window="20s")
+    restart, shown = None, []
+    for second in range(40):
+        clock.now = float(second)
+        rss = 100 * MIB + second * 8 * MIB  # 8 MiB a second: 28 GiB/h
+        if decay.outgrown("node", "m", 0.0, rss, command) is not None:
+            restart = second
+            break
+        shown.append(decay.diagnosis("node", "m", None)[0])
+    assert restart is not None
+    assert shown[-1] == "kv-growth", "shown at the poll before the restart"
+    assert shown[:-1] == ["healthy"] * (len(shown) - 1)
+    slope = decay.figures("node", "m").rss_slope
+    assert slope == pytest.approx(8 * MIB * 3600)
+    clock.advance(2)  # the new load: too few samples of its own yet
+    decay.outgrown("node", "m", clock.now, 100 * MIB, command)
+    after = decay.figures("node", "m")
+    assert (after.rss_slope, after.outgrown) == (slope, True)
+    clock.advance(601)
+    decay.outgrown("node", "m", 2.0, 100 * MIB, command)  # flat since
+    assert decay.diagnosis("node", "m", None)[0] == "healthy", "the leak is over"
 
 
 def test_the_relay_probe_drifts_against_its_own_baseline() -> None:
