@@ -8,6 +8,11 @@ files it brought in that are no longer chosen (never a loaded model's, never a f
 bring in), and reads in what is chosen and not resident, sequentially, at most ``read_rate``,
 pausing whenever a swap runs (a load reads the same disk). Without a budget it only measures:
 ``/admin/state`` and the swaps' ``weights`` tier still say what is resident.
+
+It measures only what a decision needs: the files of models not loaded (a loaded model's are
+its engine's, and no swap reads them), always on a thread of its own, never on the event loop;
+and less often as the files grow: each measurement takes at most ``MEASURE_SHARE`` of a core
+(``mincore`` over 20 GB takes about 0.2 s: one every 10 s; over 200 GB, one every 100 s).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ CACHED = 0.9  # of its weights resident: a swap of it reads RAM
 OURS = 0.05  # a file less resident than this when it was read in was brought in by swapgate
 SOON = 3600.0  # preloads due within this many seconds count
 DEMAND_HORIZON = 600.0  # a model's chance of a request within this many seconds ranks the rest
+MEASURE_SHARE = 0.02  # of a core that measuring may take: slower measures come less often
 
 
 def _nothing_upcoming() -> list[tuple[float, str]]:
@@ -60,6 +66,7 @@ class HostCache:
         self._resident: dict[Path, int] = {}
         self.ours: set[Path] = set()  # files it brought in and holds
         self.kept: list[str] = []  # the models it chose last, most wanted first
+        self.measured_in = 0.0  # seconds the last measurement took (its thread's CPU)
 
     def reconfigure(self, config: HostCacheConfig, weights: dict[str, WeightFiles]) -> None:
         self._config, self._paths = config, dict(weights)
@@ -98,15 +105,16 @@ class HostCache:
                 await self.step()
             except OSError as exc:  # a file gone or unreadable: said, and looked at again
                 log.warning("host cache: %s", exc)
-            await asyncio.sleep(self._config.interval)
+            await asyncio.sleep(max(self._config.interval, self.measured_in / MEASURE_SHARE))
 
     async def step(self) -> None:
         """Measure, choose, let go, read in: once."""
-        await asyncio.to_thread(self._measure)
+        loaded = _loaded(self._registry.snapshot())
+        await asyncio.to_thread(self._measure, loaded)
         budget = self._config.budget
         if budget is not None:
             chosen = self.choose(budget)
-            self._let_go(chosen)
+            await self._let_go(chosen)
             await self._read_in(chosen)
         self._export()
 
@@ -125,26 +133,32 @@ class HostCache:
         self.kept = keep([m for m in order if sizes.get(m)], sizes, budget)
         return self.kept
 
-    def _measure(self) -> None:
+    def _measure(self, loaded: set[str]) -> None:
+        """Sizes of every weight file, and what is resident of those a model not ``loaded``
+        reads (on its own thread: ``mincore`` takes a while over large files)."""
+        started = time.thread_time()
         files = {model: weight_files(paths) for model, paths in self._paths.items()}
-        every = {f for found in files.values() for f in found}
+        wanted = {f for model, found in files.items() if model not in loaded for f in found}
         size, resident = {}, {}
-        for path in every:
+        for path in {f for found in files.values() for f in found}:
             try:
                 size[path] = path.stat().st_size
             except OSError:
                 continue
-            resident[path] = pages.resident(path) or 0
+            if path in wanted or path not in self._resident:
+                resident[path] = pages.resident(path) or 0
+            else:  # a loaded model's: its engine holds it, no decision reads it
+                resident[path] = self._resident[path]
         self._files, self._size, self._resident = files, size, resident
+        self.measured_in = time.thread_time() - started
 
-    def _let_go(self, chosen: Iterable[str]) -> None:
+    async def _let_go(self, chosen: Iterable[str]) -> None:
         """Drop the files it brought in that no chosen or loaded model needs."""
         loaded = _loaded(self._registry.snapshot())
         needed = {f for m in [*chosen, *loaded] for f in self._files.get(m, ())}
         for path in sorted(self.ours - needed):
-            pages.let_go(path)
+            self._resident[path] = await asyncio.to_thread(_let_go, path)
             self.ours.discard(path)
-            self._resident[path] = pages.resident(path) or 0
             log.info("host cache: let go of %s", path.name)
 
     async def _read_in(self, chosen: Iterable[str]) -> None:
@@ -157,12 +171,12 @@ class HostCache:
                 if not self._quiet():
                     return  # a load reads the disk now: the next step goes on
                 started = time.monotonic()
-                read = await asyncio.to_thread(
-                    pages.bring_in, path, self._config.read_rate, self._quiet
+                read, now = await asyncio.to_thread(
+                    _bring_in, path, self._config.read_rate, self._quiet
                 )
                 if before < OURS * size:
                     self.ours.add(path)
-                self._resident[path] = pages.resident(path) or 0
+                self._resident[path] = now
                 log.info(
                     "host cache: read %s for %s (%.0f MiB in %.1fs)",
                     path.name,
@@ -181,6 +195,18 @@ class HostCache:
             if described is not None:
                 self._metrics.weights_resident.labels(model).set(described["resident_bytes"])
         self._metrics.host_cache_bytes.set(self.held)
+
+
+def _let_go(path: Path) -> int:
+    """Drop ``path`` from the page cache; what is still resident of it."""
+    pages.let_go(path)
+    return pages.resident(path) or 0
+
+
+def _bring_in(path: Path, rate: float, go_on: Callable[[], bool]) -> tuple[int, int]:
+    """Read ``path`` into the page cache: the bytes read, and what is resident of it after."""
+    read = pages.bring_in(path, rate, go_on)
+    return read, pages.resident(path) or 0
 
 
 def _loaded(snap: Snapshot) -> set[str]:

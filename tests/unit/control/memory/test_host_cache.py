@@ -4,7 +4,9 @@ in, and never of a loaded model's weights."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ import pytest
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import parse_config
 from swapgate.control.memory import pages
-from swapgate.control.memory.host_cache import HostCache
+from swapgate.control.memory.host_cache import MEASURE_SHARE, HostCache
 from swapgate.control.state.registry import Registry
 from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.metrics import Metrics
@@ -107,3 +109,54 @@ async def test_without_a_budget_it_only_measures(tmp_path: Path) -> None:
         await host.step()
     assert host.kept == []
     assert host.describe("a") == {"bytes": 4 * MIB, "resident_bytes": 0}
+
+
+@pytest.mark.skipif(pages.resident(Path(__file__)) is None, reason="mincore: Linux only")
+async def test_it_measures_only_models_not_loaded_and_never_on_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host, registry, clock = cache(tmp_path, budget=5 * MIB)
+    measured: list[tuple[str, bool]] = []
+    real = pages.resident
+
+    def resident(path: Path) -> int | None:
+        on_loop = threading.current_thread() is threading.main_thread()
+        measured.append((path.name, on_loop))
+        return real(path)
+
+    monkeypatch.setattr(pages, "resident", resident)
+    with registry.queues.queued("b", clock()):
+        await host.step()  # b is read in, and measured after
+    assert {name for name, _ in measured} == {"a.gguf", "b.gguf", "c.gguf"}
+    report = InstanceReport({"a": WarmState.WARM}, None)
+    registry.polls.apply_report("x", report, registry.generation("x"))  # a is loaded now
+    measured.clear()
+    with registry.queues.queued("c", clock()):
+        await host.step()  # c read in, b let go
+    assert "a.gguf" not in {name for name, _ in measured}, "a loaded model's: no decision"
+    assert {"b.gguf", "c.gguf"} <= {name for name, _ in measured}
+    assert not any(on_loop for _, on_loop in measured), "mincore never on the event loop"
+    assert host.describe("a") == {"bytes": 4 * MIB, "resident_bytes": 0}, "its last figure"
+
+
+async def test_it_measures_less_often_as_measuring_takes_longer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host, _, _ = cache(tmp_path, budget=None)
+    pauses: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 2:
+            raise asyncio.CancelledError
+
+    monkeypatch.setattr("swapgate.control.memory.host_cache.asyncio.sleep", sleep)
+    costs = iter([0.001, 0.5])  # 20 GB of weights, then 2.5 TB's worth
+
+    def measure(loaded: set[str]) -> None:
+        host.measured_in = next(costs)
+
+    monkeypatch.setattr(host, "_measure", measure)
+    with pytest.raises(asyncio.CancelledError):
+        await host.run()
+    assert pauses == [1.0, pytest.approx(0.5 / MEASURE_SHARE)]
