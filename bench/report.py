@@ -43,7 +43,7 @@ class Report:
         swapgate, floor = self.warm.get("swapgate"), self.warm.get("passthrough")
         if swapgate and floor:
             ratio = swapgate["c16"].rps / floor["c16"].rps
-            checks.append(("warm req/s @16 ≥ 0.85× passthrough", f"{ratio:.2f}×", ratio >= 0.85))
+            checks.append(("warm req/s @16 ≥ 0.9× passthrough", f"{ratio:.2f}×", ratio >= 0.9))
             added = swapgate["c1"].p50_ms - self.warm["direct"]["c1"].p50_ms
             floor_added = floor["c1"].p50_ms - self.warm["direct"]["c1"].p50_ms
             checks.append(

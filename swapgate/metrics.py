@@ -241,6 +241,8 @@ class Metrics:
         self._cluster_up: Gauge | None = None
         # Labelled children, looked up once per label set: .labels() takes a lock and hashes.
         self._children: dict[tuple[str, ...], Any] = {}
+        # (key, model) -> its prompt and completion token counters
+        self._tokens: dict[tuple[str | None, str], tuple[Any, Any]] = {}
 
     def request_done(
         self, model: str, route: str, status: int, elapsed: float, waited: float
@@ -250,6 +252,11 @@ class Metrics:
         self._child(self.request_duration, model, route).observe(elapsed)
         if waited:
             self._child(self.wait, model).observe(waited)
+
+    def placed(self, model: str, placement: str, waited: float) -> None:
+        """How one request found its model; on the hot path, like ``request_done``."""
+        self._child(self.placements, model, placement).inc()
+        self._child(self.placement_wait, model, placement).observe(waited)
 
     def cluster_up(self) -> Gauge:
         """``swapgate_cluster_up``: exported only by a replica configured to share state."""
@@ -270,10 +277,17 @@ class Metrics:
         self._child(self.key_requests, key, str(status)).inc()
 
     def tokens_spent(self, key: str | None, model: str, prompt: int, completion: int) -> None:
+        children = self._tokens.get((key, model))
+        if children is None:
+            name = key or ""
+            children = self._tokens[key, model] = (
+                self.tokens.labels(name, model, "prompt"),
+                self.tokens.labels(name, model, "completion"),
+            )
         if prompt:
-            self._child(self.tokens, key or "", model, "prompt").inc(prompt)
+            children[0].inc(prompt)
         if completion:
-            self._child(self.tokens, key or "", model, "completion").inc(completion)
+            children[1].inc(completion)
 
     def endpoint_done(self, endpoint: str, status: int) -> None:
         self._child(self.endpoint_requests, endpoint, str(status)).inc()

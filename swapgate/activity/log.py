@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from swapgate.activity.database import SqliteWorker, WriteBuffer
-from swapgate.activity.records import Activity
+from swapgate.activity.records import Activity, Row
 
 BUFFER_ROWS = 10_000  # rows waiting for the writer; beyond this they are dropped and counted
 PRUNE_EVERY = 5.0  # seconds between enforcing max_rows and max_age
@@ -96,7 +96,7 @@ class ActivityLog:
         buffer_rows: int = BUFFER_ROWS,
     ) -> None:
         self._worker = SqliteWorker(path)
-        self._pending: WriteBuffer[Activity] = WriteBuffer(buffer_rows)
+        self._pending: WriteBuffer[Row] = WriteBuffer(buffer_rows)
         self._max_rows = max_rows
         self._max_age = max_age
         self._clock = clock
@@ -124,7 +124,11 @@ class ActivityLog:
 
     def record(self, activity: Activity) -> None:
         """Keep ``activity`` without waiting: never touches the disk, never raises."""
-        self._pending.put(activity)
+        self._pending.put(_values(activity))
+
+    def record_row(self, row: Row) -> None:
+        """``record`` for the request path: the row as a tuple (``Exchange.row``)."""
+        self._pending.put(row)
 
     def flush(self) -> None:
         """Block until everything recorded so far (captures too) is written and bounds applied."""
@@ -227,19 +231,19 @@ def _filters(
     return " WHERE " + " AND ".join(clause for clause, _ in given), [v for _, v in given]
 
 
-def _insert(connection: sqlite3.Connection, rows: list[Activity]) -> None:
+def _insert(connection: sqlite3.Connection, rows: list[Row]) -> None:
     """Many rows per statement, not ``executemany``: SQLite lets go of the GIL at each step,
     and on a busy gateway each taking it back waits for the event loop's thread, which held
     the writer to about 2,000 rows a second (docs/benchmarks.md, the activity log)."""
     for at in range(0, len(rows), ROWS_PER_INSERT):
         batch = rows[at : at + ROWS_PER_INSERT]
         values = ", ".join([_ROW] * len(batch))
-        flat = [value for row in batch for value in _values(row)]
+        flat = [value for row in batch for value in row]
         connection.execute(f"INSERT INTO activity ({_COLUMN_LIST}) VALUES {values}", flat)
 
 
-def _values(activity: Activity) -> tuple[object, ...]:
-    return tuple(getattr(activity, name) for name in _COLUMNS)
+def _values(activity: Activity) -> Row:
+    return dataclasses.astuple(activity)
 
 
 def _activity(values: tuple[Any, ...]) -> Activity:

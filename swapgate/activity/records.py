@@ -28,6 +28,13 @@ MiB = 1024**2
 WEEK = 7 * 24 * 3600.0  # seconds: Duration has no unit for days
 
 
+# An ``Activity``'s fields in their order: what the request path hands the log
+Row = tuple[
+    str, float, str | None, str, str, str | None, Placement, float | None, float | None, float,
+    int | None, int | None, int, int | None, str, bool,
+]  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class Activity:
     """One request, as it ended: who asked, what for, where it ran, and how long it took."""

@@ -251,7 +251,8 @@ class ProxyEndpoint:
                 response.close()
         finally:
             attempts.release()
-            await self._free_slot(ex)
+            if ex.claim is not None:
+                await self._free_slot(ex)
 
     async def _open(
         self,
@@ -268,7 +269,8 @@ class ProxyEndpoint:
         while True:
             ex.route, ex.waited = lease.route, ex.waited + lease.waited
             progress.route = lease.route  # early headers from now on name it
-            lease = attempts.lease = await self._claim_slot(lease, ex)
+            if ex.claim is not None or self._keeps_slot(lease, ex):
+                lease = attempts.lease = await self._claim_slot(lease, ex)
             try:
                 response = await self._send(scope, ex, request, lease)
             except UpstreamError as exc:
@@ -337,13 +339,20 @@ class ProxyEndpoint:
             return
         await self._relay_body(response, writer, ex, lease, pinging)
 
+    def _keeps_slot(self, lease: Lease, ex: Exchange) -> bool:
+        """Whether this turn of a conversation goes to an engine slot swapgate hands out: a
+        ``kv_keep`` instance (a plain request awaits nothing for it)."""
+        kv = self._kv
+        conversation = ex.want is not None and ex.want.conversation is not None
+        return conversation and kv is not None and lease.kind == "instance" and kv.keeps(lease.name)
+
     async def _claim_slot(self, lease: Lease, ex: Exchange) -> Lease:
         """On a ``kv_keep`` instance, the slot this turn of its conversation goes to, its
         saved KV restored there first (swapgate/control/memory/kv/keeper.py)."""
         await self._free_slot(ex)  # a slot of the attempt before
         key = ex.want.conversation if ex.want is not None else None
         kv = self._kv
-        if kv is None or key is None or lease.kind != "instance" or not kv.keeps(lease.name):
+        if kv is None or key is None or not self._keeps_slot(lease, ex):
             return lease
         key_header = lease.upstream.api_key
         auth = {"authorization": f"Bearer {key_header}"} if key_header else {}

@@ -137,6 +137,10 @@ class Pinger:
 
     async def run(self) -> None:
         await asyncio.sleep(self.plan.early)
+        await self.ping_on()
+
+    async def ping_on(self) -> None:
+        """From ``early`` on: commit the status, then ping every interval."""
         mode: BodyMode = "whitespace" if self.plan.kind == "whitespace" else "pings"
         await self._writer.start(200, self._headers(), mode)
         if self.plan.kind == "reasoning":
@@ -243,11 +247,23 @@ class Pinging:
     """A running ``Pinger``: stopped at the upstream's first byte (or the request's end)."""
 
     def __init__(self, pinger: Pinger) -> None:
+        """Nothing runs until ``early``: a timer, not a task, so that a warm answer (most of
+        them) costs no task to start, cancel and await."""
         self.pinger = pinger
-        self._task: asyncio.Task[None] | None = asyncio.create_task(pinger.run())
+        self._task: asyncio.Task[None] | None = None
+        loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = loop.call_later(pinger.plan.early, self._begin)
+
+    def _begin(self) -> None:
+        self._timer = None
+        self._task = asyncio.create_task(self.pinger.ping_on())
 
     async def stop(self) -> bytes:
         """Stop it (once); its last words, if any, to write before the upstream's first byte."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            return b""
         if self._task is None:
             return b""
         await stop(self._task)

@@ -77,7 +77,7 @@ class RequestRecords:
                 ex.key or "-",
             )
         if self.activity is not None:
-            self.activity.record(ex.activity(status, ended, usage))
+            self.activity.record_row(ex.row(status, ended, usage))
         if ex.capture is not None and self._captures is not None:
             self._store(ex, ex.capture, status)
 

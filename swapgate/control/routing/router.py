@@ -207,8 +207,7 @@ class Router:
         return lease
 
     def _placed(self, model: str, placement: str, waited: float) -> None:
-        self._metrics.placements.labels(model, placement).inc()
-        self._metrics.placement_wait.labels(model, placement).observe(waited)
+        self._metrics.placed(model, placement, waited)
 
     async def _wait(
         self, model: str, progress: Progress, want: Want, decision: Decision, started: float

@@ -32,14 +32,23 @@ class _Client:
     open: int = 0  # requests begun and not ended: placed, waiting, or in flight
     flying: int = 0  # of those, in flight (leased): they will be answered
     pending: Counter[str] = field(default_factory=Counter)  # the others, per model
-    peaks: deque[tuple[float, int]] = field(default_factory=deque)  # (when, open) as it rose
+    # (when, open): the window's maximum first, each later one smaller (a sliding maximum, so
+    # that a request costs O(1) however many came in the window)
+    peaks: deque[tuple[float, int]] = field(default_factory=deque)
     since_rise: int = 0  # requests begun since its concurrency last rose
     used: dict[str, float] = field(default_factory=dict)  # model -> when it last asked for it
 
     def concurrency(self, now: float) -> int:
+        """The most requests it had open at once within the window."""
         while self.peaks and self.peaks[0][0] < now - WINDOW:
             self.peaks.popleft()
-        return max((n for _, n in self.peaks), default=0)
+        return self.peaks[0][1] if self.peaks else 0
+
+    def opened(self, now: float) -> None:
+        """It has ``open`` requests open at ``now``: older peaks no higher never count again."""
+        while self.peaks and self.peaks[-1][1] <= self.open:
+            self.peaks.pop()
+        self.peaks.append((now, self.open))
 
     def closed(self, now: float, model: str) -> bool:
         """Every request it can have open is open, none in flight, none for ``model``: it sends
@@ -77,7 +86,7 @@ class Clients:
         if c.open > learned:
             c.since_rise = 0  # still growing: not (yet) a closed loop
         if c.open >= learned:
-            c.peaks.append((now, c.open))
+            c.opened(now)
         return Ticket(c, model)
 
     def flying(self, ticket: Ticket, flying: bool) -> None:
