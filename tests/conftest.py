@@ -27,7 +27,7 @@ MEASURED = {
     "tests/engine/test_kv_clis.py": (160, 110),
     "tests/engine/test_kv_agents.py": (90, 50),
     "tests/engine/test_agents.py": (40, 15),
-    "tests/engine/test_progress.py": (25, 10),
+    "tests/engine/test_progress.py": (50, 25),
     "tests/engine/test_clis.py": (140, 68),
     "tests/e2e/test_dashboard.py": (91, 31),
     "tests/engine/test_llama_server.py": (88, 46),
