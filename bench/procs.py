@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import yaml
 
-from swapgate.tools.processes import free_port, serving
+from swapgate.tools.processes import free_port, serving, sim_command
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 STARTUP_TIMEOUT = 30.0
@@ -101,22 +101,7 @@ def fixed_upstream() -> Iterator[Proc]:
 @contextmanager
 def simulator(token_rate: float) -> Iterator[Proc]:
     port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "swapgate",
-        "sim",
-        "--flavor",
-        "openai",
-        "--port",
-        str(port),
-        "--models",
-        "m",
-        "--ttft",
-        "0",
-        "--token-rate",
-        str(token_rate),
-    ]
+    command = sim_command("openai", port, models="m", ttft=0, token_rate=token_rate)
     with running("sim", command, f"http://127.0.0.1:{port}") as proc:
         yield proc
 

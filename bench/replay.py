@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -19,7 +18,7 @@ import httpx
 
 from bench import procs
 from bench.trace import MODELS, Request
-from swapgate.tools.processes import free_port
+from swapgate.tools.processes import free_port, sim_command
 
 SPEEDUP = 30.0  # trace seconds per replay second
 LOAD_SECONDS = 20.0  # a swap, in trace time
@@ -69,26 +68,15 @@ def _simulator(
     models: Sequence[str], load_seconds: float, token_rate: float
 ) -> Iterator[procs.Proc]:
     port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "swapgate",
-        "sim",
-        "--flavor",
+    command = sim_command(
         "llama-swap",
-        "--port",
-        str(port),
-        "--models",
-        ",".join(models),
-        "--capacity",
-        "1",
-        "--load-time",
-        str(load_seconds),
-        "--ttft",
-        "0",
-        "--token-rate",
-        str(token_rate),
-    ]
+        port,
+        models=",".join(models),
+        capacity=1,
+        load_time=load_seconds,
+        ttft=0,
+        token_rate=token_rate,
+    )
     with procs.running("sim", command, f"http://127.0.0.1:{port}") as proc:
         yield proc
 

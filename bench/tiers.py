@@ -10,7 +10,6 @@ docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
@@ -22,7 +21,7 @@ import httpx
 from bench import procs, trace
 from bench.replay import LOAD_SECONDS, SPEEDUP, ReplayResult, replay, simulators, swapgate_config
 from bench.sections import replace_section
-from swapgate.tools.processes import free_port
+from swapgate.tools.processes import free_port, sim_command
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 WAKE_SECONDS = 2.0  # a level-1 wake, in trace time
@@ -82,26 +81,15 @@ def sleeping_gpus(count: int) -> Iterator[list[dict[str, procs.Proc]]]:
 @contextmanager
 def _server(model: str) -> Iterator[procs.Proc]:
     port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "swapgate",
-        "sim",
-        "--flavor",
+    command = sim_command(
         "vllm",
-        "--port",
-        str(port),
-        "--models",
-        model,
-        "--asleep",
-        "1",
-        "--wake-time",
-        str(WAKE_SECONDS / SPEEDUP),
-        "--ttft",
-        "0",
-        "--token-rate",
-        str(30 * SPEEDUP),
-    ]
+        port,
+        models=model,
+        asleep=1,
+        wake_time=WAKE_SECONDS / SPEEDUP,
+        ttft=0,
+        token_rate=30 * SPEEDUP,
+    )
     with procs.running("sim", command, f"http://127.0.0.1:{port}") as proc:
         yield proc
 

@@ -241,8 +241,6 @@ class Metrics:
         self._cluster_up: Gauge | None = None
         # Labelled children, looked up once per label set: .labels() takes a lock and hashes.
         self._children: dict[tuple[str, ...], Any] = {}
-        # (key, model) -> its prompt and completion token counters
-        self._tokens: dict[tuple[str | None, str], tuple[Any, Any]] = {}
 
     def request_done(
         self, model: str, route: str, status: int, elapsed: float, waited: float
@@ -277,17 +275,10 @@ class Metrics:
         self._child(self.key_requests, key, str(status)).inc()
 
     def tokens_spent(self, key: str | None, model: str, prompt: int, completion: int) -> None:
-        children = self._tokens.get((key, model))
-        if children is None:
-            name = key or ""
-            children = self._tokens[key, model] = (
-                self.tokens.labels(name, model, "prompt"),
-                self.tokens.labels(name, model, "completion"),
-            )
         if prompt:
-            children[0].inc(prompt)
+            self._child(self.tokens, key or "", model, "prompt").inc(prompt)
         if completion:
-            children[1].inc(completion)
+            self._child(self.tokens, key or "", model, "completion").inc(completion)
 
     def endpoint_done(self, endpoint: str, status: int) -> None:
         self._child(self.endpoint_requests, endpoint, str(status)).inc()

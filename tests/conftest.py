@@ -14,7 +14,9 @@ the real-engine files, a few long tests each, came last.)
 from __future__ import annotations
 
 import functools
+import os
 import ssl
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -108,3 +110,14 @@ def pytest_configure(config: pytest.Config) -> None:
         "httpx no longer builds its transports' TLS context here: update tests/conftest.py"
     )
     httpx_transports.create_ssl_context = _tls_context
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    """The usual umask, which the gateways and engines a test starts inherit: files kept
+    private must be so whatever it is."""
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)

@@ -8,7 +8,6 @@ import json
 import os
 import secrets
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -18,7 +17,7 @@ from urllib.parse import urlsplit
 from swapgate.config.settings import InstanceConfig, KvKeepConfig, Settings
 from swapgate.server.serve import serve
 from swapgate.tools.admin_cli import demo_token_path
-from swapgate.tools.processes import serving
+from swapgate.tools.processes import serving, sim_command
 
 FLAVOURS = {"llama-swap": "llama-swap", "ollama": "ollama", "openai": "openai"}
 ENGINE_STARTUP = 60.0  # the server loads its first model before it listens
@@ -153,24 +152,14 @@ def demo_admin_token(settings: Settings) -> Iterator[str]:
 def simulator(instance: InstanceConfig, load_time: float) -> Iterator[None]:
     """Run ``swapgate sim`` where the instance's URL points, until the block ends."""
     address = urlsplit(instance.url)
-    command = [
-        sys.executable,
-        "-m",
-        "swapgate",
-        "sim",
-        "--flavor",
+    command = sim_command(
         FLAVOURS.get(instance.kind, "openai"),
-        "--host",
-        address.hostname or "127.0.0.1",
-        "--port",
-        str(address.port or 80),
-        "--models",
-        ",".join(instance.models or ("a", "b", "c")),
-        "--capacity",
-        str(instance.capacity),
-        "--load-time",
-        str(load_time),
-    ]
+        address.port or 80,
+        host=address.hostname or "127.0.0.1",
+        models=",".join(instance.models or ("a", "b", "c")),
+        capacity=instance.capacity,
+        load_time=load_time,
+    )
     with serving(command, instance.url + "/v1/models"):
         yield
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -21,6 +22,15 @@ from swapgate.drivers.children import die_with_parent, exit_name
 
 STARTUP_TIMEOUT = 20.0
 STOP_TIMEOUT = 10.0
+
+
+def sim_command(flavor: str, port: int, **options: object) -> list[str]:
+    """``swapgate sim`` of ``flavor`` on ``port``; each option as its flag (``load_time=2``:
+    ``--load-time 2``)."""
+    command = [sys.executable, "-m", "swapgate", "sim", "--flavor", flavor, "--port", str(port)]
+    for name, value in options.items():
+        command += [f"--{name.replace('_', '-')}", str(value)]
+    return command
 
 
 def start(

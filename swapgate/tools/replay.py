@@ -37,7 +37,14 @@ import yaml
 from swapgate.config.loading import parse_config
 from swapgate.config.paths import STATE_DIR_ENV
 from swapgate.config.settings import ConfigError, parse_duration
-from swapgate.tools.processes import free_port, serving, start, stop, wait_until_serving
+from swapgate.tools.processes import (
+    free_port,
+    serving,
+    sim_command,
+    start,
+    stop,
+    wait_until_serving,
+)
 
 _ACCESS = re.compile(
     r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \S+ swapgate\.access: \"\S+ \S+\" (\d{3}) "
@@ -302,26 +309,16 @@ def _simulators(
         for instance in instances:
             port = free_port()
             serves = instance.get("models") or models
-            command = [
-                sys.executable,
-                "-m",
-                "swapgate",
-                "sim",
-                "--flavor",
+            loaded = loads[instance["name"]]
+            command = sim_command(
                 "llama-swap",
-                "--port",
-                str(port),
-                "--models",
-                ",".join(serves),
-                "--capacity",
-                str(instance.get("capacity", 1)),
-                "--load-times",
-                ",".join(f"{m}={loads[instance['name']].get(m, 1.0):.4f}" for m in serves),
-                "--ttft",
-                "0",
-                "--token-rate",
-                str(TOKEN_RATE * speedup),
-            ]
+                port,
+                models=",".join(serves),
+                capacity=instance.get("capacity", 1),
+                load_times=",".join(f"{m}={loaded.get(m, 1.0):.4f}" for m in serves),
+                ttft=0,
+                token_rate=TOKEN_RATE * speedup,
+            )
             process = start(command, log=subprocess.DEVNULL)
             stack.callback(stop, process)
             started[instance["name"]] = (f"http://127.0.0.1:{port}", process)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sqlite3
 import stat
 import subprocess
@@ -155,16 +154,6 @@ def _send(gw: Gateway, model: str, *, stream: bool = False) -> tuple[bytes, http
 def _capture(gw: Gateway, answer: httpx.Response, token: str = TOKEN) -> httpx.Response:
     with gw.admin(token) as admin:
         return admin.get(f"/admin/captures/{answer.headers['x-request-id']}")
-
-
-@pytest.fixture
-def umask_022() -> Iterator[None]:
-    """The usual umask, which the gateway started in the test inherits."""
-    old = os.umask(0o022)
-    try:
-        yield
-    finally:
-        os.umask(old)
 
 
 def test_a_captured_models_bodies_come_back_byte_for_byte_and_no_secret_is_stored(

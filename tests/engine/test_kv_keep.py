@@ -6,9 +6,7 @@ without, it reads the whole prompt again. Both ways teams run llama-server: one 
 
 from __future__ import annotations
 
-import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,16 +74,6 @@ def process_node(engine: LlamaServerEngine, kv: Path | None) -> dict[str, Any]:
         "routing": {"min_residency": 0},
         "instances": [node],
     }
-
-
-@pytest.fixture
-def umask_022() -> Iterator[None]:
-    """The usual umask, which the gateway and the engines it starts inherit."""
-    old = os.umask(0o022)
-    try:
-        yield
-    finally:
-        os.umask(old)
 
 
 @pytest.mark.parametrize("kept", [True, False], ids=["kv_keep", "without"])

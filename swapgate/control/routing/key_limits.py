@@ -83,21 +83,12 @@ class KeyLimits:
         use = self._use.get(key.name) or self._use.setdefault(key.name, _Use())
         now = self._clock()
         if key.rpm is not None:
-            wait = await self._rate(key, use, now)
-            if wait > 0:
-                raise RateLimited(
-                    f"the key {key.name!r} is at its limit of {key.rpm} requests per minute; "
-                    f"retry in {math.ceil(wait)}s",
-                    retry_after=max(1, math.ceil(wait)),
-                )
+            past = f"is at its limit of {key.rpm} requests per minute"
+            _refuse_for(key, past, await self._rate(key, use, now))
         if key.tpm is not None:
-            wait = await self._tokens(key, use, now)
-            if wait > 0:
-                raise RateLimited(
-                    f"the key {key.name!r} spent its {key.tpm} tokens per minute; "
-                    f"retry in {math.ceil(wait)}s",
-                    retry_after=max(1, math.ceil(wait)),
-                )
+            _refuse_for(
+                key, f"spent its {key.tpm} tokens per minute", await self._tokens(key, use, now)
+            )
         shared_slot = False
         if key.concurrency is not None:
             free = await self._shared.take_slot(key.name, key.concurrency) if self._shared else None
@@ -165,3 +156,12 @@ class KeyLimits:
             }
             for name, use in sorted(self._use.items())
         }
+
+
+def _refuse_for(key: KeyConfig, past: str, wait: float) -> None:
+    """429 ``rate_limited`` when ``wait`` seconds must pass before ``key``'s next request."""
+    if wait > 0:
+        raise RateLimited(
+            f"the key {key.name!r} {past}; retry in {math.ceil(wait)}s",
+            retry_after=max(1, math.ceil(wait)),
+        )

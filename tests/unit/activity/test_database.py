@@ -4,10 +4,8 @@ a way forward, and a disk that refuses rows without failing anything or flooding
 from __future__ import annotations
 
 import logging
-import os
 import sqlite3
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,15 +15,6 @@ from swapgate.activity.log import ActivityLog
 from tests.unit.activity.conftest import FakeClock, make_activity
 
 WEEK = 7 * 24 * 3600.0
-
-
-@pytest.fixture
-def umask_022() -> Iterator[None]:
-    old = os.umask(0o022)
-    try:
-        yield
-    finally:
-        os.umask(old)
 
 
 def mode(path: Path) -> int:
