@@ -7,7 +7,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from swapgate.activity.records import Activity, Placement, Row
+from swapgate.activity.records import Placement, Row
 from swapgate.control.memory.kv import Claim
 from swapgate.control.routing.key_limits import Admission
 from swapgate.control.routing.waiter import Want
@@ -62,13 +62,10 @@ class Exchange:
         usage = _usage(self.tail)
         return _last(_TOKENS_IN, usage), _last(_TOKENS_OUT, usage)
 
-    def activity(self, status: int, ended: float, usage: tuple[int | None, int | None]) -> Activity:
-        """Its row in the activity log, at ``ended`` (perf_counter), with its ``usage``."""
-        return Activity(*self.row(status, ended, usage))
-
     def row(self, status: int, ended: float, usage: tuple[int | None, int | None]) -> Row:
-        """``activity``'s fields as a tuple, in ``Activity``'s order: what the log stores (a
-        tuple costs the request path a third of a dataclass)."""
+        """Its row in the activity log, at ``ended`` (perf_counter), with its ``usage``:
+        ``Activity``'s fields as a tuple, in their order (a tuple costs the request path a
+        third of a dataclass)."""
         since = self.started
         return (
             self.request_id,

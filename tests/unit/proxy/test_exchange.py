@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from swapgate.activity.records import Activity
 from swapgate.data.lease import Progress
 from swapgate.errors import RateLimited
 from swapgate.proxy.endpoints import ENDPOINTS
@@ -32,13 +33,15 @@ def _exchange(route: str = "instance/gpu", placement: str = "warm") -> Exchange:
     ],
 )
 def test_its_placement(route: str, placement: str, expected: str) -> None:
-    assert _exchange(route, placement).activity(200, 101.0, (None, None)).placement == expected
+    assert (
+        Activity(*_exchange(route, placement).row(200, 101.0, (None, None))).placement == expected
+    )
 
 
 def test_its_times_are_from_its_arrival_in_milliseconds() -> None:
     ex = _exchange(placement="swap")
     ex.sent, ex.first_byte = 124.5, 124.75
-    row = ex.activity(200, 125.0, (None, None))
+    row = Activity(*ex.row(200, 125.0, (None, None)))
     assert (row.wait_ms, row.ttft_ms, row.duration_ms) == (24_500.0, 24_750.0, 25_000.0)
     assert (row.instance, row.swap_id, row.key, row.at) == ("gpu", 7, "chat-ui", 1_700_000_000.0)
 
@@ -46,7 +49,7 @@ def test_its_times_are_from_its_arrival_in_milliseconds() -> None:
 def test_a_request_refused_before_any_upstream_has_no_wait_and_names_its_error() -> None:
     ex = Exchange("POST", CHAT, "req-2", started=100.0)
     ex.failed = RateLimited("chat-ui: 3 requests a minute")
-    row = ex.activity(429, 100.01, (None, None))
+    row = Activity(*ex.row(429, 100.01, (None, None)))
     assert (row.placement, row.instance, row.wait_ms, row.ttft_ms) == ("refused", None, None, None)
     assert (row.status, row.error) == (429, "rate_limited")
 
@@ -70,7 +73,7 @@ def test_tokens_are_what_the_answer_said_last(answer: bytes, tokens: tuple[int, 
     for at in range(0, len(answer), 7):  # as chunks arrive
         ex.keep_tail(answer[at : at + 7])
     assert ex.usage() == tokens
-    row = ex.activity(200, 101.0, ex.usage())
+    row = Activity(*ex.row(200, 101.0, ex.usage()))
     assert (row.tokens_in, row.tokens_out) == tokens
 
 
