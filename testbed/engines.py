@@ -435,6 +435,19 @@ GEMMA_JINJA = """{{ bos_token }}{% for message in messages %}\
 {% endif %}"""
 
 
+# What the coding clients' server answers every turn (``LlamaServerEngine.with_tools``)
+TURN_ANSWER = "Hi there."
+
+
+def _write_once(path: Path, text: str) -> None:
+    """``path`` holding ``text``, written whole (several test workers may ask at once)."""
+    if path.exists() and path.read_text() == text:
+        return
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(text)
+    partial.replace(path)
+
+
 @dataclass(frozen=True, slots=True)
 class LlamaServerEngine:
     """llama.cpp's ``llama-server`` binary and the GGUF it serves."""
@@ -444,12 +457,17 @@ class LlamaServerEngine:
 
     def with_tools(self, alias: str, port: str | int, ctx: int, max_tokens: int) -> list[str]:
         """A server that takes ``tools`` (Jinja with Gemma's template), as coding clients send
-        them, and ends every answer after ``max_tokens`` (they ask for no limit)."""
-        template = self.binary.parent / "gemma-tools.jinja"
-        if not template.exists():
-            template.write_text(GEMMA_JINJA)
+        them, and answers every turn with ``TURN_ANSWER`` and ends it, as an agent's turn
+        ends: a grammar holds the sampler to those tokens, then the end of the turn. Left to
+        itself, Gemma-270M never ends a turn under a coding client's prompt, and the client
+        asks again to continue (three requests a turn instead of one). ``max_tokens`` bounds
+        any answer the grammar does not cover (a request that brings its own)."""
+        folder = self.binary.parent
+        template, grammar = folder / "gemma-tools.jinja", folder / "turn-answer.gbnf"
+        _write_once(template, GEMMA_JINJA)
+        _write_once(grammar, f'root ::= "{TURN_ANSWER}"\n')
         chat = ("--jinja", "--chat-template-file", str(template), "-n", str(max_tokens))
-        return self.single(alias, port, ctx, chat)
+        return self.single(alias, port, ctx, (*chat, "--grammar-file", str(grammar)))
 
     def single(
         self, alias: str, port: str | int = "${PORT}", ctx: int = 2048, chat: Sequence[str] = ()
