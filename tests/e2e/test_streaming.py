@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import httpx
 import openai
@@ -118,10 +119,13 @@ def _collect(stream: Iterable[ChatCompletionChunk], into: list[str]) -> None:
         into.append(chunk.choices[0].delta.content or "")
 
 
-def test_a_stream_still_open_when_shutdown_grace_ends_gets_an_in_band_error() -> None:
+def test_a_stream_still_open_when_shutdown_grace_ends_gets_an_in_band_error(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "gateway.log"
     with simulator(load_time=0.1, token_rate=4) as sim:
         config = {"instances": [instance("gpu-a", sim)], "server": {"shutdown_grace": "1s"}}
-        with gateway(config) as gw:
+        with gateway(config, log=log) as gw:
             body = {"model": "a", "messages": MESSAGES, "stream": True, "max_tokens": 40}
             lines = []
             with httpx.stream("POST", f"{gw.url}/v1/chat/completions", json=body, timeout=30) as r:
@@ -133,6 +137,9 @@ def test_a_stream_still_open_when_shutdown_grace_ends_gets_an_in_band_error() ->
     assert lines[0].startswith("data: {")
     assert '"code": "shutting_down"' in lines[-1]
     assert "[DONE]" not in lines[-1]
+    said = log.read_text()
+    assert "/v1/chat/completions cut short: shutdown_grace ran out" in said
+    assert "Traceback" not in said, said  # a line, not the ASGI server's traceback
 
 
 def test_a_shutdown_grace_under_a_second_is_kept_not_turned_into_no_limit() -> None:
