@@ -146,7 +146,13 @@ class UpstreamUnreachable(UpstreamError):
 
 class UpstreamClosed(UpstreamUnreachable):
     """The connection closed after the request went out, with no answer: a kept-alive
-    connection the upstream was closing, or an engine that died while it held the request."""
+    connection the upstream was closing, or an engine that died while it held the request.
+    ``unread``: the upstream reset it (or it was gone before the request was written), which a
+    socket does when it closes with bytes still unread: it never read the whole request."""
+
+    def __init__(self, message: str, unread: bool = False) -> None:
+        super().__init__(message)
+        self.unread = unread
 
 
 class UpstreamRefusedKey(UpstreamError):

@@ -12,6 +12,9 @@ that closed with no answer, or a 502/503 with no body, is what a proxy in front 
 the request, and for an engine that crashed in the middle of it. The first takes milliseconds; a
 request held longer than ``MAY_HAVE_RUN`` may be what crashed its engine, and is never sent to
 another instance, nor again to its own: a poison request takes one instance down, not all.
+A reset is the exception: a socket resets when it closes with bytes unread, so the upstream
+never read the whole request, however long that took to show (a proxy's loop busy with a
+thousand streams can take seconds to see a reset that came at once).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class Failure(enum.Enum):
     KEY = "key"  # 401/403: the upstream refused swapgate's key for it
     LIMITED = "limited"  # 429: the instance's own concurrency limit
     CLOSED = "closed"  # the connection closed with no answer
+    UNREAD = "unread"  # it was reset: the upstream never read the request
     BODILESS = "bodiless"  # a 502 or 503 with no body: a proxy saying its engine failed
     REFUSAL = "refusal"  # a 502 or 503 with a body: an engine alive, saying why it will not
 
@@ -60,6 +64,8 @@ def after(outcome: Outcome) -> tuple[Next, ...]:
             return (Next.OTHER, Next.RELAY)
         case Failure.REFUSAL:
             return (Next.OTHER, Next.RELAY, Next.SAME)
+        case Failure.UNREAD:
+            return (Next.SAME, Next.OTHER, Next.RELAY)
         case Failure.CLOSED | Failure.BODILESS if outcome.held < MAY_HAVE_RUN:
             # A kept-alive connection closed under it: the engine is there, and never ran it
             return (Next.SAME, Next.OTHER, Next.RELAY)

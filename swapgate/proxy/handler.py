@@ -501,7 +501,9 @@ def _query(scope: Scope, extra: str = "") -> str:
 def _failure(exc: UpstreamError) -> Failure:
     if isinstance(exc, UpstreamRefusedKey):
         return Failure.KEY
-    return Failure.CLOSED if isinstance(exc, UpstreamClosed) else Failure.REFUSED
+    if isinstance(exc, UpstreamClosed):
+        return Failure.UNREAD if exc.unread else Failure.CLOSED
+    return Failure.REFUSED
 
 
 def _status_failure(response: UpstreamResponse) -> Failure | None:

@@ -7,6 +7,7 @@ re-encoded: the bytes the upstream sends are the bytes the client gets.
 
 from __future__ import annotations
 
+import errno
 import json
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
 
@@ -18,6 +19,8 @@ Headers = Sequence[tuple[str, str]]
 Body = bytes | AsyncIterable[bytes]  # an upload streams through
 RawHeaders = list[tuple[bytes, bytes]]
 CONNECT_TIMEOUT = 10.0
+# A reset, or a pipe closed before the request was written: the upstream never read it all
+UNREAD = frozenset({errno.ECONNRESET, errno.EPIPE})
 # Idle pooled connections are dropped sooner than servers drop them (uvicorn, under vLLM, after
 # 5 s): a request sent on a connection the server is closing fails without an answer.
 KEEPALIVE_TIMEOUT = 4.0
@@ -118,5 +121,7 @@ class UpstreamClient:
             raise UpstreamTimeout(f"{url} sent no answer in time") from exc
         except aiohttp.ClientError as exc:
             # Sent again or not by the one retry rule (swapgate/policy/retry.py)
-            raise UpstreamClosed(f"{url} closed with no answer ({type(exc).__name__})") from exc
+            unread = isinstance(exc, ConnectionResetError) or getattr(exc, "errno", 0) in UNREAD
+            said = f"{url} closed with no answer ({type(exc).__name__})"
+            raise UpstreamClosed(said, unread=unread) from exc
         return UpstreamResponse(response)

@@ -29,6 +29,10 @@ OTHER, RELAY, SAME, WAIT = Next.OTHER, Next.RELAY, Next.SAME, Next.WAIT
         (Outcome(Failure.CLOSED, SLOW, True), ()),
         (Outcome(Failure.BODILESS, SLOW, True), ()),
         (Outcome(Failure.CLOSED, MAY_HAVE_RUN, True), ()),
+        # A reset: the upstream never read the request, however late the proxy saw it
+        (Outcome(Failure.UNREAD, QUICK, True), (SAME, OTHER, RELAY)),
+        (Outcome(Failure.UNREAD, SLOW, True), (SAME, OTHER, RELAY)),
+        (Outcome(Failure.UNREAD, SLOW, False), ()),
         # A body that cannot be sent again (an upload already streamed), or a relay: the answer
         (Outcome(Failure.REFUSED, QUICK, False), ()),
         (Outcome(Failure.REFUSAL, QUICK, False), ()),

@@ -6,6 +6,8 @@ answer there on a new connection."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import time
 
 from swapgate.errors import UpstreamClosed
@@ -68,3 +70,34 @@ async def _read_request(reader: asyncio.StreamReader) -> None:
         0,
     )
     await reader.readexactly(length)
+
+
+async def test_a_reset_says_the_request_was_never_read_and_a_close_after_reading_it_does_not() -> (
+    None
+):
+    async def reset(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")  # the body left unread
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.close()  # closing with bytes unread is a reset
+
+    async def crash(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)  # read whole, then gone: a crash mid-request
+        writer.close()
+
+    client = UpstreamClient(idle_timeout=5.0)
+    await client.start()
+    unread = []
+    try:
+        for serve in (reset, crash):
+            server = await asyncio.start_server(serve, "127.0.0.1", 0)
+            port = server.sockets[0].getsockname()[1]
+            try:
+                await client.open("POST", f"http://127.0.0.1:{port}/v1/x", [], b"{}" * 20_000)
+            except UpstreamClosed as closed:
+                unread.append(closed.unread)
+            finally:
+                server.close()
+    finally:
+        await client.aclose()
+    assert unread == [True, False]
