@@ -4,8 +4,9 @@ testbed/engines.py) behind ``kind: vllm-sleep`` and ``kind: process``.
 What the real server does that matters here (docs/compatibility.md): it starts awake; asleep, it
 holds a chat request silently until a wake rather than refusing it, while ``/health`` and
 ``/v1/models`` still answer; a sleep or a wake twice is no error. Every server is a real
-``vllm serve`` (three processes: API server, engine core, worker), started by the test or by
-swapgate, and stopped by whoever started it.
+``vllm serve``, started by the test or by swapgate, and stopped by whoever started it: three
+processes (API server, engine core, worker) where swapgate starts it and must stop them all,
+two (the worker inside the engine core) where the test does.
 """
 
 from __future__ import annotations
@@ -67,13 +68,14 @@ def engine() -> VllmEngine:
 def vllm_servers(
     engine: VllmEngine, root: Path, names: tuple[str, ...]
 ) -> Iterator[dict[str, VllmServer]]:
-    """A ``vllm serve`` per name, started together (each alone takes ~30 s)."""
+    """A ``vllm serve`` per name, started together (each alone takes ~16 s), its worker in its
+    engine core: what sleeps and wakes is the same."""
     servers: dict[str, VllmServer] = {}
     try:
         for name in names:
             port = free_port()
             log = root / f"vllm-{name}.log"
-            process = start(engine.serve(name, port), engine.env(), log=log)
+            process = start(engine.serve(name, port, worker_apart=False), engine.env(), log=log)
             servers[name] = VllmServer(f"http://127.0.0.1:{port}", process, log)
         for server in servers.values():
             _until_healthy(server)
@@ -252,7 +254,7 @@ def test_two_real_servers_on_one_place_take_turns_asleep_and_none_is_sent_a_requ
 
         # It comes back awake, as vllm serve starts: reconciled, and both answer at once.
         log = tmp_path / "vllm-a-again.log"
-        process = start(engine.serve("a", port), engine.env(), log=log)
+        process = start(engine.serve("a", port, worker_apart=False), engine.env(), log=log)
         servers["a"] = VllmServer(f"http://127.0.0.1:{port}", process, log)
         _until_healthy(servers["a"])
         back = time.monotonic()
