@@ -23,12 +23,11 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from swapgate.config.durations import parse_duration
 from swapgate.config.sizes import Bytes, SizeConfig, parse_size
 
 __all__ = ["ConfigError", "Settings", "parse_duration", "parse_size"]
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
 
 
@@ -38,23 +37,6 @@ class ConfigError(Exception):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("invalid configuration:\n" + "\n".join(f"  {p}" for p in problems))
         self.problems = problems
-
-
-def parse_duration(value: object) -> object:
-    """Accept ``250ms``, ``5s``, ``2m``, ``1h`` or a plain number of seconds."""
-    if isinstance(value, bool):
-        raise ValueError("not a duration: use e.g. 250ms, 5s, 2m, 1h or a number of seconds")
-    if isinstance(value, int | float):
-        try:
-            return float(value)
-        except OverflowError:  # an int beyond float's range: YAML reads any run of digits
-            raise ValueError("not a duration: too many seconds to represent") from None
-    if isinstance(value, str):
-        match = _DURATION.match(value)
-        if match:
-            return float(match[1]) * _UNIT_SECONDS[match[2]]
-        raise ValueError(f"not a duration: {value!r}; use e.g. 250ms, 5s, 2m, 1h or seconds")
-    return value
 
 
 def _check_url(value: str) -> str:

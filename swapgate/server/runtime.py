@@ -23,17 +23,12 @@ import time
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from swapgate.activity.captures import Captures
 from swapgate.activity.log import ActivityLog
-from swapgate.cluster.demand import SharedDemand
-from swapgate.cluster.key_counts import SharedCounts
-from swapgate.cluster.kv_slots import SharedSlots
-from swapgate.cluster.store import Cluster
-from swapgate.cluster.swaps import OperatorShares, SharedClaims
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import load_config
 from swapgate.config.paths import processes_directory, state_directory
@@ -60,6 +55,14 @@ from swapgate.proxy.auth import AdminAuth, ClientAuth
 from swapgate.proxy.handler import ProxyEndpoint
 from swapgate.proxy.upstream import UpstreamClient
 from swapgate.tasks import TaskSet, stop
+
+# Redis's client costs a tenth of a second of every start: the cluster's modules are imported by
+# a gateway that has replicas, when it builds them.
+if TYPE_CHECKING:
+    from swapgate.cluster.demand import SharedDemand
+    from swapgate.cluster.key_counts import SharedCounts
+    from swapgate.cluster.store import Cluster
+    from swapgate.cluster.swaps import OperatorShares, SharedClaims
 
 log = logging.getLogger("swapgate")
 # Keys whose change a reload cannot apply to a running server.
@@ -92,11 +95,23 @@ class Runtime:
         # (swapgate/cluster/): swap locks, events, pins and drains, the demand by time of day.
         self.cluster = _cluster(settings, self.metrics)
         clock = time.monotonic  # the one clock of the live state, read through the registry
-        shares = OperatorShares(self.cluster, clock) if self.cluster else None
+        shares: OperatorShares | None = None
         # The demand by time of day (auto preloads): alone, kept in a file (read at start,
         # written while auto jobs exist); among replicas, in Redis.
         self.demand = DayDemand(None if self.cluster else state_file())
-        self._shared_demand = SharedDemand(self.demand, self.cluster) if self.cluster else None
+        self._shared_demand: SharedDemand | None = None
+        self._shared_counts: SharedCounts | None = None
+        shared_slots = None
+        if self.cluster:
+            from swapgate.cluster.demand import SharedDemand
+            from swapgate.cluster.key_counts import SharedCounts
+            from swapgate.cluster.kv_slots import SharedSlots
+            from swapgate.cluster.swaps import OperatorShares
+
+            shares = OperatorShares(self.cluster, clock)
+            self._shared_demand = SharedDemand(self.demand, self.cluster)
+            self._shared_counts = SharedCounts(self.cluster)  # each key's use (docs/keys.md)
+            shared_slots = SharedSlots(self.cluster)  # kv_keep's slot books (cluster/kv_slots.py)
         self.registry = Registry(
             settings.instances, catalog, clock, on_arrival=self.demand.arrived, shares=shares
         )
@@ -106,16 +121,13 @@ class Runtime:
         self.host_cache = HostCache(
             settings.host_cache, catalog.weights, self.registry, self.metrics, self._upcoming
         )
-        # Conversations saved across swaps on kv_keep instances (control/memory/kv/), their slot
-        # books shared among replicas (cluster/kv_slots.py)
-        shared_slots = SharedSlots(self.cluster) if self.cluster else None
+        # Conversations saved across swaps on kv_keep instances (control/memory/kv/)
         self.kv = KvKeeper(self._control, self.metrics, shared=shared_slots)
         self.kv.configure(settings.instances)
         self.shared, self.coordinator = self._swaps(settings, catalog, shares)
         self.metrics.watch_progress(self.coordinator.progress.ratios)
         self.upstream = UpstreamClient(settings.routing.stream_idle_timeout)
         # Each key's use (docs/keys.md): outlives reloads, counted across replicas in Redis.
-        self._shared_counts = SharedCounts(self.cluster) if self.cluster else None
         self.limits = KeyLimits(clock, self._shared_counts)
         # Each engine's TTFT against its baseline, its memory slope, the probes (docs/operations.md)
         self.decay = DecayWatch(settings.diagnosis, clock)
@@ -140,6 +152,8 @@ class Runtime:
         times = SwapTimes(routing.expected_swap, catalog.weight_bytes(), self.host_cache.tier)
         shared = None
         if self.cluster and shares:
+            from swapgate.cluster.swaps import SharedClaims
+
             shared = SharedClaims(self.registry, times, self.cluster, shares)
         coordinator = SwapCoordinator(
             self.registry, self.drivers, catalog, times, self.metrics, routing.swap_timeout,
@@ -383,6 +397,8 @@ def _cluster(settings: Settings, metrics: Metrics) -> Cluster | None:
     url = secret(settings.cluster.redis_url_env)
     if url is None:
         return None
+    from swapgate.cluster.store import Cluster
+
     replica = settings.cluster.replica_id or f"{socket.gethostname()}-{os.getpid()}"
     return Cluster(url, replica, metrics)
 

@@ -13,11 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from swapgate.config.paths import state_directory
-from swapgate.config.settings import PRIORITY_CLASSES
-from swapgate.config.sizes import human
 from swapgate.tools.arguments import duration_text
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -104,11 +100,15 @@ def _alive(pid: int) -> bool:
 
 class AdminClient:
     def __init__(self, url: str, token: str | None, timeout: float | None = 30.0) -> None:
+        import httpx  # here: the commands that never call the admin API start without it
+
         self.url = url.rstrip("/")
         headers = {"authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 
     def call(self, method: str, path: str, **options: Any) -> Any:
+        import httpx
+
         try:
             response = self._http.request(method, path, **options)
         except httpx.HTTPError as exc:
@@ -238,6 +238,8 @@ def _diagnosis(diagnosis: dict[str, Any] | None) -> str:
 
 
 def _priority_class(priority: int) -> str:
+    from swapgate.config.settings import PRIORITY_CLASSES
+
     named = {value: name for name, value in PRIORITY_CLASSES.items()}
     return f"{named[priority]} ({priority})" if priority in named else str(priority)
 
@@ -267,6 +269,8 @@ def _weights(weights: dict[str, int] | None) -> str:
     if not weights or not weights["bytes"]:
         return "-"
     share = weights["resident_bytes"] / weights["bytes"]
+    from swapgate.config.sizes import human
+
     return f"{share:.0%} of {human(weights['bytes'])}"
 
 

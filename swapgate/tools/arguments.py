@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from swapgate.config.settings import parse_duration, parse_size
+from swapgate.config.durations import parse_duration
 
 
 def duration(text: str) -> float:
@@ -25,6 +25,8 @@ def duration_text(text: str) -> str:
 
 def size(text: str) -> int:
     """``20MiB``, ``4GB`` or plain bytes."""
+    from swapgate.config.sizes import parse_size  # pydantic's: loaded by the commands that ask
+
     value = _parsed(parse_size, text)
     assert isinstance(value, int)
     return value
