@@ -40,8 +40,8 @@ def engine() -> LlamaServerEngine:
 
 
 def system_prompt(topic: str) -> str:
-    """~600 of Gemma's tokens, another per conversation."""
-    return f"You answer questions about {topic} in one short sentence. " * 45
+    """~300 of Gemma's tokens, another per conversation: ten times a turn's."""
+    return f"You answer questions about {topic} in one short sentence. " * 22
 
 
 def node(
@@ -124,7 +124,7 @@ def test_three_anthropic_conversations_come_back_at_once_each_into_its_own_slot(
         f"\nthree conversations: turn 1 read {first} tokens, turn 2 {warm}, turn 3 after a swap "
         f"away and back {after} ({saves:.0f} saved, {restores:.0f} restored)"
     )
-    assert first > 3 * 500, "each read its system prompt"
+    assert first > 3 * 250, "each read its system prompt"
     assert warm < 3 * 40, "each warm turn went back to its own slot"
     assert (saves, restores) == (3, 3)
     assert after < 3 * 40, "each restored into its own slot: none read its prompt again"
@@ -169,7 +169,7 @@ def test_a_file_made_with_another_command_is_never_restored(
         stale = gw.metric("swapgate_kv_restores_total", result="stale")
         restored = gw.metric("swapgate_kv_restores_total", result="ok")
     assert (stale, restored) == (1, 0)
-    assert read > 500, "the whole prompt, read by the model as it runs now"
+    assert read > 250, "the whole prompt, read by the model as it runs now"
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["own", "share_across_keys"])
@@ -191,7 +191,7 @@ def test_one_keys_saved_conversation_reaches_another_key_only_if_shared(
     if shared:
         assert (restored, read < 40) == (1, True), read
     else:
-        assert (restored, read > 500) == (0, True), read
+        assert (restored, read > 250) == (0, True), read
 
 
 def _sha(key: str) -> str:
@@ -231,7 +231,7 @@ def test_through_llama_swap_a_conversation_survives_its_swap(
     finally:
         stop(process, timeout=20)
     print(f"\nllama-swap: turn 1 read {first} tokens, the turn after a swap away and back {after}")
-    assert first > 500
+    assert first > 250
     assert restores == 1
     assert after < 40, "only its new tokens"
 

@@ -18,8 +18,8 @@ from tests.e2e.processes import free_port, gateway
 from tests.engine.conftest import kv_router
 
 pytestmark = pytest.mark.engine
-# ~1,100 tokens of Gemma's: the bench (bench/conversations.py) runs ~2,800
-SYSTEM = "You answer questions about birds of the northern lakes in one short sentence. " * 75
+# ~560 tokens of Gemma's, 14 times a turn's: the bench (bench/conversations.py) runs ~2,800
+SYSTEM = "You answer questions about birds of the northern lakes in one short sentence. " * 38
 SLOT = ["-np", "1", "--swa-full"]
 TOKEN = "kv-admin"  # Gemma 3's sliding window: a restored cache needs it
 
@@ -92,7 +92,7 @@ def test_process_a_conversations_next_turn_after_a_swap(
         f"{after['prompt_ms']:.0f} ms (warm: {warm['prompt_n']} in {warm['prompt_ms']:.0f} ms, "
         f"first: {first['prompt_n']} in {first['prompt_ms']:.0f} ms)"
     )
-    assert first["prompt_n"] > 800, first
+    assert first["prompt_n"] > 400, first
     assert warm["prompt_n"] < 40, warm
     if kept:
         assert after["prompt_n"] < 40, f"only the new tokens were read: {after}"
@@ -106,7 +106,7 @@ def test_process_a_conversations_next_turn_after_a_swap(
         assert saved["count"] >= 1, saved
         assert saved["bytes"] > 1_000_000, saved
     else:
-        assert after["prompt_n"] > 800, f"the whole prompt again: {after}"
+        assert after["prompt_n"] > 400, f"the whole prompt again: {after}"
         assert (saves, restores) == (0, 0)
         assert saved is None, "no kv_keep: nothing saved"
 
@@ -121,6 +121,6 @@ def test_router_a_conversations_next_turn_after_a_swap(
         f"\nrouter: turn after the swap read {after['prompt_n']} tokens in "
         f"{after['prompt_ms']:.0f} ms (warm: {warm['prompt_n']} in {warm['prompt_ms']:.0f} ms)"
     )
-    assert first["prompt_n"] > 800, first
+    assert first["prompt_n"] > 400, first
     assert after["prompt_n"] < 40, f"only the new tokens were read: {after}"
     assert restores == 1
