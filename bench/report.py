@@ -8,7 +8,7 @@ from pathlib import Path
 from statistics import median
 
 from bench.load import StreamResult, WrkResult
-from bench.sections import section
+from bench.sections import every_section
 
 
 @dataclass
@@ -173,7 +173,8 @@ class Report:
     def write(self, markdown: Path, plot: Path) -> None:
         self._plot(plot)
         notes = "".join(f"- {note}\n" for note in self.notes)
-        kept = section(markdown, "swaps")  # the trace-replay section is bench.swaps's
+        # The other benchmarks' sections (bench.swaps, bench.activity, ...) are theirs to replace
+        kept = "\n\n".join(every_section(markdown))
         text = MARKDOWN.format(
             date=self.started.strftime("%Y-%m-%d %H:%M UTC"),
             machine=self.machine,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 
@@ -17,10 +18,11 @@ def replace_section(path: Path, name: str, content: str) -> None:
     path.write_text(text)
 
 
-def section(path: Path, name: str) -> str:
-    """The named section as it stands, markers included, or nothing."""
-    begin, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+_SECTION = re.compile(r"<!-- bench:([\w-]+) -->.*?<!-- /bench:\1 -->", re.S)
+
+
+def every_section(path: Path) -> list[str]:
+    """Every benchmark's section in the file, markers included, in their order: what a run
+    that rewrites the rest of the file keeps."""
     text = path.read_text() if path.exists() else ""
-    if begin not in text or end not in text:
-        return ""
-    return begin + text.split(begin, 1)[1].split(end, 1)[0] + end
+    return [match[0] for match in _SECTION.finditer(text)]
