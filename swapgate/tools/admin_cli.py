@@ -105,13 +105,12 @@ class AdminClient:
         self.url = url.rstrip("/")
         headers = {"authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        self._unreachable = httpx.HTTPError
 
     def call(self, method: str, path: str, **options: Any) -> Any:
-        import httpx
-
         try:
             response = self._http.request(method, path, **options)
-        except httpx.HTTPError as exc:
+        except self._unreachable as exc:
             raise AdminError(
                 f"cannot reach swapgate at {self.url} ({type(exc).__name__}); is it running? "
                 "Point --url or SWAPGATE_URL at it"
@@ -268,9 +267,9 @@ def _weights(weights: dict[str, int] | None) -> str:
     """How much of a model's weight files the page cache holds (docs/host-cache.md)."""
     if not weights or not weights["bytes"]:
         return "-"
-    share = weights["resident_bytes"] / weights["bytes"]
     from swapgate.config.sizes import human
 
+    share = weights["resident_bytes"] / weights["bytes"]
     return f"{share:.0%} of {human(weights['bytes'])}"
 
 
