@@ -141,16 +141,9 @@ class Driver(ABC):
         timeout: httpx.Timeout = POLL_TIMEOUT,
     ) -> httpx.Response:
         try:
-            try:
-                response = await self._client.request(
-                    method, self.url + path, json=json, headers=self._headers, timeout=timeout
-                )
-            except httpx.RemoteProtocolError:
-                # A kept-alive connection the server closed as the call went out (no answer,
-                # nothing done): once more, on a new connection.
-                response = await self._client.request(
-                    method, self.url + path, json=json, headers=self._headers, timeout=timeout
-                )
+            response = await self._client.request(
+                method, self.url + path, json=json, headers=self._headers, timeout=timeout
+            )
         except httpx.TimeoutException as exc:
             raise DriverTimeout(
                 f"{method} {path}: no answer in time ({type(exc).__name__})"

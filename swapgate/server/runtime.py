@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from swapgate.activity.captures import Captures
 from swapgate.activity.log import ActivityLog
 from swapgate.config.catalog import Catalog
@@ -48,6 +46,7 @@ from swapgate.control.swaps.coordinator import SwapCoordinator
 from swapgate.control.swaps.times import SwapTimes
 from swapgate.data.warm import WarmState
 from swapgate.drivers import Driver, ProcessDriver, make_driver
+from swapgate.drivers.http import control_client
 from swapgate.drivers.ledger import Ledger
 from swapgate.metrics import EngineRow, Metrics
 from swapgate.policy.diagnosis import STATES
@@ -88,7 +87,7 @@ class Runtime:
         self.config_path = config_path
         catalog = Catalog(settings)
         self.metrics = Metrics()
-        self._control = httpx.AsyncClient()
+        self._control = control_client()
         self._ledger = Ledger(processes_directory())  # what process instances started
         self.drivers = self._drivers(settings, kept={})
         # Among replicas (a Redis URL in cluster.redis_url_env), the state they share

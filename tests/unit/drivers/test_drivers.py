@@ -13,6 +13,7 @@ import respx
 
 from swapgate.data.warm import WarmState
 from swapgate.drivers import llama_swap
+from swapgate.drivers.http import control_client
 from swapgate.drivers.llama_swap import LlamaSwapDriver
 from swapgate.drivers.ollama import OllamaDriver
 from swapgate.drivers.openai import OpenAIDriver
@@ -267,9 +268,10 @@ async def _wakes(router: respx.MockRouter, client: httpx.AsyncClient) -> None:
         await driver.load("c")
 
 
-async def test_a_connection_the_server_closed_is_tried_once_more(api, client) -> None:
+async def test_a_connection_the_server_closed_is_tried_once_more(api) -> None:
     route = api.post("/api/models/unload/qwen").mock(
         side_effect=[httpx.RemoteProtocolError("Server disconnected"), httpx.Response(200)]
     )
-    await LlamaSwapDriver(URL, client).unload("qwen")
+    async with control_client() as client:
+        await LlamaSwapDriver(URL, client).unload("qwen")
     assert route.call_count == 2
