@@ -171,8 +171,13 @@ class HostCache:
                 if not self._quiet():
                     return  # a load reads the disk now: the next step goes on
                 started = time.monotonic()
+
+                def progress(done: int, path: Path = path, before: int = before) -> None:
+                    # A swap that starts while the file is read sees how far it got (its tier).
+                    self._resident[path] = max(before, done)
+
                 read, now = await asyncio.to_thread(
-                    _bring_in, path, self._config.read_rate, self._quiet
+                    _bring_in, path, self._config.read_rate, self._quiet, progress
                 )
                 if before < OURS * size:
                     self.ours.add(path)
@@ -203,9 +208,11 @@ def _let_go(path: Path) -> int:
     return pages.resident(path) or 0
 
 
-def _bring_in(path: Path, rate: float, go_on: Callable[[], bool]) -> tuple[int, int]:
+def _bring_in(
+    path: Path, rate: float, go_on: Callable[[], bool], progress: Callable[[int], None]
+) -> tuple[int, int]:
     """Read ``path`` into the page cache: the bytes read, and what is resident of it after."""
-    read = pages.bring_in(path, rate, go_on)
+    read = pages.bring_in(path, rate, go_on, progress)
     return read, pages.resident(path) or 0
 
 

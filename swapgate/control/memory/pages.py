@@ -71,10 +71,16 @@ def resident(path: Path) -> int | None:
         os.close(fd)
 
 
-def bring_in(path: Path, rate: float, may_go_on: Callable[[], bool] = lambda: True) -> int:
+def bring_in(
+    path: Path,
+    rate: float,
+    may_go_on: Callable[[], bool] = lambda: True,
+    read_so_far: Callable[[int], None] = lambda _: None,
+) -> int:
     """Read ``path`` from start to end at most ``rate`` bytes a second, so that its pages are
     in the page cache; stop early (returning the bytes read) whenever ``may_go_on`` says no
-    (a load runs on the same disk). Runs in a thread: it blocks."""
+    (a load runs on the same disk). ``read_so_far`` hears the bytes read after each chunk: the
+    first that many bytes are resident. Runs in a thread: it blocks."""
     done = 0
     started = time.monotonic()
     buffer = bytearray(CHUNK)
@@ -85,6 +91,7 @@ def bring_in(path: Path, rate: float, may_go_on: Callable[[], bool] = lambda: Tr
             if not count:
                 break
             done += count
+            read_so_far(done)
             ahead = done / rate - (time.monotonic() - started)
             if ahead > 0:
                 time.sleep(ahead)

@@ -48,11 +48,13 @@ def weights(root: Path, name: str, size: int = 4 * MIB) -> Path:
     return path
 
 
-def cache(root: Path, budget: int | None) -> tuple[HostCache, Registry, FakeClock]:
-    models = {name: {"weights": str(weights(root, name))} for name in ("a", "b", "c")}
+def cache(
+    root: Path, budget: int | None, read_rate: str = "1GiB/s", size: int = 4 * MIB
+) -> tuple[HostCache, Registry, FakeClock]:
+    models = {name: {"weights": str(weights(root, name, size))} for name in ("a", "b", "c")}
     settings = parse_config(
         {
-            "host_cache": {"budget": budget, "read_rate": "1GiB/s"},
+            "host_cache": {"budget": budget, "read_rate": read_rate},
             "models": models,
             "instances": [{"name": "x", "url": "http://x", "models": ["a", "b", "c"]}],
         }
@@ -101,6 +103,22 @@ async def test_it_lets_go_only_of_what_it_brought_in_and_never_of_a_loaded_model
     assert host.kept == ["b"]
     assert host.describe("c") == {"bytes": 4 * MIB, "resident_bytes": 4 * MIB}, "loaded: kept"
     assert host.held <= 5 * MIB + 4 * MIB  # c's file is the engine's now, b's its own
+
+
+@pytest.mark.skipif(pages.resident(Path(__file__)) is None, reason="mincore: Linux only")
+async def test_a_swap_that_starts_while_it_reads_sees_how_far_the_read_got(
+    tmp_path: Path,
+) -> None:
+    # Three chunks of 8 MiB at 24 MiB/s: the last is read by 0.67 s, the read ends at 1 s.
+    host, registry, clock = cache(tmp_path, budget=100 * MIB, read_rate="24MiB/s", size=24 * MIB)
+    with registry.queues.queued("c", clock()):
+        step = asyncio.create_task(host.step())
+        while host.tier("c") != "cached":
+            assert not step.done(), "c's file was read whole, and its tier never said so"
+            await asyncio.sleep(0.01)
+        assert not step.done(), "cached as soon as it was, not when the read returned"
+        await step
+    assert host.tier("c") == "cached"
 
 
 async def test_without_a_budget_it_only_measures(tmp_path: Path) -> None:
