@@ -1,4 +1,5 @@
-"""The real engine: llama-cpp-python's OpenAI server with Gemma-3-270M (docs/compatibility.md).
+"""The real engines: llama-cpp-python's OpenAI server, llama-server and llama-swap, serving a tiny
+Llama with Gemma-3-270M's tokenizer (``tiny_weights``; docs/compatibility.md).
 
 The engine is built once per machine into a cache (testbed/engines.py); every server here is
 a real process on loopback that the test starts and stops.
@@ -10,7 +11,7 @@ import re
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from testbed.engines import (
     ensure_clis,
     ensure_llama_cpp,
     ensure_llama_swap,
+    tiny_weights,
 )
 from tests.e2e.processes import free_port, start, stop, wait_until_serving
 
@@ -46,6 +48,13 @@ class LlamaServer:
 
 @pytest.fixture(scope="session")
 def engine() -> LlamaCppEngine:
+    """llama-cpp-python's server with the tiny Llama that reads text as Gemma does."""
+    return tiny_weights(ensure_llama_cpp())
+
+
+@pytest.fixture(scope="session")
+def gemma() -> LlamaCppEngine:
+    """llama-cpp-python with Gemma-3-270M itself (its GGUF's facts)."""
     return ensure_llama_cpp()
 
 
@@ -62,7 +71,7 @@ def swap_engine() -> LlamaSwapEngine:
     found = ensure_llama_swap()
     if found is None:
         pytest.skip("no llama-swap: no ../shared/engines/llama-swap and no SWAPGATE_LLAMA_SWAP")
-    return found
+    return replace(found, server=tiny_weights(found.server))
 
 
 @contextmanager

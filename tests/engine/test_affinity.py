@@ -24,6 +24,8 @@ ROUNDS = 2
 
 @pytest.fixture(scope="module")
 def engine() -> LlamaServerEngine:
+    # Gemma itself, not the tests' tiny Llama: without affinity, turns spread over both copies
+    # only while a turn takes long enough to overlap the next.
     return ensure_llama_server()
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from testbed.engines import TURN_ANSWER, CodingClients, ensure_llama_server
+from testbed.engines import TURN_ANSWER, CodingClients, ensure_llama_server, tiny_weights
 from tests.e2e.nginx import nginx
 from tests.e2e.processes import (
     Gateway,
@@ -79,7 +79,7 @@ def test_each_cli_finishes_a_turn_through_a_swap_behind_nginx_and_warm(
 def real_engine(tmp_path_factory) -> Iterator[str]:
     """llama-server with tools (Jinja), a context for the clients' long prompts (Codex's is
     about 4,500 tokens) and every turn ended after a short answer."""
-    engine = ensure_llama_server()
+    engine = tiny_weights(ensure_llama_server())
     port = free_port()
     log = tmp_path_factory.mktemp("clis") / "llama-server.log"
     process = start(engine.with_tools("gemma", port, ctx=16384, max_tokens=48), log=log)

@@ -15,7 +15,7 @@ from testbed.engines import LlamaCppEngine
 pytestmark = pytest.mark.engine
 
 
-def test_a_gguf_gives_its_true_layers_kv_size_and_weights(engine: LlamaCppEngine) -> None:
+def test_a_gguf_gives_its_true_layers_kv_size_and_weights(gemma: LlamaCppEngine) -> None:
     # The file's metadata as the engine itself reads it (llama.cpp's loader; 0.8 s, where the
     # gguf package's GGUFReader takes 11 s to build every tokenizer array first).
     script = (
@@ -24,7 +24,7 @@ def test_a_gguf_gives_its_true_layers_kv_size_and_weights(engine: LlamaCppEngine
         "print(json.dumps(m.metadata))"
     )
     read = subprocess.run(
-        [str(engine.python), "-c", script, str(engine.gguf)],
+        [str(gemma.python), "-c", script, str(gemma.gguf)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -35,7 +35,7 @@ def test_a_gguf_gives_its_true_layers_kv_size_and_weights(engine: LlamaCppEngine
     def meta(key: str) -> int:
         return int(metadata[f"gemma3.{key}"])
 
-    facts = read_gguf(str(engine.gguf))
+    facts = read_gguf(str(gemma.gguf))
     assert facts.architecture == "gemma3"
     assert facts.layers == meta("block_count") == 18
     assert facts.kv_heads == meta("attention.head_count_kv")
@@ -52,13 +52,13 @@ def test_a_gguf_gives_its_true_layers_kv_size_and_weights(engine: LlamaCppEngine
     assert facts.kv_per_token("f16") == per_token == 18 * 1 * (256 + 256) * 2
     assert facts.kv_per_token("q8_0") == round(per_token / 2 * 34 / 32)  # ggml's 34-byte blocks
     assert facts.context == meta("context_length")
-    file_size = engine.gguf.stat().st_size
+    file_size = gemma.gguf.stat().st_size
     assert 0.95 * file_size < facts.weights < file_size  # the tensors, less the header
 
     settings = parse_config(
         {
             "instances": [{"name": "cpu", "url": "http://x", "memory": "1GiB"}],
-            "models": {"gemma": {"gguf": str(engine.gguf), "context": 4096, "max_seqs": 2}},
+            "models": {"gemma": {"gguf": str(gemma.gguf), "context": 4096, "max_seqs": 2}},
         }
     )
     size = size_of(settings.models["gemma"])

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from bench.redis import redis_server
-from testbed.engines import LlamaServerEngine, LlamaSwapEngine, ensure_llama_server
+from testbed.engines import LlamaServerEngine, LlamaSwapEngine, ensure_llama_server, tiny_weights
 from testbed.served import engine_url, prompt_tokens_read
 from tests.e2e.processes import free_port, gateway, start, stop, wait_until_serving
 from tests.engine.conftest import kv_router, process_node
@@ -36,7 +36,7 @@ TOPICS = ("loons of the northern lakes", "terns of the coast", "owls of the pine
 
 @pytest.fixture(scope="module")
 def engine() -> LlamaServerEngine:
-    return ensure_llama_server()
+    return tiny_weights(ensure_llama_server())
 
 
 def system_prompt(topic: str) -> str:

@@ -16,7 +16,13 @@ from typing import Any
 import httpx
 import pytest
 
-from testbed.engines import TURN_ANSWER, CodingClients, LlamaServerEngine, ensure_llama_server
+from testbed.engines import (
+    TURN_ANSWER,
+    CodingClients,
+    LlamaServerEngine,
+    ensure_llama_server,
+    tiny_weights,
+)
 from testbed.served import engine_url, prompt_tokens_read
 from tests.e2e.processes import Gateway, gateway
 from tests.engine.clis import claude, codex
@@ -67,7 +73,7 @@ def finished(done: subprocess.CompletedProcess[str]) -> None:
 
 @pytest.fixture(scope="module")
 def engine() -> LlamaServerEngine:
-    return ensure_llama_server()
+    return tiny_weights(ensure_llama_server())
 
 
 def test_three_claude_code_sessions_at_once_read_only_what_each_turn_adds(

@@ -22,7 +22,7 @@ import openai
 import psutil
 import pytest
 
-from testbed.engines import LlamaServerEngine, ensure_llama_server
+from testbed.engines import LlamaServerEngine, ensure_llama_server, tiny_weights
 from tests.e2e.nginx import nginx
 from tests.e2e.processes import Gateway, free_port, gateway, start, stop, wait_for
 from tests.e2e.processes import wait_until_serving as serving
@@ -36,7 +36,7 @@ CHAT = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8
 
 @pytest.fixture(scope="module")
 def server() -> LlamaServerEngine:
-    return ensure_llama_server()
+    return tiny_weights(ensure_llama_server())
 
 
 class Router:

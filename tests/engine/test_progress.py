@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from testbed.big_gguf import SlowReads, drop_pages, ensure_f32_gemma, slow_reads
-from testbed.engines import LlamaServerEngine, ensure_llama_server
+from testbed.engines import LlamaServerEngine, ensure_llama_server, tiny_weights
 from tests.e2e.processes import gateway
 from tests.engine.conftest import process_node
 
@@ -31,7 +31,7 @@ READ = re.compile(r"([\d.]+) of ([\d.]+) GB read")
 
 @pytest.fixture(scope="module")
 def engine() -> LlamaServerEngine:
-    return ensure_llama_server()
+    return tiny_weights(ensure_llama_server())
 
 
 @pytest.fixture(scope="module")
