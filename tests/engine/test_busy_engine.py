@@ -34,8 +34,9 @@ LONG = {
 
 
 def test_a_real_engine_that_streams_is_not_polled_and_stays_up(
-    engine: LlamaCppEngine, tmp_path: Path
+    gemma: LlamaCppEngine, tmp_path: Path
 ) -> None:
+    engine = gemma  # Gemma itself: the tiny Llama ends 150 tokens in half a second
     # interrupt_requests at the engine's default: whatever else reaches it cuts the stream
     with llama_server(engine, tmp_path, {"gemma-a": 2048}, interrupt=True) as server:
         config = {

@@ -26,7 +26,9 @@ CHAT = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8
 
 
 @pytest.fixture(scope="module")
-def fronts(engine: LlamaCppEngine, tmp_path_factory) -> Iterator[dict[str, str]]:
+def fronts(gemma: LlamaCppEngine, tmp_path_factory) -> Iterator[dict[str, str]]:
+    # Gemma itself: its load takes longer than nginx's read timeout, the tiny Llama's may not
+    engine = gemma
     root = tmp_path_factory.mktemp("llama-nginx")
     with llama_server(engine, root, MODELS) as direct, llama_server(engine, root, MODELS) as behind:
         config = {

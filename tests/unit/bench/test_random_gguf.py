@@ -11,9 +11,9 @@ from swapgate.config.gguf import read_gguf
 def test_a_model_written_with_a_vocabulary_reads_back_with_it(tmp_path: Path) -> None:
     theirs = bytes_vocabulary()
     vocab = Vocabulary(
-        theirs.tokens + [b"<end_of_turn>"],
-        theirs.scores + [-1.5],
-        theirs.types + [3],
+        [*theirs.tokens, b"<end_of_turn>"],
+        [*theirs.scores, -1.5],
+        [*theirs.types, 3],
         {**theirs.settings, "tokenizer.ggml.add_bos_token": True, "tokenizer.ggml.pre": "x"},
     )
     write(tmp_path / "m.gguf", SHAPES["tiny"], vocab=vocab)
