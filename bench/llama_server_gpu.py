@@ -233,6 +233,7 @@ async def _one_stream(client: httpx.AsyncClient, url: str, tokens: int) -> Timed
         "max_tokens": tokens,
         "stream": True,
         "ignore_eos": True,
+        "logit_bias": random_gguf.text_only(),
     }
     started = time.monotonic()
     arrivals: list[float] = []
@@ -243,7 +244,7 @@ async def _one_stream(client: httpx.AsyncClient, url: str, tokens: int) -> Timed
             said.append(line)
             if line.startswith("data: {") and '"content"' in line:
                 arrivals.append(time.monotonic())
-    if not arrivals:  # seen once from llama-server itself, under the suite's load
+    if not arrivals:  # random bytes that never formed UTF-8 (before text_only()), or worse
         raise RuntimeError(f"{url} streamed no content; its last lines: {said[-6:]}")
     return arrivals[0] - started, arrivals
 

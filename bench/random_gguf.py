@@ -73,6 +73,13 @@ def vocabulary() -> tuple[list[bytes], list[float], list[int]]:
     return tokens, [0.0] * len(tokens), [int(t) for t in types]
 
 
+def text_only() -> dict[str, int]:
+    """A request's ``logit_bias`` that bars the byte tokens above 0x7F, so that everything the
+    bytes vocabulary generates is ASCII: random bytes are seldom valid UTF-8, and llama-server
+    streams no content until they are (``vocabulary``: byte ``b`` is token ``3 + b``)."""
+    return {str(3 + byte): -100 for byte in range(0x80, 0x100)}
+
+
 def bytes_vocabulary() -> Vocabulary:
     tokens, scores, types = vocabulary()
     settings: dict[str, object] = {
