@@ -67,28 +67,25 @@ class Vocabulary:
     settings: dict[str, object]  # tokenizer.ggml.* keys and their values
 
 
-def vocabulary() -> tuple[list[bytes], list[float], list[int]]:
-    tokens = [b"<unk>", b"<s>", b"</s>"] + [f"<0x{b:02X}>".encode() for b in range(256)]
-    types = [TokenType.UNKNOWN, TokenType.CONTROL, TokenType.CONTROL] + [TokenType.BYTE] * 256
-    return tokens, [0.0] * len(tokens), [int(t) for t in types]
-
-
 def text_only() -> dict[str, int]:
     """A request's ``logit_bias`` that bars the byte tokens above 0x7F, so that everything the
     bytes vocabulary generates is ASCII: random bytes are seldom valid UTF-8, and llama-server
-    streams no content until they are (``vocabulary``: byte ``b`` is token ``3 + b``)."""
+    streams no content until they are (``bytes_vocabulary``)."""
     return {str(3 + byte): -100 for byte in range(0x80, 0x100)}
 
 
 def bytes_vocabulary() -> Vocabulary:
-    tokens, scores, types = vocabulary()
+    """The 256 bytes (SentencePiece byte tokens, byte ``b`` is token ``3 + b``) after three
+    control tokens: any text tokenizes."""
+    tokens = [b"<unk>", b"<s>", b"</s>"] + [f"<0x{b:02X}>".encode() for b in range(256)]
+    types = [TokenType.UNKNOWN, TokenType.CONTROL, TokenType.CONTROL] + [TokenType.BYTE] * 256
     settings: dict[str, object] = {
         "tokenizer.ggml.model": "llama",
         "tokenizer.ggml.bos_token_id": 1,
         "tokenizer.ggml.eos_token_id": 2,
         "tokenizer.ggml.unknown_token_id": 0,
     }
-    return Vocabulary(tokens, scores, types, settings)
+    return Vocabulary(tokens, [0.0] * len(tokens), [int(t) for t in types], settings)
 
 
 def vocabulary_of(gguf: Path) -> Vocabulary:

