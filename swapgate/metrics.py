@@ -15,11 +15,12 @@ from prometheus_client.registry import Collector
 
 from swapgate.data.snapshot import Snapshot
 from swapgate.data.warm import WarmState
+from swapgate.loop_metrics import LoopCounter, LoopHistogram
 
 SWAP_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 UNKNOWN = "unknown"
-M = TypeVar("M", Counter, Gauge, Histogram)
+M = TypeVar("M", Counter, Gauge, Histogram, LoopCounter, LoopHistogram)
 
 
 class Declared(Generic[M]):
@@ -58,42 +59,42 @@ class Metrics:
     # swapgate_requests_total's labels are fixed (docs/metrics.md): requests by endpoint and by
     # pool are counted apart. Wakes of models asleep (vLLM's sleep mode) are swaps, and counted
     # apart too.
-    requests = Declared(Counter, "swapgate_requests", "Requests answered", "model route status")
+    requests = Declared(LoopCounter, "swapgate_requests", "Requests answered", "model route status")
     endpoint_requests = Declared(
-        Counter,
+        LoopCounter,
         "swapgate_endpoint_requests",
         "Requests answered, by endpoint (chat, responses, messages, ...)",
         "endpoint status",
     )
     pool_requests = Declared(
-        Counter,
+        LoopCounter,
         "swapgate_pool_requests",
         "Requests answered, by the pool they went to",
         "model pool status",
     )
     pool_wait = Declared(
-        Histogram,
+        LoopHistogram,
         "swapgate_pool_wait_seconds",
         "Time spent waiting for a swap or the queue, by pool",
         "model pool",
         buckets=Histogram.DEFAULT_BUCKETS,
     )
     request_duration = Declared(
-        Histogram,
+        LoopHistogram,
         "swapgate_request_duration_seconds",
         "Time from a request's arrival to its last byte",
         "model route",
         buckets=LATENCY_BUCKETS,
     )
     ttfb = Declared(
-        Histogram,
+        LoopHistogram,
         "swapgate_time_to_first_byte_seconds",
         "Time from a request's arrival to the upstream's first byte (keep-alives excluded)",
         "model route",
         buckets=LATENCY_BUCKETS,
     )
     wait = Declared(
-        Histogram,
+        LoopHistogram,
         "swapgate_wait_seconds",
         "Time a request waited for a swap or the queue",
         "model",
@@ -116,13 +117,13 @@ class Metrics:
     )
     swaps = Declared(Counter, "swapgate_swaps", "Swaps finished", "instance model result")
     placements = Declared(
-        Counter,
+        LoopCounter,
         "swapgate_placements",
         "Requests by how their model was found: warm, after a swap, queued, or relayed",
         "model placement",
     )
     placement_wait = Declared(
-        Histogram,
+        LoopHistogram,
         "swapgate_placement_wait_seconds",
         "Time each request waited for its model, by how it was found (warm: 0)",
         "model placement",
@@ -141,18 +142,20 @@ class Metrics:
         " swap time",
         "instance model",
     )
-    keepalives = Declared(Counter, "swapgate_keepalives_sent", "Keep-alive writes", "model kind")
+    keepalives = Declared(
+        LoopCounter, "swapgate_keepalives_sent", "Keep-alive writes", "model kind"
+    )
     fallbacks = Declared(
         Counter, "swapgate_fallbacks", "Requests sent to a relay", "model relay reason"
     )
     key_requests = Declared(
-        Counter,
+        LoopCounter,
         "swapgate_key_requests",
         "Requests answered, by the client key's configured name",
         "key status",
     )
     tokens = Declared(
-        Counter,
+        LoopCounter,
         "swapgate_tokens",
         "Tokens the engines reported in their answers' usage, by the client key's name (empty:"
         " no key) and kind (prompt or completion)",
@@ -239,22 +242,23 @@ class Metrics:
             if isinstance(declared, Declared)
         }
         self._cluster_up: Gauge | None = None
-        # Labelled children, looked up once per label set: .labels() takes a lock and hashes.
-        self._children: dict[tuple[str, ...], Any] = {}
+        # Each metric an attribute of its own: read on the request path without a descriptor
+        # call (``Declared`` defines only __get__, so these take precedence).
+        vars(self).update(self._built)
 
     def request_done(
         self, model: str, route: str, status: int, elapsed: float, waited: float
     ) -> None:
         """Count one answered request; called once per request on the hot path."""
-        self._child(self.requests, model, route, str(status)).inc()
-        self._child(self.request_duration, model, route).observe(elapsed)
+        self.requests.labels(model, route, str(status)).inc()
+        self.request_duration.labels(model, route).observe(elapsed)
         if waited:
-            self._child(self.wait, model).observe(waited)
+            self.wait.labels(model).observe(waited)
 
     def placed(self, model: str, placement: str, waited: float) -> None:
         """How one request found its model; on the hot path, like ``request_done``."""
-        self._child(self.placements, model, placement).inc()
-        self._child(self.placement_wait, model, placement).observe(waited)
+        self.placements.labels(model, placement).inc()
+        self.placement_wait.labels(model, placement).observe(waited)
 
     def cluster_up(self) -> Gauge:
         """``swapgate_cluster_up``: exported only by a replica configured to share state."""
@@ -267,31 +271,24 @@ class Metrics:
         return self._cluster_up
 
     def pool_done(self, model: str, pool: str, status: int, waited: float) -> None:
-        self._child(self.pool_requests, model, pool, str(status)).inc()
+        self.pool_requests.labels(model, pool, str(status)).inc()
         if waited:
-            self._child(self.pool_wait, model, pool).observe(waited)
+            self.pool_wait.labels(model, pool).observe(waited)
 
     def key_done(self, key: str, status: int) -> None:
-        self._child(self.key_requests, key, str(status)).inc()
+        self.key_requests.labels(key, str(status)).inc()
 
     def tokens_spent(self, key: str | None, model: str, prompt: int, completion: int) -> None:
         if prompt:
-            self._child(self.tokens, key or "", model, "prompt").inc(prompt)
+            self.tokens.labels(key or "", model, "prompt").inc(prompt)
         if completion:
-            self._child(self.tokens, key or "", model, "completion").inc(completion)
+            self.tokens.labels(key or "", model, "completion").inc(completion)
 
     def endpoint_done(self, endpoint: str, status: int) -> None:
-        self._child(self.endpoint_requests, endpoint, str(status)).inc()
+        self.endpoint_requests.labels(endpoint, str(status)).inc()
 
     def first_byte(self, model: str, route: str, seconds: float) -> None:
-        self._child(self.ttfb, model, route).observe(seconds)
-
-    def _child(self, metric: Any, *labels: str) -> Any:
-        key = (metric._name, *labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
+        self.ttfb.labels(model, route).observe(seconds)
 
     def watch(
         self, snapshot: Callable[[], Snapshot], queue_depths: Callable[[], dict[str, int]]

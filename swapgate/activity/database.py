@@ -174,6 +174,7 @@ class SqliteWorker:
             self._finished.set_result(None)
 
     def _connect(self) -> sqlite3.Connection:
+        _bind_directly()
         if self._path is None:
             return sqlite3.connect(":memory:")
         try:
@@ -231,6 +232,18 @@ class SqliteWorker:
                     )
             except Exception:
                 _log.exception("activity database: writing buffered rows failed")
+
+
+def _bind_directly() -> None:
+    """Bind None and bool through an adapter: without one, sqlite3 looks each up as a protocol
+    first and formats an AttributeError it then drops, ~0.15 µs a value, about five a row.
+    Process-wide, and what SQLite stores is unchanged (NULL; 0 or 1)."""
+    sqlite3.register_adapter(type(None), _same)
+    sqlite3.register_adapter(bool, int)
+
+
+def _same(value: None) -> None:
+    return value
 
 
 def _private(path: Path) -> None:

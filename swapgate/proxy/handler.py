@@ -67,7 +67,7 @@ from swapgate.proxy.request_id import request_id
 from swapgate.proxy.translate.translated import CHAT_PATH, Translated
 from swapgate.proxy.upload import PLAIN_FORMATS
 from swapgate.proxy.upstream import UpstreamClient, UpstreamResponse
-from swapgate.proxy.writer import BodyMode, ResponseWriter, until_disconnect
+from swapgate.proxy.writer import ON_DISCONNECT, BodyMode, ResponseWriter, until_disconnect
 
 # Set in a request's scope by the server when its read timeout cut the request's body
 # (swapgate/server/connections.py): counted as 408, not as a client that went away.
@@ -153,7 +153,9 @@ class ProxyEndpoint:
             ex.capture = self._records.capture_for(ex, headers, request)
             plan = self._plan(scope, ex, request, stream, caller)
             work = self._forward(scope, ex, request, writer, plan)
-            await until_disconnect(request.after_body(receive), work)
+            # A server that tells of a disconnect (swapgate's) does so once the body is read
+            told = scope.get(ON_DISCONNECT) if request.upload is None else None
+            await until_disconnect(request.after_body(receive), work, told)
         except SwapgateError as exc:
             await self._report_failure(ex, writer, exc)
         except ConnectionAbortedError:

@@ -21,7 +21,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -34,6 +34,7 @@ from swapgate.errors import (
     TooManyConnections,
 )
 from swapgate.proxy.handler import TIMED_OUT
+from swapgate.proxy.writer import ON_DISCONNECT, Disconnect
 
 log = logging.getLogger("swapgate.access")
 
@@ -83,6 +84,9 @@ class GuardedProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+        cycle = self.cycle
+        if cycle is not None and cycle.disconnected:
+            _tell_disconnect(cast(Scope, cycle.scope))
 
     def shutdown(self) -> None:
         """The server stops: an answer that never ends by itself (the dashboard's event
@@ -127,11 +131,18 @@ class GuardedProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._header_room = None
         super().on_headers_complete()
+        # The endpoint is told of its client's going away, and needs no task listening
+        cast(Scope, self.cycle.scope)[ON_DISCONNECT] = Disconnect()
 
     def on_message_complete(self) -> None:
         self._disarm()
         self._header_room = self.LIMITS.max_header_bytes
         super().on_message_complete()
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            # Read on, as the endpoint's receive() would: a client that goes away is seen
+            # even after a large body paused reading.
+            self.flow.resume_reading()
 
     @property
     def _finished(self) -> bool:
@@ -164,6 +175,7 @@ class GuardedProtocol(HttpToolsProtocol):
             cycle.scope.setdefault("extensions", {})[TIMED_OUT] = {}
             cycle.disconnected = True
             cycle.message_event.set()
+            _tell_disconnect(cast(Scope, cycle.scope))
             self._write(timeout)
             log.warning("%s: %s", _peer(self.client), timeout.message)
         else:
@@ -231,6 +243,12 @@ def _answer(
         refused(error)
 
     return app
+
+
+def _tell_disconnect(scope: Scope) -> None:
+    told = scope.get(ON_DISCONNECT)
+    if told is not None:
+        told()
 
 
 def _peer(client: tuple[str, int] | None) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from prometheus_client import Counter
+from prometheus_client.registry import Collector
 
 from swapgate.control.swaps.load_progress import Figure
 from swapgate.server.runtime import Runtime
@@ -62,7 +62,7 @@ def _figure(figure: Figure | None) -> dict[str, Any] | None:
     return {"ratio": round(figure.ratio, 3), "text": figure.text} if figure else None
 
 
-def _counts(counter: Counter, label: str) -> dict[str, float]:
+def _counts(counter: Collector, label: str) -> dict[str, float]:
     """A counter's totals summed by one of its labels (that counter alone is read)."""
     totals: dict[str, float] = {}
     for metric in counter.collect():

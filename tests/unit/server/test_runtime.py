@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from swapgate.config.loading import load_config
-from swapgate.server.runtime import Runtime
+from swapgate.server.runtime import YOUNG_ALLOCATIONS, Runtime
 
 
 class Cycle:
@@ -25,8 +25,10 @@ class Cycle:
 
 @pytest.fixture
 def thawed() -> Iterator[None]:
+    threshold = gc.get_threshold()
     yield
     gc.unfreeze()  # the rest of the suite runs with a collector that sees everything
+    gc.set_threshold(*threshold)
 
 
 async def test_start_freezes_the_long_lived_heap_and_a_reload_lets_garbage_go(
@@ -40,6 +42,7 @@ async def test_start_freezes_the_long_lived_heap_and_a_reload_lets_garbage_go(
     await runtime.start()
     try:
         assert gc.get_freeze_count() > 10_000, "the modules, the app and the config are frozen"
+        assert gc.get_threshold()[0] == YOUNG_ALLOCATIONS, "requests in flight trigger none"
         lingering = Cycle()
         gone = weakref.ref(lingering)
         del lingering
