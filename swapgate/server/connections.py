@@ -139,9 +139,10 @@ class GuardedProtocol(HttpToolsProtocol):
         self._header_room = self.LIMITS.max_header_bytes
         super().on_message_complete()
         cycle = self.cycle
-        if cycle is not None and not cycle.response_complete:
+        if cycle is not None and not cycle.response_complete and not self.pipeline:
             # Read on, as the endpoint's receive() would: a client that goes away is seen
-            # even after a large body paused reading.
+            # even after a large body paused reading. Requests pipelined behind one still
+            # answering stay paused, as uvicorn has them.
             self.flow.resume_reading()
 
     @property

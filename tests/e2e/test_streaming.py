@@ -67,6 +67,19 @@ def test_a_client_that_disconnects_mid_stream_cancels_the_generation(pair) -> No
     wait_for(lambda: 'swapgate_inflight_requests{instance="gpu-a"} 0.0' in gw.metrics(), timeout=3)
 
 
+def test_a_client_that_leaves_a_whole_answer_after_a_large_prompt_cancels_it(pair) -> None:
+    """No task listens for the client on swapgate's own server: it tells the endpoint. A body
+    past uvicorn's 64 KiB mark pauses reading; the disconnect is still seen at once."""
+    gw, sim = pair
+    before = sim.stats()["cancelled"]
+    prompt = "word " * 60_000  # 300 kB
+    body = {"model": "a", "messages": [{"role": "user", "content": prompt}], "max_tokens": 200}
+    with pytest.raises(httpx.ReadTimeout):  # 200 tokens at 20/s: 10 s; it leaves after 1 s
+        httpx.post(f"{gw.url}/v1/chat/completions", json=body, timeout=1.0)
+    wait_for(lambda: sim.stats()["cancelled"] == before + 1, timeout=3)
+    wait_for(lambda: gw.metric("swapgate_requests_total", status="499") >= 1, timeout=3)
+
+
 def test_a_client_that_leaves_while_waiting_does_not_stop_the_swap() -> None:
     with simulator(load_time=1.5) as sim:
         config = {"instances": [instance("gpu-a", sim)], "routing": {"poll_interval": "1h"}}
