@@ -258,7 +258,22 @@ def test_no_llama_server_outlives_a_killed_gateway(server: LlamaServerEngine) ->
         assert len(engines) == 1
         gw.process.send_signal(signal.SIGKILL)
         gw.process.wait(timeout=30)
-        wait_for(lambda: not any(_alive(p) for p in engines), timeout=15)
+        try:
+            wait_for(lambda: not any(_alive(p) for p in engines), timeout=15)
+        except TimeoutError:
+            left = [_described(p) for p in engines if _alive(p)]
+            raise AssertionError(f"alive 15 s after the gateway's SIGKILL: {left}") from None
+
+
+def _described(proc: psutil.Process) -> str:
+    """What a process left behind is doing: its state, its parent, what it waits in."""
+    try:
+        with proc.oneshot():
+            said = f"pid {proc.pid} {proc.status()} ppid {proc.ppid()} {proc.cmdline()[:2]}"
+        waits = Path(f"/proc/{proc.pid}/wchan").read_text()
+    except (psutil.Error, OSError) as exc:
+        return f"pid {proc.pid}: {exc!r}"
+    return f"{said} in {waits or 'nothing'}"
 
 
 def _alive(proc: psutil.Process) -> bool:
