@@ -60,7 +60,12 @@ class HistogramChild:
 
 class _Labelled(Collector, Generic[Child]):
     def __init__(
-        self, name: str, documentation: str, labelnames: Sequence[str], registry: CollectorRegistry
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        *,
+        registry: CollectorRegistry,
     ) -> None:
         self._name, self._doc, self._labelnames = name, documentation, tuple(labelnames)
         self._children: dict[tuple[str, ...], Child] = {}
@@ -87,16 +92,6 @@ class _Labelled(Collector, Generic[Child]):
 
 class LoopCounter(_Labelled[CounterChild]):
     """A labelled counter: ``NAME_total`` and ``NAME_created`` per label set."""
-
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        labelnames: Sequence[str],
-        *,
-        registry: CollectorRegistry,
-    ) -> None:
-        super().__init__(name, documentation, labelnames, registry)
 
     def collect(self) -> Iterator[Metric]:
         family = self._family()
@@ -129,7 +124,7 @@ class LoopHistogram(_Labelled[HistogramChild]):
         if list(self._bounds) != sorted(self._bounds) or self._bounds[0] < 0:
             raise ValueError(f"{name}: buckets must be non-negative and in increasing order")
         self._le = [_le(bound) for bound in self._bounds] + ["+Inf"]
-        super().__init__(name, documentation, labelnames, registry)
+        super().__init__(name, documentation, labelnames, registry=registry)
 
     def collect(self) -> Iterator[Metric]:
         family = self._family()

@@ -44,8 +44,9 @@ class Declared(Generic[M]):
     def __get__(self, metrics: Metrics | None, owner: type) -> Declared[M] | M:
         if metrics is None:
             return self
-        built: M = metrics._built[self._attribute]
-        return built
+        # Never reached: each Metrics holds its built metric as an attribute of its own, which
+        # comes before a descriptor that defines only __get__ (here for the metric's type).
+        raise AttributeError(self._attribute)
 
     def build(self, registry: CollectorRegistry) -> M:
         names, extra = self.labels.split(), {"buckets": self.buckets} if self.buckets else {}
@@ -236,7 +237,7 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self._built: dict[str, Any] = {
+        built: dict[str, Any] = {
             name: declared.build(self.registry)
             for name, declared in vars(Metrics).items()
             if isinstance(declared, Declared)
@@ -244,7 +245,7 @@ class Metrics:
         self._cluster_up: Gauge | None = None
         # Each metric an attribute of its own: read on the request path without a descriptor
         # call (``Declared`` defines only __get__, so these take precedence).
-        vars(self).update(self._built)
+        vars(self).update(built)
 
     def request_done(
         self, model: str, route: str, status: int, elapsed: float, waited: float

@@ -105,12 +105,13 @@ class AdminClient:
         self.url = url.rstrip("/")
         headers = {"authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
-        self._unreachable = httpx.HTTPError
 
     def call(self, method: str, path: str, **options: Any) -> Any:
+        import httpx  # imported once already, by __init__
+
         try:
             response = self._http.request(method, path, **options)
-        except self._unreachable as exc:
+        except httpx.HTTPError as exc:
             raise AdminError(
                 f"cannot reach swapgate at {self.url} ({type(exc).__name__}); is it running? "
                 "Point --url or SWAPGATE_URL at it"
