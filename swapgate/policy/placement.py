@@ -435,8 +435,10 @@ def _serves_warm(instance: InstanceView, model: str) -> bool:
 def _room_cost(
     instance: InstanceView, victims: tuple[str, ...], snap: Snapshot, policy: Policy
 ) -> tuple[float, float]:
+    """What making room on ``instance`` costs: its victims' summed cost, then the latest use
+    among them. No victims (room already free there, as the starvation rule may find): none."""
     costs = [_victim_cost(instance, v, snap, policy) for v in victims]
-    return (sum(c[0] for c in costs), max(c[1] for c in costs))
+    return (sum(c[0] for c in costs), max((c[1] for c in costs), default=0.0))
 
 
 def frees_up_at(

@@ -672,3 +672,15 @@ def test_a_limit_the_instance_showed_makes_its_warm_copy_full_at_it() -> None:
     assert place("a", snap(x, y), POLICY) == Serve("y"), "another warm copy takes it"
     x_free = I("x", {"a": model(inflight=0, limit=1)})
     assert place("a", snap(x_free), POLICY) == Serve("x")
+
+
+def test_an_instance_with_room_to_spare_costs_nothing_to_make_room_on() -> None:
+    """A fleet whose capacity is above one reaches this as soon as it fills: the starvation rule
+    weighs an instance that already has a free place. Its victims are none, and it costs
+    nothing (a reduction over no victims crashed every request that reached it)."""
+    from swapgate.policy.placement import starvation_target
+
+    roomy = [I("x", {"b": model(used=NOW - 1, inflight=1)}, capacity=2)]
+    assert starvation_target("a", snap(*roomy), DEMAND) == Swap("x", ())
+    busy = I("y", {"c": model(used=NOW - 1, inflight=1)})
+    assert starvation_target("a", snap(busy, *roomy), DEMAND) == Swap("x", ())
