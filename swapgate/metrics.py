@@ -20,6 +20,8 @@ from swapgate.loop_metrics import LoopCounter, LoopHistogram
 SWAP_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 UNKNOWN = "unknown"
+# Where a fault of swapgate's own may arise (swapgate_internal_errors_total's ``where``)
+INTERNAL_WHERE = ("request", "keepalive", "swap")
 M = TypeVar("M", Counter, Gauge, Histogram, LoopCounter, LoopHistogram)
 
 
@@ -166,6 +168,11 @@ class Metrics:
     upstream_errors = Declared(
         Counter, "swapgate_upstream_errors", "Failed upstream calls", "instance kind"
     )
+    # A fault of swapgate's own (a bug): the request still gets a shaped answer, the log the
+    # traceback; where: request (the endpoint), keepalive (a progress line), swap (a load's task)
+    internal_errors = Declared(
+        Counter, "swapgate_internal_errors", "Faults of swapgate's own, by where", "where"
+    )
     process_exits = Declared(
         Counter,
         "swapgate_process_exits",
@@ -246,6 +253,8 @@ class Metrics:
         # Each metric an attribute of its own: read on the request path without a descriptor
         # call (``Declared`` defines only __get__, so these take precedence).
         vars(self).update(built)
+        for where in INTERNAL_WHERE:  # at 0 from the start, so that an alert has a series to watch
+            self.internal_errors.labels(where)
 
     def request_done(
         self, model: str, route: str, status: int, elapsed: float, waited: float

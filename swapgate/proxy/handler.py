@@ -163,9 +163,9 @@ class ProxyEndpoint:
             # A client that hangs up once its whole answer went out lost nothing: it stays 200.
             if not writer.answered_in_full:
                 writer.status = 408 if TIMED_OUT in (scope.get("extensions") or {}) else 499
-        except Exception as exc:  # a bug of ours: an OpenAI-shaped answer (docs/operations.md)
-            log.error("internal error on %s (request %s): %r", ex.endpoint.path, ex.request_id, exc)
-            log.debug("internal error on %s", ex.request_id, exc_info=True)
+        except Exception:  # a bug of ours: a shaped answer all the same (docs/operations.md)
+            self._metrics.internal_errors.labels("request").inc()
+            log.exception("internal error on %s (request %s)", ex.endpoint.path, ex.request_id)
             internal = InternalError(
                 f"swapgate failed on this request ({ex.request_id}); it is logged, retry later"
             )

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 from swapgate.config.settings import KeepaliveConfig, KeyConfig, ProgressMode
 from swapgate.control.state.registry import Registry
@@ -34,6 +35,7 @@ from swapgate.tasks import stop
 
 Figures = Callable[[str, str], Figure | None]  # (instance, model): how far its load has got
 PROGRESS_EVERY = 1.0  # seconds between progress lines, at most
+log = logging.getLogger("swapgate.keepalive")
 
 
 def no_figure(instance: str, model: str) -> Figure | None:
@@ -41,6 +43,7 @@ def no_figure(instance: str, model: str) -> Figure | None:
 
 
 Kind = Literal["comment", "ping", "reasoning", "whitespace"]
+T = TypeVar("T", bytes, str)
 OPT_OUT_HEADER = b"x-swapgate-keepalive"
 PROGRESS_HEADER = b"x-swapgate-progress"  # off | reasoning: what this request is told
 _VERBS = {
@@ -132,6 +135,7 @@ class Pinger:
         self._progress = progress
         self._registry = registry
         self._counter = metrics.keepalives.labels(model, plan.kind)
+        self._faults = metrics.internal_errors.labels("keepalive")
         self._started = time.monotonic()
         self._chunk_id = f"swapgate-keepalive-{int(self._started * 1000)}"
 
@@ -146,7 +150,8 @@ class Pinger:
         if self.plan.kind == "reasoning":
             await self._tell_progress()
         while True:
-            await self._writer.write(self.ping())
+            plain = b"\n" if self.plan.kind == "whitespace" else b": swapgate waiting\n\n"
+            await self._writer.write(self._or_plain(self.ping, plain))
             self._counter.inc()
             await asyncio.sleep(self.plan.interval)
 
@@ -155,7 +160,7 @@ class Pinger:
         ``interval`` while it does not."""
         quiet = 0.0
         while True:
-            text = self.progress_text()
+            text = self._or_plain(self.progress_text, self._told)
             if text != self._told:
                 self._told = text
                 await self._writer.write(self._reasoning(text))
@@ -166,6 +171,16 @@ class Pinger:
             self._counter.inc()
             await asyncio.sleep(PROGRESS_EVERY)
             quiet += PROGRESS_EVERY
+
+    def _or_plain(self, line: Callable[[], T], plain: T) -> T:
+        """``line()``, or ``plain`` where reading the live state for it fails (a bug of ours):
+        the wait goes on with plain keep-alives, the fault logged and counted."""
+        try:
+            return line()
+        except Exception:
+            self._faults.inc()
+            log.exception("a keep-alive line for %s failed; a plain one went out", self._model)
+            return plain
 
     def last_words(self) -> bytes:
         """What goes out just before the engine's first byte: the wait's total, to a client

@@ -27,6 +27,7 @@ SPEC = {
     "swapgate_fallbacks": ("counter", {"model", "relay", "reason"}),
     "swapgate_preload_runs": ("counter", {"job", "result"}),
     "swapgate_upstream_errors": ("counter", {"instance", "kind"}),
+    "swapgate_internal_errors": ("counter", {"where"}),
 }
 # Beyond docs/metrics.md (its metrics keep their labels): what dashboards and alerts may also name.
 EXTENDED = {
@@ -58,6 +59,7 @@ def exposed() -> str:
         "fallbacks": ("a", "cloud", "swap"),
         "preload_runs": ("morning", "ok"),
         "upstream_errors": ("gpu-a", "connect"),
+        "internal_errors": ("request",),
     }
     for attribute, values in labels.items():
         metric = getattr(metrics, attribute).labels(*values)
@@ -145,3 +147,9 @@ def test_the_decay_and_key_metrics_have_their_names_and_labels() -> None:
     for line in expected:
         assert line in text, line
     assert 'swapgate_ttft_drift_ratio{instance="gpu-b"' not in text, "no figure yet: no sample"
+
+
+def test_internal_errors_are_exposed_at_zero_for_every_place_they_may_arise() -> None:
+    text = generate_latest(Metrics().registry).decode()
+    for where in ("request", "keepalive", "swap"):
+        assert f'swapgate_internal_errors_total{{where="{where}"}} 0.0' in text

@@ -232,6 +232,10 @@ class SwapCoordinator:
         except asyncio.CancelledError:
             self._registry.swap_marks.end_swap(instance, model, ok=False)  # no backoff
             raise
+        except Exception as exc:  # a bug (ours or a driver's): a failed swap, not a stuck one
+            self._metrics.internal_errors.labels("swap").inc()
+            log.exception("swap failed: %s on %s: a fault of swapgate's own", model, instance)
+            result, error = "failed", f"swapgate failed loading it ({type(exc).__name__})"
         else:
             result = "ok" if wanted else "abandoned"
         finally:

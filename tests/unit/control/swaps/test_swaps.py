@@ -224,3 +224,25 @@ async def test_a_sleep_that_fails_leaves_the_model_serving_and_the_next_poll_tri
 async def test_engines_that_evict_by_themselves_are_never_trimmed() -> None:
     coordinator, _, _ = awake_both(FakeDriver())
     assert coordinator.reconcile("x", POLICY) is False
+
+
+class CrashingDriver(FakeDriver):
+    """A driver whose load breaks with something no driver should raise: a bug."""
+
+    async def load(self, model: str) -> None:
+        self.calls.append(("load", model))
+        raise KeyError("a bug in a driver")
+
+
+async def test_a_load_that_crashes_fails_its_swap_and_is_counted_as_ours() -> None:
+    """Its waiters are told the swap failed (not left joining a load that never ends), the
+    traceback is logged, and the fault counts in swapgate_internal_errors_total."""
+    coordinator, registry, metrics = setup(CrashingDriver())
+    coordinator.start("x", "a")
+    assert await coordinator.wait("x") is False
+    snap = registry.snapshot()
+    view = snap.instance("x")
+    assert (view.state_of("a"), view.swapping) == (WarmState.COLD, None)
+    assert view.models["a"].failure == "swapgate failed loading it (KeyError)"
+    assert sample(metrics, "swapgate_swaps_total", instance="x", model="a", result="failed") == 1
+    assert sample(metrics, "swapgate_internal_errors_total", where="swap") == 1
