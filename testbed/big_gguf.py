@@ -37,10 +37,14 @@ with open(path, "rb", buffering=0) as handle:
 
 
 def ensure_f32_gemma(engine: LlamaServerEngine, say: bool = True) -> Path:
-    """Gemma-3-270M in F32 (1.08 GB), written once from ``engine``'s Q4_K_M GGUF."""
-    root = cache_root() / "gguf-gemma-3-270m-f32"
-    into = root / "gemma-3-270m-f32.gguf"
-    _once(root, "Gemma-3-270M in F32", say, lambda: _dequantized(engine.gguf, into), "~15 s")
+    """``engine``'s GGUF dequantized to F32, written once: 1.08 GB from Gemma-3-270M's Q4_K_M.
+    The cached file is keyed by what it is made from (the source's name and size): an engine
+    that serves other weights (``tiny_weights``'s Llama) makes another file, never this one."""
+    source = engine.gguf
+    root = cache_root() / f"gguf-{source.stem}-{source.stat().st_size}-f32"
+    into = root / f"{source.stem}-f32.gguf"
+    what = f"{source.name} in F32"
+    _once(root, what, say, lambda: _dequantized(source, into), "~15 s")
     return into
 
 

@@ -35,8 +35,9 @@ def engine() -> LlamaServerEngine:
 
 
 @pytest.fixture(scope="module")
-def big(engine: LlamaServerEngine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlowReads]:
-    gguf = ensure_f32_gemma(engine)
+def big(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlowReads]:
+    gguf = ensure_f32_gemma(ensure_llama_server())  # Gemma's own weights, not the tiny Llama's
+    assert gguf.stat().st_size > 1e9, "the load must be long enough to watch"
     with slow_reads(gguf, 300e6, tmp_path_factory.mktemp("reads")) as reads:
         yield reads
 
