@@ -15,15 +15,31 @@ import os
 HEADER = b"x-request-id"
 MAX_CLIENT_ID = 128  # longer client ids are replaced, not forwarded
 
-_RANDOM = os.urandom(8).hex()
-# xxxxxxxx-xxxx-4xxx-8ccc-cccccccccccc: 15 random hex digits, then a 60-bit counter.
-_PREFIX = f"{_RANDOM[:8]}-{_RANDOM[8:12]}-4{_RANDOM[12:15]}-8"
-_COUNTER = itertools.count(1)
+
+class _Ids:
+    """This process's prefix and counter. A forked child draws its own (``os.register_at_fork``):
+    it would make its parent's ids otherwise, as every gateway the tests' zygote forks did."""
+
+    def __init__(self) -> None:
+        self.draw()
+
+    def draw(self) -> None:
+        random = os.urandom(8).hex()
+        # xxxxxxxx-xxxx-4xxx-8ccc-cccccccccccc: 15 random hex digits, then a 60-bit counter.
+        self.prefix = f"{random[:8]}-{random[8:12]}-4{random[12:15]}-8"
+        self.counter = itertools.count(1)
+
+    def next(self) -> str:
+        tail = f"{next(self.counter) & 0xFFF_FFFF_FFFF_FFFF:015x}"
+        return f"{self.prefix}{tail[:3]}-{tail[3:]}"
+
+
+_IDS = _Ids()
+os.register_at_fork(after_in_child=_IDS.draw)
 
 
 def new_request_id() -> str:
-    tail = f"{next(_COUNTER) & 0xFFF_FFFF_FFFF_FFFF:015x}"
-    return f"{_PREFIX}{tail[:3]}-{tail[3:]}"
+    return _IDS.next()
 
 
 def request_id(headers: list[tuple[bytes, bytes]]) -> str:

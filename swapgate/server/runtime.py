@@ -379,10 +379,6 @@ class Runtime:
             log.error("SIGHUP reload refused; the running config stays. %s", exc)
 
 
-# Net allocations between two collections of the youngest generation (Python's default: 700).
-YOUNG_ALLOCATIONS = 10_000
-
-
 def settle_heap() -> None:
     """Move what exists once the gateway is up (modules, the app, the config, pools, parsers)
     out of the cyclic garbage collector's reach: it lives as long as the process, and a full
@@ -390,16 +386,10 @@ def settle_heap() -> None:
     ~98,000 objects for 60–80 ms, during which every request in flight stood still: the warm
     path's p99 at 16 clients was 50–60 ms against the bare passthrough's ~22 ms
     (docs/benchmarks.md). Unfrozen and collected first, so that what a reload replaced goes.
-
-    The youngest generation is collected after ``YOUNG_ALLOCATIONS`` net allocations, not
-    Python's 700: the objects of the requests in flight (about 45 each) crossed 700 at 16
-    clients, so a collection ran every ~17 requests and found nothing to free, 7.6 µs of each
-    request's CPU. Garbage in cycles is still collected, a little later."""
+    How often the collector runs is the process's to say: ``serve()`` sets it."""
     gc.unfreeze()
     gc.collect()
     gc.freeze()
-    _, middle, old = gc.get_threshold()
-    gc.set_threshold(YOUNG_ALLOCATIONS, middle, old)
 
 
 def _cluster(settings: Settings, metrics: Metrics) -> Cluster | None:

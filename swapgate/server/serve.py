@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import resource
@@ -15,6 +16,8 @@ from swapgate.server.app import SwapgateApp, create_app
 from swapgate.server.connections import ConnectionLimits, guarded_protocol
 
 log = logging.getLogger("swapgate.server")
+# Net allocations between two collections of the youngest generation (Python's default: 700).
+YOUNG_ALLOCATIONS = 10_000
 
 
 def serve(
@@ -45,7 +48,18 @@ def serve(
         log_config=None,
     )
     raise_fd_limit(settings.server.max_connections)
+    tune_collector()
     uvicorn.Server(config).run()
+
+
+def tune_collector() -> None:
+    """The youngest generation is collected after ``YOUNG_ALLOCATIONS`` net allocations, not
+    Python's 700: the objects of the requests in flight (about 45 each) crossed 700 at 16
+    clients, so a collection ran every ~17 requests and found nothing to free, 7.6 µs of each
+    request's CPU. Garbage in cycles is still collected, a little later. The process's own
+    setting: only ``serve()`` changes it, not whoever builds the app."""
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(YOUNG_ALLOCATIONS, middle, old)
 
 
 def connection_limits(server: ServerConfig, app: SwapgateApp) -> ConnectionLimits:

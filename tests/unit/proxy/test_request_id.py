@@ -30,3 +30,23 @@ def test_consecutive_ids_differ_only_in_the_counter() -> None:
     first, second = new_request_id(), new_request_id()
     assert first[:19] == second[:19]
     assert int(second[-17:].replace("-", ""), 16) - int(first[-17:].replace("-", ""), 16) == 1
+
+
+def test_a_forked_process_makes_ids_of_its_own() -> None:
+    """Every gateway the tests' zygote forks (and any server that forks workers) would otherwise
+    make its parent's ids, one for one."""
+    import os
+
+    parent = new_request_id()
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe and exits at once
+        os.write(write, new_request_id().encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(child, 0)
+    with os.fdopen(read) as pipe:
+        childs = pipe.read()
+    assert uuid.UUID(childs).version == 4
+    assert childs[:19] != parent[:19], "the child drew its own prefix"
+    assert new_request_id()[:19] == parent[:19], "the parent's is unchanged"
