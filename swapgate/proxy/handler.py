@@ -80,6 +80,14 @@ AUTH_STATUS = frozenset({401, 403})
 
 
 class ProxyEndpoint:
+    """Every proxied POST (``ENDPOINTS``), from its bytes in to its answer out: read and admit
+    the request, lease an instance or relay (the router), keep the client's connection alive
+    while it waits, send it upstream, retry where the retry rule says, and relay the answer.
+
+    Built once with what outlives a config reload (the registry, the upstream client, the
+    metrics, the records); ``configure`` hands it the parts each config makes anew (router,
+    catalog, auth), which requests already in flight keep using until they end."""
+
     def __init__(
         self,
         *,
@@ -126,32 +134,7 @@ class ProxyEndpoint:
         ex = Exchange(scope["method"], endpoint, request_id(headers))
         writer = ResponseWriter(send, [(b"x-request-id", ex.request_id.encode())], endpoint.dialect)
         try:
-            caller = self._auth.check(headers)
-            ex.key = caller.name
-            request = await read_request(receive, headers, endpoint, self._max_body)
-            requested, stream = request.model, request.stream
-            ex.stream = stream
-            named = self._resolve_model(caller, requested)
-            ex.model = self._router.chosen(named)
-            if requested != ex.model:
-                request.rename(ex.model)
-            if named != ex.model:  # a selector chose: say which model answers
-                writer.headers.append((b"x-swapgate-model", ex.model.encode()))
-            self._router.check_speaks(ex.model, endpoint.protocol, endpoint.path)
-            if endpoint.protocol != "openai":  # for an upstream that speaks chat only
-                request.translation = Translated(endpoint, request.payload, ex.model)
-            if caller.key is not None:
-                ex.admission = await self._limits.admit(caller.key)
-            priority = self._auth.priority(caller, headers)
-            turn = await self._conversation(ex, request)
-            budget = wait_budget(headers)
-            ex.want = self._router.want(ex.model, request.payload, budget, priority, turn, ex.key)
-            if stream:
-                ex.prompt_tokens = pools.prompt_tokens(request.payload)
-            if ex.want.pool is not None:
-                writer.headers.append((b"x-swapgate-pool", ex.want.pool.name.encode()))
-            ex.capture = self._records.capture_for(ex, headers, request)
-            plan = self._plan(scope, ex, request, stream, caller)
+            request, plan = await self._admit(scope, receive, ex, writer)
             work = self._forward(scope, ex, request, writer, plan)
             # A server that tells of a disconnect (swapgate's) does so once the body is read
             told = scope.get(ON_DISCONNECT) if request.upload is None else None
@@ -171,9 +154,9 @@ class ProxyEndpoint:
             )
             await self._report_failure(ex, writer, internal)
         except asyncio.CancelledError:
-            # The server is shutting down and shutdown_grace has run out (docs/architecture.md): the
-            # client is told so, in-band if the status went out; never a silent cut, nor
-            # the ASGI server's plain-text 500.
+            # The server is shutting down and shutdown_grace has run out (docs/operations.md, "What
+            # a client sees in each failure"): the client is told so, in-band if the status went
+            # out; never a silent cut, nor the ASGI server's plain-text 500.
             shutting = ShuttingDown("swapgate is shutting down; retry the request")
             with contextlib.suppress(Exception):
                 await self._report_failure(ex, writer, shutting)
@@ -183,6 +166,41 @@ class ProxyEndpoint:
             if ex.admission is not None:
                 await self._limits.release(ex.admission, (usage[0] or 0) + (usage[1] or 0))
             self._records.done(ex, ex.failed.status if ex.failed else writer.status, usage)
+
+    async def _admit(
+        self, scope: Scope, receive: Receive, ex: Exchange, writer: ResponseWriter
+    ) -> tuple[Request, KeepalivePlan | None]:
+        """Read the request and decide what it is: its caller (admitted under the key's
+        limits), the model that answers it, the wait it will take (``Want``) and the
+        keep-alive it gets. Raises a ``SwapgateError`` for a request refused before any work."""
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        endpoint = ex.endpoint
+        caller = self._auth.check(headers)
+        ex.key = caller.name
+        request = await read_request(receive, headers, endpoint, self._max_body)
+        requested = request.model
+        ex.stream = request.stream
+        named = self._resolve_model(caller, requested)
+        ex.model = self._router.chosen(named)
+        if requested != ex.model:
+            request.rename(ex.model)
+        if named != ex.model:  # a selector chose: say which model answers
+            writer.headers.append((b"x-swapgate-model", ex.model.encode()))
+        self._router.check_speaks(ex.model, endpoint.protocol, endpoint.path)
+        if endpoint.protocol != "openai":  # for an upstream that speaks chat only
+            request.translation = Translated(endpoint, request.payload, ex.model)
+        if caller.key is not None:
+            ex.admission = await self._limits.admit(caller.key)
+        priority = self._auth.priority(caller, headers)
+        turn = await self._conversation(ex, request)
+        budget = wait_budget(headers)
+        ex.want = self._router.want(ex.model, request.payload, budget, priority, turn, ex.key)
+        if request.stream:
+            ex.prompt_tokens = pools.prompt_tokens(request.payload)
+        if ex.want.pool is not None:
+            writer.headers.append((b"x-swapgate-pool", ex.want.pool.name.encode()))
+        ex.capture = self._records.capture_for(ex, headers, request)
+        return request, self._plan(scope, ex, request, request.stream, caller)
 
     async def _conversation(self, ex: Exchange, request: Request) -> str | None:
         """The conversation this request is a turn of, where that can change where it goes
@@ -434,15 +452,8 @@ class ProxyEndpoint:
                 pulse.beat()
                 if first:
                     first = False
-                    ex.first_byte = time.perf_counter()
-                    if lease.kind == "instance" and response.is_event_stream:
-                        self._first_token(lease, ex)
-                if pinging is not None:
-                    farewell = await pinging.stop()
+                    await self._first_chunk(response, writer, ex, lease, pinging)
                     pinging = None
-                    writer.upstream_body(writer.mode == "pings")
-                    if farewell:  # the wait's total, to a client told the load's progress
-                        await writer.write(farewell)
                 if translation is not None:
                     chunk = translation.feed(chunk)
                     if not chunk:
@@ -476,13 +487,28 @@ class ProxyEndpoint:
                 pass
         response.release()
 
-    def _first_token(self, lease: Lease, ex: Exchange) -> None:
-        """A stream's first chunk from an instance: its TTFT, for the engine's decay
-        (swapgate/control/loops/decay.py)."""
-        since = self._registry.warm_since(lease.name, lease.model)
-        if since is not None:
-            ttft = time.perf_counter() - ex.sent
-            self._decay.ttft(lease.name, lease.model, since, ex.prompt_tokens, ttft)
+    async def _first_chunk(
+        self,
+        response: UpstreamResponse,
+        writer: ResponseWriter,
+        ex: Exchange,
+        lease: Lease,
+        pinging: Pinging | None,
+    ) -> None:
+        """The upstream's first byte: its time, a stream's TTFT from an instance (for the
+        engine's decay: swapgate/control/loops/decay.py), and the keep-alives stop (their last
+        words, if any, go out before it)."""
+        ex.first_byte = time.perf_counter()
+        if lease.kind == "instance" and response.is_event_stream:
+            since = self._registry.warm_since(lease.name, lease.model)
+            if since is not None:
+                ttft = ex.first_byte - ex.sent
+                self._decay.ttft(lease.name, lease.model, since, ex.prompt_tokens, ttft)
+        if pinging is not None:
+            farewell = await pinging.stop()
+            writer.upstream_body(writer.mode == "pings")
+            if farewell:  # the wait's total, to a client told the load's progress
+                await writer.write(farewell)
 
     async def _report_failure(
         self, ex: Exchange, writer: ResponseWriter, exc: SwapgateError

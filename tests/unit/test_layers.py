@@ -113,3 +113,15 @@ def test_no_class_has_more_than_twenty_methods() -> None:
                 if len(methods) > 20:
                     large[f"{path.relative_to(ROOT)}:{node.name}"] = len(methods)
     assert large == {}
+
+
+def test_no_function_is_longer_than_sixty_lines() -> None:
+    """A function past sixty lines hides a concept that wants a name (docs/architecture.md)."""
+    long = {}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > 60:
+                    long[f"{path.relative_to(ROOT)}:{node.name}"] = lines
+    assert long == {}
