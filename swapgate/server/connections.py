@@ -52,7 +52,7 @@ class ConnectionLimits:
     refused: Callable[[SwapgateError], None] = lambda error: None
 
 
-def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
+def guarded_protocol(limits: ConnectionLimits) -> type[GuardedProtocol]:
     """The protocol class to give ``uvicorn.Config(http=...)``."""
 
     class Limited(GuardedProtocol):
