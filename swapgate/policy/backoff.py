@@ -1,5 +1,5 @@
 """How long a model whose load failed stays out of placement on that instance, and when the
-instance as a whole does (docs/architecture.md, "Failure isolation").
+instance as a whole does (docs/architecture.md, "Backoff, and failure isolation").
 
 A failed load of model M on instance I backs off (I, M) alone: 5 s after one failure, doubling
 with each failure in a row, at most 5 minutes; a load that works resets it. I keeps serving and

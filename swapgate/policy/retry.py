@@ -2,7 +2,7 @@
 "Failover"): one rule, from what happened to where the request goes next.
 
 What happened is one ``Outcome``; the answer is the places to try, in order, of which the
-request takes the first it has not used up (``Attempts`` in swapgate/control/routing/attempts.py
+request takes the first it has not used up (``Attempts`` in swapgate/control/routing/failover.py
 applies it). Every request is sent at most once to another copy, once more to the same one, and
 once to its model's relay; nothing is tried again once bytes went out.
 

@@ -12,11 +12,12 @@ from swapgate.errors import BadRequest
 BUDGET_HEADER = b"x-swapgate-max-wait"
 
 # Never forwarded (docs/compatibility.md, "Headers", says which engine each one matters to):
-# hop-by-hop headers; every credential a client library sends (docs/architecture.md); what swapgate
-# sets itself (the body's length and type, the request id); ``accept-encoding``, since keep-alive
-# bytes written before a compressed body would corrupt it; ``origin``, which Ollama answers with 403
-# unless it is on OLLAMA_ORIGINS; and vLLM's client-chosen data-parallel rank. Bytes, as ASGI gives
-# header names (lower-case): filtering decodes only what is kept.
+# hop-by-hop headers; every credential a client library sends (docs/compatibility.md, "Client →
+# engine"); what swapgate sets itself (the body's length and type, the request id);
+# ``accept-encoding``, since keep-alive bytes written before a compressed body would corrupt it;
+# ``origin``, which Ollama answers with 403 unless it is on OLLAMA_ORIGINS; and vLLM's
+# client-chosen data-parallel rank. Bytes, as ASGI gives header names (lower-case): filtering
+# decodes only what is kept.
 DROP_REQUEST = frozenset(
     {
         b"connection",

@@ -116,7 +116,7 @@ class Runtime:
         )
         self.metrics.watch(self.registry.snapshot, self.registry.queues.depths)
         self.scheduler: PreloadScheduler | None = None
-        # The cached tier: the next models' weights in RAM ahead of their swap (host_cache.py)
+        # The cached tier: the next models' weights in RAM ahead of their swap (docs/host-cache.md)
         self.host_cache = HostCache(
             settings.host_cache, catalog.weights, self.registry, self.metrics, self._upcoming
         )

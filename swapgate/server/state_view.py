@@ -32,7 +32,7 @@ def describe_state(runtime: Runtime) -> dict[str, Any]:
                     for i in snap.instances
                     if model in i.serves
                 },
-                # its weight files and how much of them the page cache holds (host_cache.py)
+                # its weight files, and how much the page cache holds (control/memory/host_cache.py)
                 "weights": runtime.host_cache.describe(model),
                 "weights_tier": runtime.host_cache.tier(model),
             }
@@ -88,7 +88,7 @@ def _describe_instance(inst: InstanceView, runtime: Runtime, wall: _WallClock) -
         "serves": sorted(inst.serves),
         "swapping": inst.swapping,
         "backoff_until": wall.iso(inst.backoff_until) if inst.backoff_until > wall.now else None,
-        # kv_keep: the conversations saved for it, {count, bytes} (control/memory/kv.py)
+        # kv_keep: the conversations saved for it, {count, bytes} (control/memory/kv/keeper.py)
         "kv_saved": runtime.kv.describe(inst.name),
         "models": {
             name: _describe_model(view, wall, runtime, inst.name, name)

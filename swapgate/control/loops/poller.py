@@ -41,7 +41,8 @@ class Poller:
         self._drivers = drivers
         self._metrics = metrics
         self._interval = interval
-        # Told after each report applied: puts back what is awake beyond capacity (swaps.py).
+        # Told after each report applied: puts back what is awake beyond capacity
+        # (``SwapCoordinator.reconcile``, swapgate/control/swaps/coordinator.py).
         self._reconcile = reconcile
         self._failures: dict[str, int] = {}  # failed polls in a row, per instance
 
@@ -54,7 +55,9 @@ class Poller:
         asked = self._clock()
         driver = self._drivers[name]
         if not driver.polls_while_busy and self._registry.serving(name):
-            return  # its requests in flight show it up or fail; a poll would cut them (base.py)
+            # Its requests in flight show it up or fail; a poll would cut them (drivers/base.py,
+            # ``polls_while_busy``).
+            return
         try:
             report = await driver.state()
         except DriverTimeout as exc:

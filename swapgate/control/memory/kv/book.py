@@ -1,5 +1,5 @@
-"""One loaded model's slots, as swapgate hands them out (docs/kv-keep.md, "Slots"): which
-conversation each holds, which are busy, and when each was last finished with.
+"""One loaded model's slots, as swapgate hands them out (docs/kv-keep.md, "Hands out the
+slots"): which conversation each holds, which are busy, and when each was last finished with.
 
 A claim is made and recorded in one step, with no wait between: however many turns ``claim``
 at once, no two conversations get one slot. A busy slot is never taken while another is idle;

@@ -1,8 +1,9 @@
-"""The conversations saved for one ``kv_keep`` instance (docs/kv-keep.md, "Files"): the engine
-writes ``MODEL--KEY.bin`` into its slot-save folder; beside it swapgate writes
-``MODEL--KEY.bin.identity``, the identity of the engine that made it, so that a file is never
-restored into another model (llama.cpp checks only that the shapes fit). The folder is 0700
-and swapgate's files 0600: the token ids in a saved slot decode back to the conversation."""
+"""The conversations saved for one ``kv_keep`` instance (docs/kv-keep.md, "Never restores a
+file into another model"): the engine writes ``MODEL--KEY.bin`` into its slot-save folder;
+beside it swapgate writes ``MODEL--KEY.bin.identity``, the identity of the engine that made it,
+so that a file is never restored into another model (llama.cpp checks only that the shapes
+fit). The folder is 0700 and swapgate's files 0600: the token ids in a saved slot decode back
+to the conversation."""
 
 from __future__ import annotations
 
