@@ -116,6 +116,8 @@ class Full:
 class Unavailable:
     reason: str
     backing_off: bool = False  # a candidate is out only because a swap failed on it
+    # No retry helps: no instance serves the model, or it is larger than all their memory
+    lasting: bool = False
 
 
 Decision = Serve | Join | Swap | Queue | Full | Unavailable
@@ -142,7 +144,8 @@ def place(model: str, snap: Snapshot, policy: Policy, priority: int = 0) -> Deci
         return Join(min(loading, key=lambda i: i.swap_done_by).name)
     candidates = [i for i in candidates if not i.backing_off(model, snap.now)]
     if not candidates:
-        return Unavailable(_why_unavailable(model, snap), _backing_off(model, snap))
+        reason, lasting = _why_unavailable(model, snap)
+        return Unavailable(reason, _backing_off(model, snap), lasting)
     target = _swap_target(model, candidates, snap, policy)
     if target is None:
         frees = lambda i: frees_up_at(i, snap.now, policy, snap.unheld)  # noqa: E731
@@ -475,15 +478,21 @@ def _load(instance: InstanceView) -> float:
     return instance.load
 
 
-def _why_unavailable(model: str, snap: Snapshot) -> str:
+def _why_unavailable(model: str, snap: Snapshot) -> tuple[str, bool]:
+    """Why no instance can take ``model``, and whether that lasts until the config changes."""
     serving = [i for i in snap.instances if model in i.serves]
     if not serving:
-        return f"no instance serves {model!r}"
+        return f"no instance serves {model!r}", True
     if not any(_room_for(i, model) for i in serving):
         limits = ", ".join(f"{i.name} {human(i.memory or 0)}" for i in serving)
-        return f"{model!r} is larger than the memory of every instance serving it ({limits})"
+        return (
+            f"{model!r} is larger than the memory of every instance serving it ({limits}); "
+            "the operator should give it an instance with more memory or a smaller file "
+            "(swapgate plan shows the sizes)",
+            True,
+        )
     states = "; ".join(f"{i.name} {_condition(i, model, snap.now)}" for i in serving)
-    return f"no instance can serve {model!r} right now ({states})"
+    return f"no instance can serve {model!r} right now ({states})", False
 
 
 def _condition(instance: InstanceView, model: str, now: float) -> str:

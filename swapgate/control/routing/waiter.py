@@ -119,6 +119,8 @@ class Waiter:
             return relayed
         if isinstance(decision, Unavailable):
             error = SwapFailed if decision.backing_off else NoCapacity
+            if decision.lasting:  # a retry meets the same config: no Retry-After
+                raise error(decision.reason)
             raise error(f"{decision.reason}; retry later", retry_after=router.retry_after(model))
         self._progress.instance = decision.instance
         self._progress.state = _STATES[type(decision)]

@@ -205,7 +205,11 @@ CASES = [
         [I("x", {"b": model(used=NOW - 1, closing=True, inflight=1)})],
         Queue("x"),
     ),
-    ("no instance serves it", [I("x", serves=("b",))], Unavailable("no instance serves 'a'")),
+    (
+        "no instance serves it",
+        [I("x", serves=("b",))],
+        Unavailable("no instance serves 'a'", lasting=True),
+    ),
 ]
 
 
@@ -472,7 +476,10 @@ def card(**models: tuple[WarmState, float, int, float]) -> I:
             (card(),),
             "huge",
             Unavailable(
-                "'huge' is larger than the memory of every instance serving it (gpu 24 GiB)"
+                "'huge' is larger than the memory of every instance serving it (gpu 24 GiB); "
+                "the operator should give it an instance with more memory or a smaller file "
+                "(swapgate plan shows the sizes)",
+                lasting=True,
             ),
         ),
         # with two instances, the one where it fits without evicting anything

@@ -385,3 +385,20 @@ async def test_past_max_concurrency_requests_queue_and_go_by_class_then_arrival(
     await asyncio.gather(batch, default, interactive)
     assert order == ["interactive", "default", "batch"]
     assert w.drivers["x"].calls == [], "no swap: a was warm all along"
+
+
+async def test_a_model_that_fits_no_instance_is_refused_without_a_retry_after() -> None:
+    """A retry would meet the same config: the answer says what the operator should change,
+    and gives no Retry-After for clients to wait on."""
+    config = {
+        "instances": [{"name": "x", "url": "http://x", "models": ["a"], "memory": "24GiB"}],
+        "models": {"a": {"memory": "30GiB"}},
+    }
+    w = world(config)
+    w.warm("x")
+    with pytest.raises(NoCapacity) as refused:
+        await w.router.acquire("a")
+    assert refused.value.retry_after is None
+    assert "larger than the memory of every instance" in refused.value.message
+    assert "swapgate plan" in refused.value.message
+    assert w.drivers["x"].calls == []
