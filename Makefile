@@ -56,10 +56,12 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Measures swapgate against direct, a bare passthrough (and PEERS=litellm); writes docs/benchmarks.md.
+# Then the costs of fleets of 4 to 256 simulated instances (~3 minutes, bench/fleet.py).
 bench: $(STAMP) system-packages
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	$(BIN)/python -m bench --peers "$(PEERS)"
+	$(BIN)/python -m bench.fleet
 
 # Replays seeded traces: swap counts against the optimum, LRU and round-robin (~10 minutes),
 # then the same traces on vllm-sleep instances beside llama-swap ones (~2 minutes), then one day

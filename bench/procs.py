@@ -84,9 +84,14 @@ class Proc:
 
 @contextmanager
 def running(
-    name: str, command: list[str], url: str, env: dict[str, str] | None = None
+    name: str,
+    command: list[str],
+    url: str,
+    env: dict[str, str] | None = None,
+    log: int | None = None,
 ) -> Iterator[Proc]:
-    with serving(command, url + "/v1/models", env, timeout=STARTUP_TIMEOUT) as process:
+    """``log``: where its output goes (subprocess.DEVNULL); ours by default."""
+    with serving(command, url + "/v1/models", env, log=log, timeout=STARTUP_TIMEOUT) as process:
         yield Proc(name, url, process)
 
 
@@ -124,18 +129,25 @@ def swapgate(upstream: str, env: dict[str, str] | None = None) -> Iterator[Proc]
 
 
 @contextmanager
-def swapgate_with(config: dict[str, Any], env: dict[str, str] | None = None) -> Iterator[Proc]:
+def swapgate_with(
+    config: dict[str, Any], env: dict[str, str] | None = None, source: Path | None = None
+) -> Iterator[Proc]:
+    """swapgate under ``config``; with ``source``, the package in that folder instead of this
+    tree's (an earlier commit, exported, to compare with side by side)."""
     port = free_port()
     server = {**config.get("server", {}), "port": port, "access_log": False, "log_level": "warning"}
     config = {**config, "server": server}
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
         yaml.safe_dump(config, handle)
-    command = [sys.executable, "-m", "swapgate", "serve", "--config", handle.name]
+    # -P: the working folder (this tree) not first on the path, so PYTHONPATH's package wins
+    python = [sys.executable, "-P"] if source is not None else [sys.executable]
+    command = [*python, "-m", "swapgate", "serve", "--config", handle.name]
+    path = {"PYTHONPATH": str(source)} if source is not None else {}
     try:
         # Its own state (the activity log's rows among them), gone with it: a benchmark leaves
         # nothing in the user's state folder for the demo's dashboard to list
         with tempfile.TemporaryDirectory(prefix="swapgate-bench-state-") as state:
-            own = {"SWAPGATE_STATE_DIR": state, **(env or {})}
+            own = {"SWAPGATE_STATE_DIR": state, **path, **(env or {})}
             with running("swapgate", command, f"http://127.0.0.1:{port}", own) as proc:
                 yield proc
     finally:

@@ -1,7 +1,8 @@
 """Every ``swapgate_*`` metric (docs/metrics.md), in one ``CollectorRegistry`` owned by the app.
 
 Gauges that mirror live state (warm models, instance health, in-flight, queues, swaps running)
-are read from the registry at scrape time, so the request path never pays for them.
+are read from the registry at scrape time, so the request path never pays for them
+(swapgate/live_gauges.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from swapgate.data.snapshot import Snapshot
-from swapgate.data.warm import WarmState
+from swapgate.live_gauges import DecayGauges, EngineRow, LiveGauges, MetricsRegistry
 from swapgate.loop_metrics import LoopCounter, LoopHistogram
 
 SWAP_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600)
@@ -243,7 +244,7 @@ class Metrics:
     )
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = MetricsRegistry()
         built: dict[str, Any] = {
             name: declared.build(self.registry)
             for name, declared in vars(Metrics).items()
@@ -306,7 +307,12 @@ class Metrics:
         """Export the live-state gauges at every scrape: the warm state of ``snapshot()``, the
         queues of ``queue_depths()``: the registry's (swapgate/control/, which counts with
         these metrics and so is not imported here)."""
-        self.registry.register(_StateCollector(snapshot, queue_depths))
+        self.registry.written.append(LiveGauges(snapshot, queue_depths))
+
+    def exposition(self) -> bytes:
+        """What ``/metrics`` serves: every metric in Prometheus's text format, the same as
+        ``generate_latest(self.registry)`` but faster (swapgate/live_gauges.py)."""
+        return self.registry.exposition()
 
     def watch_progress(self, ratios: Callable[[], dict[tuple[str, str], float]]) -> None:
         """Export how far each running load has got at every scrape
@@ -316,12 +322,7 @@ class Metrics:
     def watch_decay(self, rows: Callable[[], list[EngineRow]], states: Sequence[str]) -> None:
         """Export each warm engine's decay figures at every scrape (swapgate/control/loops/decay.py,
         which counts with these metrics and so is not imported here)."""
-        self.registry.register(_DecayCollector(rows, states))
-
-
-# One engine's decay figures at a scrape: instance, model, TTFT drift (None: too few samples),
-# memory slope in bytes per hour (None: not a process, or too short), its diagnosis.
-EngineRow = tuple[str, str, float | None, float | None, str]
+        self.registry.written.append(DecayGauges(rows, states))
 
 
 class _ProgressCollector(Collector):
@@ -340,76 +341,3 @@ class _ProgressCollector(Collector):
         for (instance, model), value in self._ratios().items():
             ratio.add_metric([instance, model], value)
         yield ratio
-
-
-class _DecayCollector(Collector):
-    def __init__(self, rows: Callable[[], list[EngineRow]], states: Sequence[str]) -> None:
-        self._rows, self._states = rows, states
-
-    def describe(self) -> Iterator[Metric]:
-        return iter(())
-
-    def collect(self) -> Iterator[Metric]:
-        drift = GaugeMetricFamily(
-            "swapgate_ttft_drift_ratio",
-            "Rolling TTFT p95 over its baseline after the model's load, same prompt band",
-            labels=["instance", "model"],
-        )
-        slope = GaugeMetricFamily(
-            "swapgate_process_rss_slope_bytes_per_hour",
-            "How fast a model's process group grows, over the diagnosis window",
-            labels=["instance", "model"],
-        )
-        diagnosis = GaugeMetricFamily(
-            "swapgate_engine_diagnosis",
-            "1 for the engine's current diagnosis: healthy, kv-growth, placement-or-preemption,"
-            " global",
-            labels=["instance", "model", "state"],
-        )
-        for instance, model, ratio, rss_slope, state in self._rows():
-            if ratio is not None:
-                drift.add_metric([instance, model], ratio)
-            if rss_slope is not None:
-                slope.add_metric([instance, model], rss_slope)
-            for name in self._states:
-                diagnosis.add_metric([instance, model, name], float(name == state))
-        yield from (drift, slope, diagnosis)
-
-
-class _StateCollector(Collector):
-    def __init__(
-        self, snapshot: Callable[[], Snapshot], queue_depths: Callable[[], dict[str, int]]
-    ) -> None:
-        self._snapshot, self._queue_depths = snapshot, queue_depths
-
-    def describe(self) -> Iterator[Metric]:
-        return iter(())
-
-    def collect(self) -> Iterator[Metric]:
-        snap = self._snapshot()
-        warm = GaugeMetricFamily(
-            "swapgate_model_warm",
-            "1 if the model is warm on the instance",
-            labels=["instance", "model"],
-        )
-        up = GaugeMetricFamily(
-            "swapgate_instance_up", "1 if the instance is up", labels=["instance"]
-        )
-        inflight = GaugeMetricFamily(
-            "swapgate_inflight_requests", "Requests in flight to the instance", labels=["instance"]
-        )
-        swapping = GaugeMetricFamily(
-            "swapgate_swaps_in_progress", "Swaps running on the instance", labels=["instance"]
-        )
-        for inst in snap.instances:
-            for model in sorted(inst.serves | set(inst.models)):
-                warm.add_metric([inst.name, model], float(inst.state_of(model) is WarmState.WARM))
-            up.add_metric([inst.name], float(inst.up))
-            inflight.add_metric([inst.name], float(inst.inflight))
-            swapping.add_metric([inst.name], float(inst.swapping is not None))
-        queue = GaugeMetricFamily(
-            "swapgate_queue_depth", "Requests waiting for the model", labels=["model"]
-        )
-        for model, depth in sorted(self._queue_depths().items()):
-            queue.add_metric([model], float(depth))
-        yield from (warm, up, inflight, swapping, queue)

@@ -25,8 +25,9 @@ class Arrivals:
         has been idle: among its past gaps at least that long, the share that ended within the
         horizon. One more gap is assumed, ending within it with chance horizon / (idle +
         horizon): with little history, a model idle for a while is expected to stay idle about
-        as long again."""
+        as long again. Within no time at all (a swap measured at 0 s), no chance."""
         idle = max(0.0, now - self.last)
         longer = [gap for gap in self.gaps if gap > idle]
         ended = sum(1 for gap in longer if gap <= idle + horizon)
-        return (ended + horizon / (idle + horizon)) / (len(longer) + 1)
+        assumed = horizon / (idle + horizon) if horizon > 0 else 0.0
+        return (ended + assumed) / (len(longer) + 1)

@@ -100,6 +100,18 @@ class Snapshot:
     # Models whose residency holds them for nobody: every client that used them lately waits,
     # with all it can have open, for other models (swapgate/control/state/clients.py).
     unheld: frozenset[str] = frozenset()
+    # Each instance by name, filled at the first ``instance()``: later ones look it up.
+    _by_name: dict[str, InstanceView] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def instance(self, name: str) -> InstanceView:
-        return next(i for i in self.instances if i.name == name)
+        """The instance called ``name``; StopIteration if the snapshot holds none (as the
+        scan it replaced raised)."""
+        by_name = self._by_name
+        if not by_name:
+            by_name.update((i.name, i) for i in self.instances)
+        found = by_name.get(name)
+        if found is None:
+            raise StopIteration(name)
+        return found

@@ -44,11 +44,11 @@ from swapgate.control.routing.router import Router, policy_for
 from swapgate.control.state.registry import Registry
 from swapgate.control.swaps.coordinator import SwapCoordinator
 from swapgate.control.swaps.times import SwapTimes
-from swapgate.data.warm import WarmState
 from swapgate.drivers import Driver, ProcessDriver, make_driver
 from swapgate.drivers.http import control_client
 from swapgate.drivers.ledger import Ledger
-from swapgate.metrics import EngineRow, Metrics
+from swapgate.live_gauges import EngineRow
+from swapgate.metrics import Metrics
 from swapgate.policy.diagnosis import STATES
 from swapgate.proxy.auth import AdminAuth, ClientAuth
 from swapgate.proxy.handler import ProxyEndpoint
@@ -351,14 +351,14 @@ class Runtime:
         settings = self.configured.settings
         rows: list[EngineRow] = []
         warm = set()
-        for inst in self.registry.snapshot().instances:
-            for model, view in inst.models.items():
-                if view.state is not WarmState.WARM:
-                    continue
-                warm.add((inst.name, model))
+        for model, names in self.registry.copies.every().items():  # looked up, not the whole fleet
+            for name in names:
+                if self.registry.warm_since(name, model) is None:
+                    continue  # loading or asleep
+                warm.add((name, model))
                 relay = settings.model_settings(model).relay
-                state, figures = self.decay.diagnosis(inst.name, model, relay)
-                rows.append((inst.name, model, figures.drift, figures.rss_slope, state))
+                state, figures = self.decay.diagnosis(name, model, relay)
+                rows.append((name, model, figures.drift, figures.rss_slope, state))
         self.decay.forget_gone(warm)
         return rows
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol, TypeVar
 
@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 import swapgate.sim.apis as apis
 import swapgate.sim.completions as completions
@@ -61,6 +62,22 @@ class Flavour(Protocol):
 
 def create_sim_app(config: SimConfig) -> Starlette:
     return Starlette(routes=SimServer(config).routes())
+
+
+def create_sim_fleet(configs: Sequence[SimConfig]) -> ASGIApp:
+    """One simulator per config, each with its own state, told apart by the port a request
+    came in on: hundreds of instances in one process (bench/fleet.py on two cores)."""
+    apps = {config.port: create_sim_app(config) for config in configs}
+
+    async def fleet(scope: Scope, receive: Receive, send: Send) -> None:
+        server = scope.get("server")
+        app = apps.get(server[1]) if server else None
+        if app is None:
+            await Response("no simulator on this port", status_code=404)(scope, receive, send)
+            return
+        await app(scope, receive, send)
+
+    return fleet
 
 
 class SimServer:

@@ -46,6 +46,9 @@ class SimConfig:
     protocols: tuple[str, ...] = ("openai",)
     asleep: int = 0  # flavour vllm: start asleep at this sleep level (0: awake)
     wake_time: float = 1.0  # flavour vllm: a wake from level 1
+    # Seconds an idle connection stays open: uvicorn's 5 s, as llama-server's; a real llama-swap
+    # closes none (Go's server without an idle timeout)
+    keep_alive: float = 5.0
 
     def load_time_of(self, model: str) -> float:
         return self.load_times.get(model, self.load_time)

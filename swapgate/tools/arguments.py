@@ -43,6 +43,18 @@ def load_times(text: str) -> dict[str, float]:
     return times
 
 
+def port_list(text: str) -> tuple[int, ...]:
+    """``9001,9002``: ports, each once, each from 1 to 65535."""
+    ports: list[int] = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        if not item.isdigit() or not 0 < int(item) < 65536:
+            raise argparse.ArgumentTypeError(f"{item!r}: expected a port, 1 to 65535")
+        if int(item) in ports:
+            raise argparse.ArgumentTypeError(f"port {item} given twice")
+        ports.append(int(item))
+    return tuple(ports)
+
+
 def _parsed(parse: Callable[[object], object], text: str) -> object:
     """The config's parser on ``text``; its complaint becomes argparse's."""
     try:

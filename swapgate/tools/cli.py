@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from swapgate import __version__
 from swapgate.tools.activity_cli import add_activity_command
 from swapgate.tools.admin_cli import add_commands as add_admin_commands
-from swapgate.tools.arguments import duration, load_times, size
+from swapgate.tools.arguments import duration, load_times, port_list, size
 
 if TYPE_CHECKING:
     from swapgate.config.settings import Settings
@@ -109,6 +109,12 @@ def _sim_arguments(sim: argparse.ArgumentParser) -> None:
     )
     sim.add_argument("--host", default="127.0.0.1")
     sim.add_argument("--port", type=int, default=9001)
+    sim.add_argument(
+        "--ports",
+        type=port_list,
+        default=(),
+        help="comma-separated ports, one simulator on each (its own state), in this one process",
+    )
     sim.add_argument("--models", default="a,b,c", help="comma-separated model names")
     sim.add_argument("--capacity", type=int, default=1, help="models resident at once")
     sim.add_argument("--load-time", type=duration, default=5.0)
@@ -120,6 +126,9 @@ def _sim_arguments(sim: argparse.ArgumentParser) -> None:
         "--wake-time", type=duration, default=1.0, help="flavour vllm: a wake from sleep level 1"
     )
     sim.add_argument(
+        "--keep-alive", type=duration, default=5.0, help="how long an idle connection stays open"
+    )
+    sim.add_argument(
         "--asleep", type=int, choices=(0, 1, 2), default=0, help="flavour vllm: start asleep"
     )
     sim.add_argument(
@@ -127,6 +136,17 @@ def _sim_arguments(sim: argparse.ArgumentParser) -> None:
     )
     sim.add_argument("--token-rate", type=float, default=50.0, help="tokens per second")
     sim.add_argument("--max-tokens", type=int, default=16, help="answer length by default")
+    sim.add_argument("--api-key", help="require this bearer key on /v1 requests")
+    sim.add_argument(
+        "--protocols",
+        default="openai",
+        help="comma-separated APIs it speaks: openai, anthropic (/v1/messages)",
+    )
+    _sim_faults(sim)
+
+
+def _sim_faults(sim: argparse.ArgumentParser) -> None:
+    """How the simulator fails, leaks and decays, as engines do."""
     sim.add_argument("--fail-load-rate", type=float, default=0.0)
     sim.add_argument("--crash-mid-stream-rate", type=float, default=0.0)
     sim.add_argument("--hang-rate", type=float, default=0.0)
@@ -148,13 +168,7 @@ def _sim_arguments(sim: argparse.ArgumentParser) -> None:
         default=0.0,
         help="seconds its TTFT grows per GiB kept by --grow-rss: a decaying engine",
     )
-    sim.add_argument("--api-key", help="require this bearer key on /v1 requests")
     sim.add_argument("--seed", type=int, help="seed for the fault dice")
-    sim.add_argument(
-        "--protocols",
-        default="openai",
-        help="comma-separated APIs it speaks: openai, anthropic (/v1/messages)",
-    )
 
 
 def _load(path: str | None) -> Settings | None:
@@ -312,7 +326,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _sim(args: argparse.Namespace) -> int:
-    from swapgate.sim import SimConfig, run_sim
+    from swapgate.sim import SimConfig, run_sim, run_sim_fleet
 
     options = {k: v for k, v in vars(args).items() if k in SimConfig.__dataclass_fields__}
     for name in ("models", "protocols"):
@@ -323,7 +337,10 @@ def _sim(args: argparse.Namespace) -> int:
         print(f"swapgate sim: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s sim %(message)s")
-    run_sim(config)
+    if args.ports:
+        run_sim_fleet(config, args.ports)
+    else:
+        run_sim(config)
     return 0
 
 

@@ -10,7 +10,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "swapgate"
-SHARED = {"errors", "metrics", "loop_metrics", "tasks"}  # at the top of the package, used by all
+SHARED = {
+    "errors",
+    "metrics",
+    "loop_metrics",
+    "live_gauges",
+    "tasks",
+}  # at the top of the package, used by all
 
 
 def _written_order() -> list[str]:

@@ -108,7 +108,10 @@ class HostCache:
             await asyncio.sleep(max(self._config.interval, self.measured_in / MEASURE_SHARE))
 
     async def step(self) -> None:
-        """Measure, choose, let go, read in: once."""
+        """Measure, choose, let go, read in: once. Nothing to do where no model names its
+        weights (the usual config): no snapshot of the fleet every interval either."""
+        if not (self._paths or self._files or self.ours):
+            return
         loaded = _loaded(self._registry.snapshot())
         await asyncio.to_thread(self._measure, loaded)
         budget = self._config.budget

@@ -162,9 +162,14 @@ class Router:
         targets = choose.targets
         if choose.strategy == "first" or len(targets) == 1:
             return targets[0]
-        snap = self._registry.snapshot()
+        held = {target: self._registry.copies.of(target) for target in targets}
+        snap = self._registry.snapshot({name: None for names in held.values() for name in names})
         states = {
-            target: {i.state_of(target) for i in snap.instances if i.available(snap.now)}
+            target: {
+                view.state_of(target)
+                for view in map(snap.instance, held[target])
+                if view.available(snap.now)
+            }
             for target in targets
         }
         for tier in (_WARM, _WAKING):
@@ -174,13 +179,16 @@ class Router:
         cached = [t for t in targets if self._coordinator.times.tiers(t) == "cached"]
         return cached[0] if cached else targets[0]
 
-    def snapshot(self, want: Want | None = None) -> Snapshot:
-        """The registry's snapshot, of the request's pool's instances only."""
-        snap = self._registry.snapshot()
-        if want is None or want.pool is None:
-            return snap
-        only = want.pool.instances
-        return replace(snap, instances=tuple(i for i in snap.instances if i.name in only))
+    def snapshot(self, want: Want | None = None, holding: str | None = None) -> Snapshot:
+        """The registry's snapshot, of the request's pool's instances only; with ``holding``,
+        of those holding a copy of that model (warm, loading or asleep) only."""
+        pool = want.pool.instances if want is not None and want.pool is not None else None
+        if holding is None and pool is None:
+            return self._registry.snapshot()
+        names = self._registry.copies.of(holding) if holding is not None else self._registry.names()
+        if pool is not None:
+            names = [name for name in names if name in pool]
+        return self._registry.snapshot(names)
 
     async def acquire(
         self, model: str, progress: Progress | None = None, want: Want | None = None
@@ -292,9 +300,17 @@ class Router:
     def place(self, model: str, want: Want, since: float) -> Decision:
         """Where a request for ``model`` that arrived at ``since`` would go now, among the
         instances of its pool. A free slot of a model with ``max_concurrency`` goes to the
-        queued requests first, by class, then arrival: it waits its turn (``Full``)."""
-        snap = self.snapshot(want)
+        queued requests first, by class, then arrival: it waits its turn (``Full``).
+
+        Placement looks first among the instances holding a copy of ``model`` (warm, loading
+        or asleep: an index, not a walk): where it serves, waits for a slot or joins a load
+        depends on those alone. Only a swap or a queue weighs the whole fleet
+        (docs/architecture.md, "A fleet of any size")."""
+        snap = self.snapshot(want, holding=model)
         decision = place(model, snap, self._policy, want.priority)
+        if not isinstance(decision, Serve | Full | Join):
+            snap = self.snapshot(want)
+            decision = place(model, snap, self._policy, want.priority)
         if isinstance(decision, Serve) and want.conversation is not None:
             decision = self.conversations.steer(model, want.conversation, snap, decision)
         if isinstance(decision, Serve):
@@ -304,11 +320,16 @@ class Router:
                 return Full(decision.instance)
         return decision
 
-    def reserve_room(self, model: str, until: float, outranks: int | None = None) -> str | None:
+    def reserve_room(
+        self, model: str, until: float, outranks: int | None = None, want: Want | None = None
+    ) -> str | None:
         """The starvation rule: stop new requests to the cheapest busy victims so they drain;
-        returns the instance it made room on, if any. With ``outranks``, a request's class:
-        only victims that lower classes alone use (swapgate/policy/placement.py)."""
-        snap = self._registry.snapshot()
+        returns the instance it made room on, if any, among those of the request's pool. With
+        ``outranks``, a request's class: only victims that lower classes alone use
+        (swapgate/policy/placement.py)."""
+        snap = self.snapshot(want)
+        if any(i.reserved_for == model for i in snap.instances):
+            return None  # room is made for another of its requests: one swap serves them all
         target = starvation_target(model, snap, self._policy, outranks)
         if target is None or not target.victims:
             return None
@@ -321,7 +342,7 @@ class Router:
         """Seconds until ``model`` would be warm on the decision's instance."""
         if isinstance(decision, Serve | Full | Unavailable):
             return 0.0
-        snap = self._registry.snapshot()
+        snap = self._registry.snapshot((decision.instance,))
         instance = snap.instance(decision.instance)
         if isinstance(decision, Join):
             return max(0.0, instance.swap_done_by - snap.now)

@@ -24,6 +24,13 @@ class LiveState:
     changes: Changes
     queues: Queues  # arrivals, and the requests waiting now
     known: frozenset[str] | None = None  # every model known; None: to be computed again
+    # The instances serving each model, in the config's order; None: to be computed again
+    serving: dict[str, list[str]] | None = None
 
     def client_name(self, instance: str, upstream: str) -> str:
         return self.catalog.client_name(instance, upstream)
+
+    def served_changed(self) -> None:
+        """What some instance serves changed (a poll that discovers them, a reload): what is
+        known of it is computed again when next asked."""
+        self.known = self.serving = None

@@ -12,23 +12,30 @@ class PollResults:
         self._live = live
 
     def apply_report(self, name: str, report: InstanceReport, generation: int) -> None:
-        """Take a poll's answer; its warm state only if no swap began or ended since it was sent."""
+        """Take a poll's answer; its warm state only if no swap began or ended since it was sent,
+        and of every model but the one a running swap loads."""
         live = self._live
         inst = live.instances[name]
         if report.available is not None and inst.config.models is None:
-            inst.serves = frozenset(live.client_name(name, u) for u in report.available)
-            live.known = None
+            serves = frozenset(live.client_name(name, u) for u in report.available)
+            if serves != inst.serves:  # most polls change nothing: what is known stays
+                inst.serves = serves
+                live.served_changed()
         inst.up = True
         inst.reported_capacity = report.capacity
         if report.sizes:
             inst.learned.update((live.client_name(name, u), b) for u, b in report.sizes.items())
-        if inst.generation == generation and inst.swapping is None:
-            self._apply_running(inst, report)
+        if inst.generation == generation:
+            # Mid-swap too: an instance back from down has nothing known warm but its answer
+            self._apply_running(inst, report, besides=inst.swapping)
         for upstream, why in (report.unreachable or {}).items():  # down alone, even mid-swap
             inst.slot(live.client_name(name, upstream)).down = why
         live.changes.notify()
 
-    def _apply_running(self, inst: InstanceSlot, report: InstanceReport) -> None:
+    def _apply_running(
+        self, inst: InstanceSlot, report: InstanceReport, besides: str | None = None
+    ) -> None:
+        """``besides``: the model a swap loads there now, which the swap itself settles."""
         now = self._live.clock()
         if report.all_warm:
             running = dict.fromkeys(inst.serves, WarmState.WARM)
@@ -38,12 +45,14 @@ class PollResults:
         else:
             return  # the backend cannot tell; swapgate's own record stands
         for model, state in running.items():
+            if model == besides:
+                continue
             slot = inst.slot(model)
             slot.set_state(state, now)
             if slot.down:  # its server is back: served at once, its backoff lifted
                 slot.down, slot.backoff_until, slot.failure = "", 0.0, ""
         for model, slot in inst.slots.items():
-            if model not in running:
+            if model not in running and model != besides:
                 slot.set_state(WarmState.COLD, now)
 
     def mark_down(self, name: str) -> None:

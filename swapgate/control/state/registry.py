@@ -8,7 +8,9 @@ per caller: ``polls`` (the poller), ``swap_marks`` (the swap coordinator), ``tra
 plane and the router) and ``operator`` (the admin API and the other replicas). Every change
 that can unblock a waiting request wakes the waiters, who then place again. Who is told of what
 happens here is given at construction: ``on_arrival`` (the demand by time of day) and
-``shares`` (the other replicas).
+``shares`` (the other replicas). ``copies`` says where each model is warm, loading or asleep,
+kept in step with every change, so that a request looks its model up instead of viewing the
+whole fleet (``snapshot(only=...)``: the views of those instances alone).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from swapgate.config.catalog import Catalog
 from swapgate.config.settings import InstanceConfig
 from swapgate.control.state.changes import Changes
 from swapgate.control.state.clients import Clients
+from swapgate.control.state.copies import Copies
 from swapgate.control.state.live_state import LiveState
 from swapgate.control.state.operator_marks import OperatorMarks, Shares
 from swapgate.control.state.peer_load import PeerLoad
@@ -50,22 +53,29 @@ class Registry:
         self.queues = Queues(clock, on_arrival)  # arrivals, and the requests waiting now
         self.clients = Clients(clock)  # who sends them: closed loops (agents) and the rest
         self.peer_load = PeerLoad()  # other replicas' requests in flight (their heartbeats)
+        # Where each model is warm, loading or asleep: what a request looks up (copies.py)
+        self.copies = Copies()
         slots = {
             conf.name: self._slot(conf, _configured_models(conf, catalog)) for conf in instances
         }
+        self.copies.rebuild(slots)
         self._live = LiveState(slots, catalog, clock, self.changes, self.queues)
         self.polls = PollResults(self._live)
         self.swap_marks = SwapMarks(self._live)
         self.traffic = Traffic(self._live)
         self.operator = OperatorMarks(self._live, shares)
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, only: Iterable[str] | None = None) -> Snapshot:
+        """Every instance as placement sees it now; with ``only``, those of these names alone
+        (a name the registry does not hold is left out), in the order given."""
         now, live = self.clock(), self._live
         estimates = live.catalog.sizes
         queued = self.queues.oldest()
+        every = live.instances
+        chosen = every.items() if only is None else ((n, every[n]) for n in only if n in every)
         return Snapshot(
             now,
-            tuple(i.view(now, estimates, self.peer_load.on(n)) for n, i in live.instances.items()),
+            tuple(i.view(now, estimates, self.peer_load.on(n)) for n, i in chosen),
             self.queues.arrivals(),
             queued,
             self.queues.classes(),
@@ -85,8 +95,15 @@ class Registry:
         return live.known
 
     def instances_of(self, model: str) -> list[str]:
-        """The instances that serve ``model`` (configured, or discovered on them)."""
-        return [name for name, inst in self._live.instances.items() if model in inst.serves]
+        """The instances that serve ``model`` (configured, or discovered on them); asked on
+        requests, so kept until a poll or a reload changes what the instances serve."""
+        live = self._live
+        if live.serving is None:
+            live.serving = {}
+            for name, inst in live.instances.items():
+                for served in inst.serves:
+                    live.serving.setdefault(served, []).append(name)
+        return list(live.serving.get(model, ()))
 
     def is_up(self, name: str) -> bool:
         return self._live.instances[name].up
@@ -162,11 +179,12 @@ class Registry:
                 inst.serves = _configured_models(conf, catalog)
             kept[conf.name] = inst
         self._live.instances = kept
-        self._live.known = None
+        self.copies.rebuild(kept)
+        self._live.served_changed()
         self._live.changes.notify()
 
     def _slot(self, conf: InstanceConfig, serves: frozenset[str]) -> InstanceSlot:
-        return InstanceSlot(conf, serves, pulse=Pulse(self.clock))
+        return InstanceSlot(conf, serves, pulse=Pulse(self.clock), copies=self.copies)
 
 
 def _configured_models(conf: InstanceConfig, catalog: Catalog) -> frozenset[str]:

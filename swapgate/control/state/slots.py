@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from swapgate.config.settings import InstanceConfig
+from swapgate.control.state.copies import Copies, Mover
 from swapgate.data.lease import Pulse
 from swapgate.data.snapshot import InstanceView, ModelView
 from swapgate.data.warm import WarmState
@@ -32,12 +33,17 @@ class ModelSlot:
     down: str = ""  # why its own server does not answer (vllm-sleep), while it does not
     limit: int | None = None  # what the instance takes at once of it, learned from a 429
     limit_until: float = 0.0  # ... until then (then it is tried higher again)
+    # Told of each change of state: the registry's index of copies by model (copies.py)
+    moved: Mover | None = field(default=None, repr=False, compare=False)
 
     def set_state(self, state: WarmState, now: float) -> None:
         if self.state is not state:
+            old = self.state
             self.state, self.since = state, now
             self.closing_until = 0.0
             self.unwanted = False
+            if self.moved is not None:
+                self.moved(old, state)
 
     def view(self, now: float, elsewhere: int = 0) -> ModelView:
         return ModelView(
@@ -75,6 +81,8 @@ class InstanceSlot:
     learned: dict[str, int] = field(default_factory=dict)  # sizes its backend reported
     reported_capacity: int | None = None  # what its backend said it runs at once
     pulse: Pulse = field(default_factory=Pulse)  # when its answers last moved
+    # Where each model has a copy: the registry's, shared by its instances; its own if alone
+    copies: Copies = field(default_factory=Copies, repr=False, compare=False)
 
     @property
     def capacity(self) -> int:
@@ -86,7 +94,10 @@ class InstanceSlot:
         return count if count is not None else NO_COUNT_LIMIT
 
     def slot(self, model: str) -> ModelSlot:
-        return self.slots.setdefault(model, ModelSlot())
+        slot = self.slots.get(model)
+        if slot is None:
+            slot = self.slots[model] = ModelSlot(moved=self.copies.mover(self.config.name, model))
+        return slot
 
     def view(
         self, now: float, estimates: dict[str, int], elsewhere: dict[str, int] | None = None

@@ -7,9 +7,10 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from swapgate import __version__
+from swapgate.control.state.registry import Registry
 from swapgate.data.warm import WarmState
 from swapgate.server.runtime import Runtime
 
@@ -58,7 +59,7 @@ def public_routes(runtime: Runtime) -> APIRouter:
 
         @router.get(runtime.configured.settings.metrics.path, include_in_schema=False)
         async def metrics() -> Response:
-            payload = generate_latest(runtime.metrics.registry)
+            payload = runtime.metrics.exposition()
             return Response(payload, media_type=CONTENT_TYPE_LATEST)
 
     return router
@@ -81,38 +82,46 @@ def model_listing(runtime: Runtime) -> list[dict[str, Any]]:
     """Every servable model, alias and selector, with its status as llama.cpp's router writes
     it (its warmest copy; a selector's warmest target) and where swapgate sees it warm or
     loading."""
-    snap = runtime.registry.snapshot()
+    registry = runtime.registry
+    states = _copies(registry)
     created = int(time.time())
     entries = []
     aliases = runtime.configured.catalog.aliases
     selectors = runtime.configured.catalog.selectors
-    for name in sorted(runtime.registry.known_models() | aliases.keys()):
+    for name in sorted(registry.known_models() | aliases.keys()):
         model = aliases.get(name, name)
-        where = {
-            state: [i.name for i in snap.instances if i.state_of(model) is state]
-            for state in (WarmState.WARM, WarmState.LOADING)
-        }
+        held = states.get(model, {})
         extra: dict[str, Any] = {
-            "warm_on": where[WarmState.WARM],
-            "loading_on": where[WarmState.LOADING],
-            "served_by": [i.name for i in snap.instances if model in i.serves],
+            "warm_on": [i for i, state in held.items() if state is WarmState.WARM],
+            "loading_on": [i for i, state in held.items() if state is WarmState.LOADING],
+            "served_by": registry.instances_of(model),
         }
         if model != name:
             extra["alias_of"] = model
         choose = selectors.get(model)
         if choose is not None:  # a selector: it answers from one of these
             extra["choose"] = {"from": list(choose.targets), "strategy": choose.strategy}
-        states = {
-            i.state_of(t) for i in snap.instances for t in (choose.targets if choose else [model])
-        }
+        targets = choose.targets if choose else [model]
+        warmest = status({state for t in targets for state in states.get(t, {}).values()})
         entries.append(
             {
                 "id": name,
                 "object": "model",
                 "created": created,
                 "owned_by": "swapgate",
-                "status": {"value": status(states)},
+                "status": {"value": warmest},
                 "swapgate": extra,
             }
         )
     return entries
+
+
+def _copies(registry: Registry) -> dict[str, dict[str, WarmState]]:
+    """Each model's copies that are not cold, by instance in the config's order: read from
+    the registry's index, not from a view of every instance (docs/architecture.md)."""
+    held = registry.copies.every()
+    snap = registry.snapshot({name: None for names in held.values() for name in names})
+    return {
+        model: {name: snap.instance(name).state_of(model) for name in names}
+        for model, names in held.items()
+    }
