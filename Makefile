@@ -40,9 +40,10 @@ pytest: $(STAMP) system-packages engine
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The real engines the tests run: llama-cpp-python and llama.cpp's llama-server with
-# Gemma-3-270M, vLLM's CPU build with a tiny Llama made offline, and the coding clients; built
-# once per machine into ~/.cache/swapgate (or $$SWAPGATE_ENGINE_CACHE), outside .venv;
-# ~5.5 + ~7 + ~2 min the first time on 2 cores, about a second once cached.
+# Gemma-3-270M, vLLM's CPU build with a tiny Llama made offline, the coding clients, and MLflow
+# (the trace backend the tracing tests read); built once per machine into ~/.cache/swapgate (or
+# $$SWAPGATE_ENGINE_CACHE), outside .venv; ~5.5 + ~7 + ~2 + ~2 min the first time on 2 cores,
+# about a second once cached.
 engine: $(STAMP)
 	$(BIN)/python -m testbed.engines
 

@@ -174,6 +174,12 @@ class Metrics:
     internal_errors = Declared(
         Counter, "swapgate_internal_errors", "Faults of swapgate's own, by where", "where"
     )
+    trace_spans_dropped = Declared(
+        Counter,
+        "swapgate_trace_spans_dropped",
+        "Trace spans dropped: the export queue was full, or the collector refused them",
+        "",
+    )
     process_exits = Declared(
         Counter,
         "swapgate_process_exits",

@@ -885,7 +885,7 @@ def _smoke_llama_swap(engine: LlamaSwapEngine, root: Path, what: str) -> None:
         )
 
 
-ENGINES = ("llama-cpp-python", "llama-server", "vllm", "clis", "llama-swap")
+ENGINES = ("llama-cpp-python", "llama-server", "vllm", "clis", "llama-swap", "traces")
 
 
 def main(argv: list[str]) -> None:
@@ -916,6 +916,10 @@ def _ensure(which: str) -> None:
             else f"llama-swap: none (no ../shared/engines/llama-swap, no "
             f"{LLAMA_SWAP_ENV}): its tests are skipped"
         )
+    if which in ("all", "traces"):  # the trace backend the tracing tests read (testbed/traces.py)
+        from testbed.traces import ensure_trace_backend
+
+        print(ensure_trace_backend())
 
 
 if __name__ == "__main__":

@@ -39,8 +39,17 @@ DRAIN_EVERY = 1.0
 WARN_EVERY = 60.0  # seconds between two warnings that rows cannot be written
 # The database's layout; MIGRATIONS[n] takes a file from version n to n + 1. Version 1 is the
 # first layout, which files from before versions had too (their user_version is 0).
-SCHEMA_VERSION = 1
-MIGRATIONS: dict[int, str] = {}
+SCHEMA_VERSION = 2
+
+
+def _trace_ids(connection: sqlite3.Connection) -> None:
+    """Version 2: each request's trace id (tracing), on a file that has an activity table."""
+    tables = connection.execute("SELECT name FROM sqlite_master WHERE name = 'activity'")
+    if tables.fetchone() is not None:
+        connection.execute("ALTER TABLE activity ADD COLUMN trace_id TEXT")
+
+
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _trace_ids}
 
 # Called on the worker thread with the connection, and True on the last call before closing.
 WritePending = Callable[[sqlite3.Connection, bool], None]
@@ -277,7 +286,7 @@ def migrate(connection: sqlite3.Connection) -> None:
         )
     with connection:
         for step in range(version, SCHEMA_VERSION):
-            connection.executescript(MIGRATIONS[step])
+            MIGRATIONS[step](connection)
         connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 

@@ -41,7 +41,8 @@ CREATE TABLE IF NOT EXISTS activity (
     status INTEGER NOT NULL,
     swap_id INTEGER,
     error TEXT NOT NULL,
-    stream INTEGER NOT NULL
+    stream INTEGER NOT NULL,
+    trace_id TEXT
 );
 CREATE INDEX IF NOT EXISTS activity_at ON activity (at);
 """

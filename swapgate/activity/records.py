@@ -31,7 +31,7 @@ WEEK = 7 * 24 * 3600.0  # seconds: Duration has no unit for days
 # An ``Activity``'s fields in their order: what the request path hands the log
 Row = tuple[
     str, float, str | None, str, str, str | None, Placement, float | None, float | None, float,
-    int | None, int | None, int, int | None, str, bool,
+    int | None, int | None, int, int | None, str, bool, str | None,
 ]  # fmt: skip
 
 
@@ -55,6 +55,7 @@ class Activity:
     swap_id: int | None  # the swap it waited for, in the gateway's swap log
     error: str  # an error's kind; "" when none
     stream: bool
+    trace_id: str | None = None  # its trace, while tracing is on (docs/operations.md, "Tracing")
 
     def describe(self) -> dict[str, object]:
         """The row as JSON-ready fields."""

@@ -19,6 +19,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -500,6 +501,27 @@ class CaptureConfig(_Section):
         return model in self.models or (key is not None and key in self.keys)
 
 
+class TracingConfig(_Section):
+    """OpenTelemetry traces over OTLP/HTTP (docs/operations.md, "Tracing"). No endpoint here
+    nor in OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: no tracing."""
+
+    endpoint: Url | None = None  # the collector's base URL: http://collector:4318
+    # Of the traces swapgate starts; a client's traceparent decides for its own (parent-based)
+    sample_ratio: Annotated[float, Field(ge=0, le=1)] = 1.0
+    # The trace backend's page of one trace, with {trace_id}: the dashboard links each request
+    ui_url: str | None = None
+
+    @field_validator("ui_url")
+    @classmethod
+    def _names_the_trace(cls, value: str | None) -> str | None:
+        if value is not None and "{trace_id}" not in value:
+            raise ValueError(
+                "ui_url must contain {trace_id}, where the trace's id goes (for Jaeger: "
+                "http://jaeger:16686/trace/{trace_id})"
+            )
+        return value
+
+
 class MetricsConfig(_Section):
     enabled: bool = True
     path: Annotated[str, Field(pattern=r"^/")] = "/metrics"
@@ -525,6 +547,7 @@ class Settings(BaseSettings):
     diagnosis: DiagnosisConfig = DiagnosisConfig()
     host_cache: HostCacheConfig = HostCacheConfig()
     activity: ActivityConfig = ActivityConfig()
+    tracing: TracingConfig = TracingConfig()
     capture: CaptureConfig | None = None
 
     @classmethod

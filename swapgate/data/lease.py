@@ -6,6 +6,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the SDK is imported only when tracing is on (swapgate/tracing/)
+    from opentelemetry.trace import SpanContext
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +52,17 @@ class Progress:
     # waited for, by its id in the swap log
     placement: str = "warm"
     swap_id: int | None = None
+    # While tracing: (state, epoch ns, instance) at each change of what it waits for, and the
+    # context of the swap span it waited for last (swapgate/tracing/)
+    trail: list[tuple[str, int, str | None]] | None = None
+    swap_span: SpanContext | None = None
+
+    def moved(self, instance: str, state: str) -> None:
+        """It waits on ``instance`` now, in ``state`` (queued, loading, waking, waiting)."""
+        self.instance, self.state = instance, state
+        trail = self.trail
+        if trail is not None and (not trail or trail[-1][0::2] != (state, instance)):
+            trail.append((state, time.time_ns(), instance))
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from swapgate.activity.records import Placement, Row
 from swapgate.control.memory.kv import Claim
@@ -16,6 +17,9 @@ from swapgate.errors import SwapgateError
 from swapgate.metrics import UNKNOWN
 from swapgate.proxy.endpoints import Endpoint
 from swapgate.proxy.translate.translated import Translated
+
+if TYPE_CHECKING:  # the SDK is imported only when tracing is on (swapgate/tracing/)
+    from opentelemetry.trace import Span
 
 _PLACED: dict[str, Placement] = {"swap": "swap", "queued": "queued", "full": "full"}
 TAIL = 4096  # bytes of the answer kept for its usage, which engines send last
@@ -53,6 +57,10 @@ class Exchange:
     progress: Progress | None = None  # where it was placed, and the swap it waited for
     tail: bytes = b""  # the answer's last bytes, while the activity log is on
     capture: Capture | None = None  # its headers and bodies, when captures want it
+    # While tracing (swapgate/tracing/): its server span, and its upstream call's
+    span: Span | None = None
+    upstream_span: Span | None = None
+    max_tokens: int | None = None  # as the request asked, for its span
 
     def keep_tail(self, chunk: bytes) -> None:
         self.tail = (self.tail + chunk)[-TAIL:]
@@ -67,7 +75,13 @@ class Exchange:
                 tokens_out = int(count)
         return tokens_in, tokens_out
 
-    def row(self, status: int, ended: float, usage: tuple[int | None, int | None]) -> Row:
+    def row(
+        self,
+        status: int,
+        ended: float,
+        usage: tuple[int | None, int | None],
+        trace_id: str | None = None,
+    ) -> Row:
         """Its row in the activity log, at ``ended`` (perf_counter), with its ``usage``:
         ``Activity``'s fields as a tuple, in their order (a tuple costs the request path a
         third of a dataclass)."""
@@ -89,6 +103,7 @@ class Exchange:
             self.progress.swap_id if self.progress else None,
             self.failed.code if self.failed else "",
             self.stream,
+            trace_id,
         )
 
     def placement(self) -> Placement:

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from starlette.types import Receive, Scope, Send
 
@@ -61,13 +62,16 @@ from swapgate.proxy.keepalive import (
     plan_keepalive,
     progress_mode,
 )
-from swapgate.proxy.records import RequestRecords
+from swapgate.proxy.records import OPERATIONS, RequestRecords, traced_upstream
 from swapgate.proxy.request import Request, read_request, with_fields
 from swapgate.proxy.request_id import request_id
 from swapgate.proxy.translate.translated import CHAT_PATH, Translated
 from swapgate.proxy.upload import PLAIN_FORMATS
 from swapgate.proxy.upstream import UpstreamClient, UpstreamResponse
 from swapgate.proxy.writer import ON_DISCONNECT, BodyMode, ResponseWriter, until_disconnect
+
+if TYPE_CHECKING:  # the SDK is imported only when tracing is on (swapgate/tracing/)
+    from swapgate.tracing.spans import Tracing
 
 # Set in a request's scope by the server when its read timeout cut the request's body
 # (swapgate/server/connections.py): counted as 408, not as a client that went away.
@@ -100,12 +104,15 @@ class ProxyEndpoint:
         activity: ActivityLog | None = None,
         captures: Captures | None = None,
         figures: Figures | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         """``activity`` and ``captures``: what each request leaves behind (proxy/records.py);
-        ``figures``: how far a running load has got, for the clients told its progress."""
+        ``figures``: how far a running load has got, for the clients told its progress;
+        ``tracing``: each request's spans (swapgate/tracing/), none when it is off."""
+        self.tracing = tracing
         self._figures = figures or no_figure
         self._registry = registry
-        self._records = RequestRecords(registry, metrics, decay, activity, captures)
+        self._records = RequestRecords(registry, metrics, decay, activity, captures, tracing)
         self._client = client
         self._metrics = metrics
         self._limits = limits
@@ -132,6 +139,16 @@ class ProxyEndpoint:
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         endpoint = ENDPOINTS[scope["path"]]
         ex = Exchange(scope["method"], endpoint, request_id(headers))
+        tracing = self.tracing
+        if tracing is None:
+            await self._serve(scope, receive, send, ex)
+            return
+        ex.span = tracing.request(headers, OPERATIONS.get(endpoint.label, endpoint.label))
+        with tracing.current(ex.span):  # a swap it starts is a child of its span
+            await self._serve(scope, receive, send, ex)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, ex: Exchange) -> None:
+        endpoint = ex.endpoint
         writer = ResponseWriter(send, [(b"x-request-id", ex.request_id.encode())], endpoint.dialect)
         try:
             request, plan = await self._admit(scope, receive, ex, writer)
@@ -200,6 +217,9 @@ class ProxyEndpoint:
         if ex.want.pool is not None:
             writer.headers.append((b"x-swapgate-pool", ex.want.pool.name.encode()))
         ex.capture = self._records.capture_for(ex, headers, request)
+        if ex.span is not None:
+            limit = request.payload.get("max_tokens") or request.payload.get("max_output_tokens")
+            ex.max_tokens = limit if isinstance(limit, int) else None
         return request, self._plan(scope, ex, request, request.stream, caller)
 
     async def _conversation(self, ex: Exchange, request: Request) -> str | None:
@@ -245,6 +265,8 @@ class ProxyEndpoint:
         plan: KeepalivePlan | None,
     ) -> None:
         progress = ex.progress = Progress()
+        if ex.span is not None:
+            progress.trail = []  # where it waited, for its spans
         pinging = None
         if plan is not None:
             pinger = Pinger(
@@ -270,6 +292,8 @@ class ProxyEndpoint:
                 await _stop(pinging)
                 response.close()
         finally:
+            if ex.upstream_span is not None and self.tracing is not None:
+                self.tracing.finish(ex.upstream_span, {}, ex.failed.code if ex.failed else "")
             attempts.release()
             if ex.claim is not None:
                 await self._free_slot(ex)
@@ -301,7 +325,7 @@ class ProxyEndpoint:
                 if failed_with is Failure.REFUSED and lease.kind == "instance":
                     self._registry.polls.mark_down(lease.name)  # the next poll brings it back
                 failed = lease.route
-                if attempts.after(failed_with, self._held(ex), request.replayable) is None:
+                if attempts.after(failed_with, _held(ex), request.replayable) is None:
                     raise
                 assert attempts.lease is not None
                 lease = attempts.lease
@@ -312,7 +336,7 @@ class ProxyEndpoint:
             if failure is None:
                 self._metrics.first_byte(ex.model, ex.route, time.perf_counter() - ex.started)
                 return response
-            place = attempts.after(failure, self._held(ex), request.replayable)
+            place = attempts.after(failure, _held(ex), request.replayable)
             if place is None:
                 self._metrics.first_byte(ex.model, ex.route, time.perf_counter() - ex.started)
                 return response
@@ -324,11 +348,6 @@ class ProxyEndpoint:
             self._metrics.upstream_errors.labels(lease.name, "http").inc()
             assert attempts.lease is not None
             lease = attempts.lease
-
-    @staticmethod
-    def _held(ex: Exchange) -> float:
-        """Seconds the upstream has held the request so far."""
-        return time.perf_counter() - ex.sent
 
     async def _answer(
         self,
@@ -407,11 +426,15 @@ class ProxyEndpoint:
         if upload is None:
             messages = speaks and ex.endpoint.protocol == "anthropic"
             headers = upstream_headers(scope["headers"], ex.request_id, key, anthropic=messages)
+            if ex.span is not None:
+                headers = traced_upstream(self.tracing, ex, lease, headers)
             response = await self._client.open(
                 scope["method"], url, headers, body, lease.upstream.read_timeout
             )
         else:
             headers = upstream_headers(scope["headers"], ex.request_id, key, upload.headers())
+            if ex.span is not None:
+                headers = traced_upstream(self.tracing, ex, lease, headers)
             response = await self._client.open(
                 scope["method"], url, headers, upload.stream(), lease.upstream.read_timeout
             )
@@ -446,7 +469,7 @@ class ProxyEndpoint:
         translation, pulse, capture = ex.translation, lease.pulse, ex.capture
         # The answer's tail, for its usage: its row in the activity log, its key's tpm
         counts = ex.admission is not None and ex.admission.counts_tokens
-        first, tail = True, self._records.activity is not None or counts
+        first, tail = True, self._records.activity is not None or counts or ex.span is not None
         try:
             async for chunk in response.chunks():
                 pulse.beat()
@@ -518,6 +541,11 @@ class ProxyEndpoint:
         if not writer.started:
             writer.headers += route_headers(ex.route, ex.waited)
         await writer.fail(exc)
+
+
+def _held(ex: Exchange) -> float:
+    """Seconds the upstream has held the request so far."""
+    return time.perf_counter() - ex.sent
 
 
 def _query(scope: Scope, extra: str = "") -> str:

@@ -20,7 +20,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,12 +54,14 @@ from swapgate.proxy.auth import AdminAuth, ClientAuth
 from swapgate.proxy.handler import ProxyEndpoint
 from swapgate.proxy.upstream import UpstreamClient
 from swapgate.tasks import TaskSet, stop
+from swapgate.tracing import tracing_for
 
 # Redis's client costs a tenth of a second of every start: the cluster's modules are imported by
 # a gateway that has replicas, when it builds them.
 if TYPE_CHECKING:
     from swapgate.cluster.demand import SharedDemand
     from swapgate.cluster.key_counts import SharedCounts
+    from swapgate.cluster.kv_slots import SharedSlots
     from swapgate.cluster.store import Cluster
     from swapgate.cluster.swaps import OperatorShares, SharedClaims
 
@@ -94,23 +96,15 @@ class Runtime:
         # (swapgate/cluster/): swap locks, events, pins and drains, the demand by time of day.
         self.cluster = _cluster(settings, self.metrics)
         clock = time.monotonic  # the one clock of the live state, read through the registry
-        shares: OperatorShares | None = None
         # The demand by time of day (auto preloads): alone, kept in a file (read at start,
         # written while auto jobs exist); among replicas, in Redis.
         self.demand = DayDemand(None if self.cluster else state_file())
-        self._shared_demand: SharedDemand | None = None
-        self._shared_counts: SharedCounts | None = None
-        shared_slots = None
-        if self.cluster:
-            from swapgate.cluster.demand import SharedDemand
-            from swapgate.cluster.key_counts import SharedCounts
-            from swapgate.cluster.kv_slots import SharedSlots
-            from swapgate.cluster.swaps import OperatorShares
-
-            shares = OperatorShares(self.cluster, clock)
-            self._shared_demand = SharedDemand(self.demand, self.cluster)
-            self._shared_counts = SharedCounts(self.cluster)  # each key's use (docs/keys.md)
-            shared_slots = SharedSlots(self.cluster)  # kv_keep's slot books (cluster/kv_slots.py)
+        shares, shared_slots = self._replicas(clock)
+        # Each request, swap and preload a span, when an OTLP endpoint is set (a restart
+        # applies a change of it): swapgate/tracing/
+        self.tracing = tracing_for(
+            settings.tracing.endpoint, settings.tracing.sample_ratio, self.metrics
+        )
         self.registry = Registry(
             settings.instances, catalog, clock, on_arrival=self.demand.arrived, shares=shares
         )
@@ -121,7 +115,7 @@ class Runtime:
             settings.host_cache, catalog.weights, self.registry, self.metrics, self._upcoming
         )
         # Conversations saved across swaps on kv_keep instances (control/memory/kv/)
-        self.kv = KvKeeper(self._control, self.metrics, shared=shared_slots)
+        self.kv = KvKeeper(self._control, self.metrics, shared=shared_slots, tracing=self.tracing)
         self.kv.configure(settings.instances)
         self.shared, self.coordinator = self._swaps(settings, catalog, shares)
         self.metrics.watch_progress(self.coordinator.progress.ratios)
@@ -142,6 +136,24 @@ class Runtime:
         self._background = TaskSet()
         self.configured = self._configure(settings, catalog)
 
+    def _replicas(
+        self, clock: Callable[[], float]
+    ) -> tuple[OperatorShares | None, SharedSlots | None]:
+        """Among replicas (a cluster), what they share besides swaps: pins and drains, the
+        demand by time of day, each key's use (docs/keys.md) and kv_keep's slot books."""
+        self._shared_demand: SharedDemand | None = None
+        self._shared_counts: SharedCounts | None = None
+        if not self.cluster:
+            return None, None
+        from swapgate.cluster.demand import SharedDemand
+        from swapgate.cluster.key_counts import SharedCounts
+        from swapgate.cluster.kv_slots import SharedSlots
+        from swapgate.cluster.swaps import OperatorShares
+
+        self._shared_demand = SharedDemand(self.demand, self.cluster)
+        self._shared_counts = SharedCounts(self.cluster)
+        return OperatorShares(self.cluster, clock), SharedSlots(self.cluster)
+
     def _swaps(
         self, settings: Settings, catalog: Catalog, shares: OperatorShares | None
     ) -> tuple[SharedClaims | None, SwapCoordinator]:
@@ -157,7 +169,7 @@ class Runtime:
         coordinator = SwapCoordinator(
             self.registry, self.drivers, catalog, times, self.metrics, routing.swap_timeout,
             eviction=routing.eviction, backoff_window=routing.backoff_window,
-            claims=shared, keeper=self.kv,
+            claims=shared, keeper=self.kv, tracing=self.tracing,
         )  # fmt: skip
         return shared, coordinator
 
@@ -173,6 +185,7 @@ class Runtime:
             activity=self.activity if settings.activity.enabled else None,
             captures=self.captures,
             figures=self.coordinator.progress.figure,
+            tracing=self.tracing,
         )
 
     def _drivers(self, settings: Settings, kept: Mapping[str, Driver]) -> dict[str, Driver]:
@@ -249,6 +262,7 @@ class Runtime:
             self.metrics,
             self.cluster.leads if self.cluster else None,
             self.demand,
+            self.tracing,
         )
         self.scheduler.start(self.configured.settings.preloads)
         self._host_cache_task = asyncio.create_task(self.host_cache.run(), name="host cache")
@@ -338,6 +352,8 @@ class Runtime:
         await self.upstream.aclose()
         await self._control.aclose()
         await self.activity.close()  # what is buffered is written first
+        if self.tracing is not None:  # the spans queued go out (within the exporter's timeout)
+            await asyncio.to_thread(self.tracing.shutdown)
 
     def _start_probes(self) -> None:
         prober = self.configured.prober

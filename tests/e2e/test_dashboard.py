@@ -26,6 +26,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from bench.redis import redis_server
+from swapgate.tools.processes import free_port
 from tests.e2e.processes import Gateway, chat, gateway, instance, simulator, wait_for
 from tests.e2e.test_process import process_config, sim_command
 
@@ -461,3 +462,36 @@ def test_the_activity_table_shows_each_request_and_links_it_to_its_swap(
             browser, lambda p: p.find_element(By.CSS_SELECTOR, 'tr[data-series="(no key) · a"]')
         )
         assert sum(int(td.text) for td in traffic.find_elements(By.TAG_NAME, "td")[1:]) == 2
+
+
+def test_with_a_trace_ui_each_request_links_its_trace(browser: WebDriver, tmp_path: Path) -> None:
+    """tracing.ui_url: each activity row links its trace in the backend's UI, the client's own
+    trace when it sent traceparent. The collector here is a closed port: spans are dropped,
+    the answers and the ids stay the same."""
+    client_trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    with (
+        simulator(models=("a",), load_time=0.2) as sim,
+        gateway(
+            {
+                "server": {"admin_token_env": "SWAPGATE_ADMIN_TOKEN"},
+                "instances": [instance("gpu", sim)],
+                "activity": {"path": str(tmp_path / "activity.sqlite3")},
+                "tracing": {
+                    "endpoint": f"http://127.0.0.1:{free_port()}",
+                    "ui_url": "http://traces.example/trace/{trace_id}",
+                },
+            },
+            ENV,
+        ) as gw,
+    ):
+        log_in(browser, gw)
+        until(browser, live)
+        traced = {"traceparent": f"00-{client_trace}-00f067aa0ba902b7-01"}
+        answer = chat(gw.url, "a", headers=traced)
+        assert answer.status_code == 200
+        row = f'tr[data-request="{answer.headers["x-request-id"]}"]'
+        link = until(
+            browser, lambda p: p.find_element(By.CSS_SELECTOR, f"{row} a[data-trace-link]")
+        )
+        assert link.get_attribute("data-trace-link") == client_trace
+        assert link.get_attribute("href") == f"http://traces.example/trace/{client_trace}"

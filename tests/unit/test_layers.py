@@ -16,6 +16,7 @@ SHARED = {
     "loop_metrics",
     "live_gauges",
     "tasks",
+    "tracing",
 }  # at the top of the package, used by all
 
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -25,6 +25,9 @@ from swapgate.config.settings import PreloadConfig
 from swapgate.control.loops.forecast import SLOT, WEEKDAYS, WEEKENDS, DayDemand
 from swapgate.control.loops.preload import Preloader, PreloadResult
 from swapgate.metrics import Metrics
+
+if TYPE_CHECKING:  # the SDK is imported only when tracing is on (swapgate/tracing/)
+    from swapgate.tracing.spans import Attribute, Tracing
 
 log = logging.getLogger("swapgate.scheduler")
 # A run that could not start on time (the gateway was busy or restarting) still runs this late.
@@ -51,7 +54,10 @@ class PreloadScheduler:
         metrics: Metrics,
         leads: Callable[[], Awaitable[bool]] | None = None,
         demand: DayDemand | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
+        """``tracing``: each run a span, the swaps it starts its children (swapgate/tracing/)."""
+        self._tracing = tracing
         # A getter: the scheduler lives across reloads, the preloader (its policy, its
         # swap_timeout) is the current config's.
         self._preloader = preloader
@@ -155,7 +161,14 @@ class PreloadScheduler:
         log.info("preload job %s: %s on %d instance(s)", name, job.model, job.instances)
         record.last_run = datetime.now().astimezone()
         preloader = self._preloader()
-        result = await preloader.preload(job.model, job.instances, pin_for=job.pin_for)
+        if self._tracing is None:
+            result = await preloader.preload(job.model, job.instances, pin_for=job.pin_for)
+        else:
+            attributes: dict[str, Attribute] = {"swapgate.model": job.model, "swapgate.job": name}
+            span = self._tracing.span(f"preload {name}", attributes)
+            with self._tracing.current(span):  # its swaps are its children
+                result = await preloader.preload(job.model, job.instances, pin_for=job.pin_for)
+            self._tracing.finish(span, {"swapgate.result": "ok" if result.ok else "failed"})
         record.last_result = result
         self._metrics.preload_runs.labels(name, "ok" if result.ok else "failed").inc()
         if not result.ok:

@@ -211,6 +211,8 @@ class Router:
             progress.placement = "full" if isinstance(decision, Full) else placement
             if placement == "swap" and lease.kind == "instance":
                 progress.swap_id = self._coordinator.last_swap(lease.name, model)
+                if progress.trail is not None:  # tracing: its wait's span links the swap's
+                    progress.swap_span = self._coordinator.log.span_of(progress.swap_id)
         self.conversations.remember(model, want.conversation, lease)
         return lease
 

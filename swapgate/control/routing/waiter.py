@@ -63,7 +63,9 @@ class Routing(Protocol):
     def expected_wait(self, model: str, decision: Decision) -> float: ...
     def relay(self, model: str, reason: Reason, started: float | None = None) -> Lease | None: ...
     def retry_after(self, model: str) -> int: ...
-    def reserve_room(self, model: str, until: float, outranks: int | None = None) -> str | None: ...
+    def reserve_room(
+        self, model: str, until: float, outranks: int | None = None, want: Want | None = None
+    ) -> str | None: ...
 
 
 class Waiter:
@@ -105,7 +107,7 @@ class Waiter:
         held = decision.instance if isinstance(decision, Join | Swap | Full) else None
         self._await_swap_on(held, isinstance(decision, Full))
         if isinstance(decision, Serve):
-            self._progress.instance, self._progress.state = decision.instance, "waiting"
+            self._progress.moved(decision.instance, "waiting")
             if not self._started_swap:  # another request's swap served it too
                 self._metrics.swaps_avoided.labels(model).inc()
             return router.lease(decision.instance, model, started, want.priority)
@@ -122,15 +124,15 @@ class Waiter:
             if decision.lasting:  # a retry meets the same config: no Retry-After
                 raise error(decision.reason)
             raise error(f"{decision.reason}; retry later", retry_after=router.retry_after(model))
-        self._progress.instance = decision.instance
-        self._progress.state = _STATES[type(decision)]
-        if self._progress.state == "loading" and self._swaps.waking(decision.instance):
-            self._progress.state = "waking"
+        state = _STATES[type(decision)]
+        if state == "loading" and self._swaps.waking(decision.instance):
+            state = "waking"
+        self._progress.moved(decision.instance, state)
         if isinstance(decision, Queue) and self._room_on is None:
             if self._registry.clock() >= self._starving_at:
-                self._room_on = router.reserve_room(model, self.deadline)
+                self._room_on = router.reserve_room(model, self.deadline, want=want)
             else:  # what only lower classes use makes room for it at once
-                self._room_on = router.reserve_room(model, self.deadline, want.priority)
+                self._room_on = router.reserve_room(model, self.deadline, want.priority, want)
         return None
 
     def _await_swap_on(self, instance: str | None, for_slot: bool = False) -> None:

@@ -14,7 +14,7 @@ import asyncio
 import logging
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swapgate.config.catalog import Catalog
 from swapgate.config.settings import EvictionMode
@@ -33,6 +33,9 @@ from swapgate.metrics import Metrics
 from swapgate.policy.backoff import WINDOW, Backoff
 from swapgate.policy.placement import Policy, overflow
 from swapgate.tasks import stop
+
+if TYPE_CHECKING:  # the SDK is imported only when tracing is on (swapgate/tracing/)
+    from swapgate.tracing.spans import Tracing
 
 log = logging.getLogger("swapgate.swaps")
 # A swap that loads a model evicted from the same instance less than this many of its swap
@@ -66,11 +69,13 @@ class SwapCoordinator:
         backoff_window: float = WINDOW,
         claims: Claims | None = None,
         keeper: KvKeeper | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         """``eviction``: the rule that ranks victims (routing.eviction), named in the log;
         ``backoff_window``: two models failing within it back off their whole instance;
         ``claims``: what a swap asks of the other replicas (alone: nothing); ``keeper``:
-        conversations saved before an unload on ``kv_keep`` instances."""
+        conversations saved before an unload on ``kv_keep`` instances; ``tracing``: each swap
+        a span (swapgate/tracing/), a child of the request that started it."""
         self._registry = registry
         self._clock = registry.clock
         self.claims = claims or Alone()
@@ -81,7 +86,7 @@ class SwapCoordinator:
         self._flights: dict[str, Flight] = {}  # by instance
         self._backoff = Backoff(self._clock, backoff_window)
         self._eviction = eviction
-        self.log = SwapLog()  # the last swaps, for operators
+        self.log = SwapLog(tracing=tracing)  # the last swaps, for operators; their spans
         # How far each running load has got, as a real figure (control/swaps/load_progress.py)
         self.progress = LoadProgress(
             self._clock, catalog.weights, pages.resident, pages.size, self._load_stage
@@ -213,6 +218,7 @@ class SwapCoordinator:
         driver = steps.drivers[instance]
         started = self._clock()
         log.info("swap start: %s on %s (evicting %s)", model, instance, list(victims) or "none")
+        self.log.enter(instance)  # its span, in the swap's own task: its kv saves its children
         warm, error = False, ""
         # No request goes to a victim any more: one sent to a vLLM server going to sleep
         # would wait, unanswered, for its next wake.
@@ -333,9 +339,11 @@ class SwapCoordinator:
         self, instance: str, model: str, result: str, elapsed: float, warm: bool, error: str = ""
     ) -> bool:
         """A swap ended: its log entry, its metrics and its time, then ``_settle``."""
+        flight = self._flights.get(instance)
+        kind, tier = (flight.kind, flight.tier) if flight else ("load", "unknown")
         record = self.log.running_on(instance)
         if record is not None:
-            self.log.end(record, result, elapsed, error)
+            self.log.end(record, result, elapsed, error, tier, self.times.sizes.get(model))
         self.progress.ended(instance, model)
         if result == "abandoned" and not warm:  # stopped, not failed: no backoff
             self._registry.swap_marks.end_swap(instance, model, ok=False)
@@ -343,8 +351,6 @@ class SwapCoordinator:
             self._settle(instance, model, warm, error)
         if result == "abandoned" and warm:
             self._registry.swap_marks.mark_abandoned(instance, model)
-        flight = self._flights.get(instance)
-        kind, tier = (flight.kind, flight.tier) if flight else ("load", "unknown")
         self._metrics.swap_duration.labels(instance, model, result, tier).observe(elapsed)
         self._metrics.swaps.labels(instance, model, result).inc()
         if kind == "wake":

@@ -11,9 +11,15 @@ import itertools
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from swapgate.config.settings import EvictionMode
 from swapgate.data.snapshot import InstanceView
+
+if TYPE_CHECKING:  # the SDK is imported only when tracing is on (swapgate/tracing/)
+    from opentelemetry.trace import Span, SpanContext
+
+    from swapgate.tracing.spans import Attribute, Tracing
 
 KEPT = 50  # records kept, newest last
 
@@ -31,6 +37,7 @@ class SwapRecord:
     seconds: float | None = None  # once ended
     result: str | None = None  # ok | failed | timeout | abandoned; None while it runs
     error: str = ""  # what went wrong, for a failed or timed-out swap
+    span: Span | None = None  # its trace span, while tracing (swapgate/tracing/)
 
     def describe(self) -> dict[str, object]:
         return {
@@ -53,6 +60,9 @@ class SwapLog:
     records: deque[SwapRecord] = field(default_factory=lambda: deque(maxlen=KEPT))
     version: int = 0
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    # Each swap a span too, from its begin to its end (docs/operations.md, "Tracing"): a child
+    # of the request whose wait began it, linked from every request that waited for it
+    tracing: Tracing | None = None
 
     def begin(
         self,
@@ -68,11 +78,49 @@ class SwapLog:
         )
         self.records.append(record)
         self.version += 1
+        if self.tracing is not None:
+            attributes: dict[str, Attribute] = {
+                "swapgate.model": model,
+                "swapgate.instance": instance,
+                "swapgate.evicted": list(victims),
+                "swapgate.kind": kind,
+                "swapgate.swap_id": record.id,
+            }
+            record.span = self.tracing.span(f"swap {model}", attributes)
         return record
 
-    def end(self, record: SwapRecord, result: str, seconds: float, error: str = "") -> None:
+    def end(
+        self,
+        record: SwapRecord,
+        result: str,
+        seconds: float,
+        error: str = "",
+        tier: str = "unknown",
+        size: int | None = None,
+    ) -> None:
+        """``tier``: where its weights were read from; ``size``: their bytes, if known."""
         record.result, record.seconds, record.error = result, seconds, error
         self.version += 1
+        if record.span is not None and self.tracing is not None:
+            attributes: dict[str, Attribute] = {"swapgate.result": result, "swapgate.tier": tier}
+            if size and result == "ok":  # a load reads its weights, from whatever tier
+                attributes["swapgate.bytes_read"] = size
+            failed = error or ("" if result in ("ok", "abandoned", "handed over") else result)
+            self.tracing.finish(record.span, attributes, failed)
+
+    def enter(self, instance: str) -> None:
+        """The running swap's span is the current one for the rest of this task (the swap's
+        own): what it does next is its children."""
+        record = self.running_on(instance)
+        if record is not None and record.span is not None and self.tracing is not None:
+            self.tracing.enter(record.span)
+
+    def span_of(self, swap_id: int | None) -> SpanContext | None:
+        """The trace span context of swap ``swap_id``, if it is still kept and was traced."""
+        record = next((r for r in reversed(self.records) if r.id == swap_id), None)
+        if record is None or record.span is None:
+            return None
+        return record.span.get_span_context()
 
     def running(self) -> list[SwapRecord]:
         return [r for r in self.records if r.result is None]

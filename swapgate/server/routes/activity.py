@@ -38,8 +38,13 @@ def activity_routes(router: APIRouter, runtime: Runtime) -> None:
             before=before,
             limit=limit,
         )
-        recording = runtime.endpoint.records_activity
-        return {**page.describe(), "recording": recording, "dropped": runtime.activity.dropped}
+        return {
+            **page.describe(),
+            "recording": runtime.endpoint.records_activity,
+            "dropped": runtime.activity.dropped,
+            # Where each row's trace_id opens in the trace backend (tracing.ui_url), if set
+            "trace_url": runtime.configured.settings.tracing.ui_url,
+        }
 
     @router.get("/activity/counts")
     async def counts(since: Since = "1h", bucket: str = "5m") -> dict[str, Any]:

@@ -427,7 +427,7 @@ async function readActivity() {
   if (!token() || $("board").hidden) return;
   try {
     const page = await getJson("/admin/activity?limit=30");
-    drawActivity(page.rows);
+    drawActivity(page.rows, page.trace_url);
     const newest = page.rows.length ? page.rows[0].id : null;
     if (newest !== newestRow) { // the counts scan an hour of rows: only when some came
       drawTraffic(await getJson("/admin/activity/counts?since=1h&bucket=5m"));
@@ -449,7 +449,14 @@ function ms(value) {
   return value >= 1000 ? (value / 1000).toFixed(2) + " s" : value.toFixed(0) + " ms";
 }
 
-function drawActivity(rows) {
+// A request's trace in the backend's own UI, where tracing.ui_url says it is
+function traceLink(traceId, traceUrl) {
+  if (!traceId || !traceUrl) return null;
+  const href = traceUrl.replace("{trace_id}", encodeURIComponent(traceId));
+  return el("a", { href, target: "_blank", rel: "noopener", "data-trace-link": traceId }, " trace");
+}
+
+function drawActivity(rows, traceUrl) {
   $("activity").tBodies[0].replaceChildren(...rows.map((r) => el("tr", { "data-request": r.request_id },
     el("td", {}, new Date(r.at * 1000).toLocaleTimeString()), el("td", {}, r.key || ""),
     el("td", {}, r.model), el("td", {}, r.instance || ""), el("td", { "data-placement": r.placement }, r.placement),
@@ -457,7 +464,7 @@ function drawActivity(rows) {
     el("td", {}, ms(r.wait_ms)), el("td", {}, ms(r.ttft_ms)), el("td", {}, ms(r.duration_ms)),
     el("td", {}, r.tokens_in === null && r.tokens_out === null ? "" : (r.tokens_in ?? "?") + " → " + (r.tokens_out ?? "?")),
     el("td", { class: r.status >= 400 ? "error" : "" }, r.status + (r.error ? " " + r.error : "")),
-    el("td", { class: "id" }, r.request_id))));
+    el("td", { class: "id" }, r.request_id, traceLink(r.trace_id, traceUrl)))));
 }
 
 function drawTraffic(body) {

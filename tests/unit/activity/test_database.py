@@ -3,6 +3,7 @@ a way forward, and a disk that refuses rows without failing anything or flooding
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sqlite3
 import stat
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from swapgate.activity import database
-from swapgate.activity.log import ActivityLog
+from swapgate.activity.log import SCHEMA, ActivityLog
 from tests.unit.activity.conftest import FakeClock, make_activity
 
 WEEK = 7 * 24 * 3600.0
@@ -66,26 +67,29 @@ async def test_a_file_from_before_versions_is_stamped_and_a_new_one_is_current(
         assert _version(path) == database.SCHEMA_VERSION
 
 
-async def test_an_older_layout_is_migrated_forward(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_version_1_file_gains_trace_ids_and_keeps_its_rows(tmp_path: Path) -> None:
+    """Version 2 adds each request's trace id: a file of version 1 is migrated once, in place."""
     path = tmp_path / "activity.db"
+    version_1 = SCHEMA.replace(",\n    trace_id TEXT", "")
+    assert "trace_id" not in version_1
+    row = make_activity(request_id="before")
+    with sqlite3.connect(path) as connection:
+        connection.executescript(version_1)
+        fields = dataclasses.asdict(row)
+        fields.pop("trace_id")
+        names = ", ".join(f'"{name}"' for name in fields)
+        marks = ", ".join("?" * len(fields))
+        connection.execute(
+            f"INSERT INTO activity ({names}) VALUES ({marks})", list(fields.values())
+        )
+        connection.execute("PRAGMA user_version = 1")
     log = ActivityLog(path, max_rows=100, max_age=WEEK, clock=FakeClock())
     log.start()
-    log.record(make_activity(request_id="before"))
-    await log.close()
-    # A later swapgate adds a column: its migration runs once, and the rows stay
-    monkeypatch.setattr(database, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(database, "MIGRATIONS", {1: "ALTER TABLE activity ADD COLUMN note TEXT"})
-    log = ActivityLog(path, max_rows=100, max_age=WEEK, clock=FakeClock())
-    log.start()
+    log.record(make_activity(request_id="after", trace_id="ab" * 16))
     page = await log.query()
     await log.close()
-    assert [a.request_id for _, a in page.rows] == ["before"]
+    assert {a.request_id: a.trace_id for _, a in page.rows} == {"before": None, "after": "ab" * 16}
     assert _version(path) == 2
-    with sqlite3.connect(path) as connection:
-        columns = [row[1] for row in connection.execute("PRAGMA table_info(activity)")]
-    assert "note" in columns
 
 
 async def test_a_file_from_a_newer_swapgate_is_left_alone_and_the_log_kept_in_memory(

@@ -34,6 +34,7 @@ from swapgate.config.settings import (
     RoutingConfig,
     ServerConfig,
     Settings,
+    TracingConfig,
 )
 from tests.unit.strategies import BOUNDED, JSON, SCALARS
 
@@ -51,6 +52,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "host_cache": HostCacheConfig,
     "activity": ActivityConfig,
     "capture": CaptureConfig,
+    "tracing": TracingConfig,
 }
 LISTS: dict[str, type[BaseModel]] = {"instances": InstanceConfig, "preloads": PreloadConfig}
 NAMED: dict[str, type[BaseModel]] = {"models": ModelConfig, "relays": RelayConfig}

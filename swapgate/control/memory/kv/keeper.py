@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -29,6 +29,11 @@ from swapgate.control.memory.kv.book import NO_SLOT, Claim, SharedBook, SlotBook
 from swapgate.control.memory.kv.files import Found, SavedFiles
 from swapgate.metrics import Metrics
 from swapgate.policy.conversation import scoped
+
+if TYPE_CHECKING:  # the SDK is imported only when tracing is on (swapgate/tracing/)
+    from opentelemetry.trace import Span
+
+    from swapgate.tracing.spans import Attribute, Tracing
 
 log = logging.getLogger("swapgate.kv")
 TIMEOUT = httpx.Timeout(60.0, connect=5.0)  # a save waits for its slot's running answer
@@ -63,8 +68,11 @@ class KvKeeper:
         metrics: Metrics,
         clock: Callable[[], float] = time.monotonic,
         shared: SharedBook | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
-        """``shared``: the slot books replicas on Redis share (swapgate/cluster/kv_slots.py)."""
+        """``shared``: the slot books replicas on Redis share (swapgate/cluster/kv_slots.py);
+        ``tracing``: each save and restore a span (swapgate/tracing/)."""
+        self._tracing = tracing
         self._client = client
         self._metrics = metrics
         self._clock = clock
@@ -163,6 +171,7 @@ class KvKeeper:
         files = self._files[instance]
         url, body = server.action(slot, "save", files.name(model, key))
         result, size = "ok", 0
+        span = _span(self._tracing, "save", instance, model, slot)
         try:
             answer = await self._client.post(
                 url, json=body, headers=server.headers, timeout=TIMEOUT
@@ -177,6 +186,7 @@ class KvKeeper:
             result = "failed"
             log.warning("%s/%s: saving slot %d failed: %s", instance, model, slot, exc)
         self._metrics.kv_saves.labels(instance, model, result).inc()
+        _spanned(self._tracing, span, result, size)
         return size
 
     def _no_save_path(self, instance: str, model: str, detail: str) -> None:
@@ -261,6 +271,7 @@ class KvKeeper:
         files = self._files[instance]
         url, body = server.action(claim.slot, "restore", files.name(model, claim.key))
         result = "ok"
+        span = _span(self._tracing, "restore", instance, model, claim.slot)
         try:
             answer = await self._client.post(
                 url, json=body, headers=server.headers, timeout=TIMEOUT
@@ -278,6 +289,7 @@ class KvKeeper:
                 exc,
             )
         self._metrics.kv_restores.labels(instance, model, result).inc()
+        _spanned(self._tracing, span, result)
 
     async def _count(self, server: Server) -> int | None:
         url, params = server.get("/slots")
@@ -329,3 +341,23 @@ class KvKeeper:
         described = self.describe(instance)
         if described is not None:
             self._metrics.kv_saved_bytes.labels(instance).set(described["bytes"])
+
+
+def _span(
+    tracing: Tracing | None, action: str, instance: str, model: str, slot: int
+) -> Span | None:
+    """A save's or a restore's span, under the swap or the request it is part of."""
+    if tracing is None:
+        return None
+    attributes: dict[str, Attribute] = {
+        "swapgate.instance": instance,
+        "swapgate.model": model,
+        "swapgate.slot": slot,
+    }
+    return tracing.span(f"kv {action} {model}", attributes)
+
+
+def _spanned(tracing: Tracing | None, span: Span | None, result: str, size: int = 0) -> None:
+    if span is not None and tracing is not None:
+        error = "" if result == "ok" else result
+        tracing.finish(span, {"swapgate.result": result, "swapgate.bytes": size}, error)
