@@ -26,6 +26,7 @@ from swapgate.errors import (
     ShuttingDown,
     SwapgateError,
 )
+from swapgate.metrics import Metrics
 from swapgate.proxy.endpoints import ENDPOINTS
 from swapgate.server.event_stream import EventStream
 from swapgate.server.routes.admin import admin_routes
@@ -112,11 +113,11 @@ def create_app(settings: Settings, config_path: str | Path | None = None) -> Swa
     app.include_router(public_routes(runtime))
     app.include_router(admin_routes(runtime))
     app.include_router(dashboard_routes(runtime, events))
-    _install_error_handlers(app)
+    _install_error_handlers(app, runtime.metrics)
     return SwapgateApp(app, runtime)
 
 
-def _install_error_handlers(app: FastAPI) -> None:
+def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
     async def swapgate_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, SwapgateError)
         return _error_response(exc)
@@ -128,22 +129,38 @@ def _install_error_handlers(app: FastAPI) -> None:
         else:
             paths = ", ".join(PROXIED_PATHS)
             error = PathNotFound(f"no endpoint at {request.url.path}; the API is at {paths}")
-        return _error_response(error)
+        response = _error_response(error)
+        response.headers.update(exc.headers or {})  # a 405's Allow (RFC 9110)
+        return response
 
     async def validation_error(_: Request, exc: Exception) -> Response:
-        return _error_response(BadRequest(f"invalid request: {exc}"))
+        assert isinstance(exc, RequestValidationError)
+        return _error_response(BadRequest(f"invalid request: {_invalid(exc)}"))
 
     async def internal_error(request: Request, exc: Exception) -> Response:
-        # Starlette's last resort would be a plain-text 500 (docs/operations.md): one log line
-        # instead.
-        log.error("internal error on %s %s: %r", request.method, request.url.path, exc)
-        log.debug("internal error", exc_info=exc)
+        # Starlette's last resort would be a plain-text 500 (docs/operations.md): a shaped one,
+        # the traceback in the log, counted.
+        metrics.internal_errors.labels("request").inc()
+        log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
         return _error_response(InternalError("swapgate failed on this request; retry later"))
 
     app.add_exception_handler(SwapgateError, swapgate_error)
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(Exception, internal_error)
+
+
+def _invalid(exc: RequestValidationError) -> str:
+    """What was wrong, field by field: never the endpoint's source file and line, which
+    FastAPI's own text of the error carries."""
+    said = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error.get("loc", ()))
+        got = error.get("input")
+        short = isinstance(got, str | int | float) and len(str(got)) < 60
+        shown = f" (got {got!r})" if short else ""
+        said.append(f"{where}: {error.get('msg', 'invalid')}{shown}")
+    return "; ".join(said) or "the request does not match what this endpoint takes"
 
 
 def _error_response(exc: SwapgateError) -> Response:
