@@ -320,7 +320,7 @@ def _victims(
 ) -> tuple[str, ...] | None:
     """The cheapest set of evictable models whose eviction makes room for ``model``: one
     place more (``capacity``) and enough bytes (``memory``); None if no set does."""
-    count = instance.resident - instance.capacity + 1
+    count = max(0, instance.resident - instance.capacity + 1)  # none where a place is free
     evictable = sorted(
         (n for n in instance.models if _evictable(instance, n, snap, policy, room)),
         key=lambda name: _victim_cost(instance, name, snap, policy),

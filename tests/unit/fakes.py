@@ -1,11 +1,12 @@
-"""In-process parts for unit tests: a driver that records calls, a clock the test moves, and a
-gateway's live state (registry, swap coordinator, router, preloader) wired from a config, with
-no network."""
+"""In-process parts for unit tests: a driver that records calls (and one whose loads end when
+the test says), a clock the test moves (and an event loop that runs on it), and a gateway's live
+state (registry, swap coordinator, router, preloader) wired from a config, with no network."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -89,6 +90,83 @@ class FakeDriver(Driver):
         self.calls.append(("unload", model))
 
 
+class HeldDriver(FakeDriver):
+    """A backend whose loads last until the test ends them (``finish``: loaded, failed, or
+    crashed with any exception) or leaves them hanging; it keeps what it has loaded, which its
+    polls report (``down``: they fail), and tells ``on_unload`` of each unload as it begins."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loaded: set[str] = set()
+        self.loading: dict[str, asyncio.Future[None]] = {}
+        self.down = False
+        self.on_unload: Callable[[str], None] = lambda model: None
+
+    async def state(self) -> InstanceReport:
+        if self.down:
+            raise DriverError("connection refused")
+        return InstanceReport(dict.fromkeys(self.loaded, WarmState.WARM), None)
+
+    async def load(self, model: str) -> None:
+        self.calls.append(("load", model))
+        assert model not in self.loading, f"a second load of {model} while one runs"
+        ended = self.loading[model] = asyncio.get_running_loop().create_future()
+        try:
+            await ended
+        finally:
+            del self.loading[model]
+        self.loaded.add(model)
+
+    def finish(self, model: str, error: BaseException | None = None) -> None:
+        ended = self.loading[model]
+        if error is None:
+            ended.set_result(None)
+        else:
+            ended.set_exception(error)
+
+    async def unload(self, model: str) -> None:
+        self.calls.append(("unload", model))
+        self.on_unload(model)
+        self.loaded.discard(model)
+
+
+class ClockLoop(asyncio.SelectorEventLoop):
+    """An event loop whose time is a ``FakeClock``'s: the timeouts inside the live state
+    (``swap_timeout``, a waiter's recheck, a load's abandon check) fire when the test moves the
+    clock and never by themselves, so a run is the same every time and takes no real time."""
+
+    # asyncio's own queues of what runs next, which typeshed leaves out: ``idle`` reads them
+    _ready: deque[asyncio.Handle]
+    _scheduled: list[asyncio.TimerHandle]
+    _clock_resolution: float
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__()
+        self.clock = clock
+
+    def time(self) -> float:
+        return self.clock.now
+
+    def idle(self) -> bool:
+        """Nothing is left to run at the clock's present time (what ``_run_once`` would run)."""
+        due = self.time() + self._clock_resolution
+        timers = (h for h in self._scheduled if not h.cancelled() and h.when() < due)
+        return not self._ready and next(timers, None) is None
+
+    def settle(self, turns: int = 10_000) -> None:
+        """Run until nothing is left to run now; a loop still busy after ``turns`` turns never
+        settles (something wakes itself forever)."""
+
+        async def turn() -> bool:
+            for _ in range(turns):
+                await asyncio.sleep(0)
+                if self.idle():
+                    return True
+            return False
+
+        assert self.run_until_complete(turn()), f"still busy after {turns} turns of the loop"
+
+
 @dataclass
 class World:
     settings: Settings
@@ -112,13 +190,17 @@ class World:
 
 
 def world(
-    config: dict[str, Any], delay: float = 0.05, clock: Callable[[], float] | None = None
+    config: dict[str, Any],
+    delay: float = 0.05,
+    clock: Callable[[], float] | None = None,
+    driver: Callable[[], FakeDriver] | None = None,
 ) -> World:
-    """``clock``: a ``FakeClock`` for tests of timing rules; the real one otherwise."""
+    """``clock``: a ``FakeClock`` for tests of timing rules; the real one otherwise;
+    ``driver``: makes each instance's driver (a ``FakeDriver`` with loads of ``delay``)."""
     settings = parse_config(config)
     catalog = Catalog(settings)
     registry = Registry(settings.instances, catalog, clock or time.monotonic)
-    drivers = {inst.name: FakeDriver(delay) for inst in settings.instances}
+    drivers = {inst.name: (driver or (lambda: FakeDriver(delay)))() for inst in settings.instances}
     metrics = Metrics()
     times = SwapTimes(settings.routing.expected_swap)
     coordinator = SwapCoordinator(

@@ -92,10 +92,14 @@ class Preloader:
 
     @staticmethod
     def _warm_on(model: str, snap: Snapshot, instance: str | None) -> list[str]:
+        """Where ``model`` is warm to stay: not where it closes to be evicted (a swap's victim,
+        or room for a starving request), which a preload would pin as it leaves."""
         return [
             i.name
             for i in snap.instances
-            if i.state_of(model) is WarmState.WARM and instance in (None, i.name)
+            if i.state_of(model) is WarmState.WARM
+            and not i.models[model].closing
+            and instance in (None, i.name)
         ]
 
 

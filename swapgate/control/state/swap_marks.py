@@ -17,7 +17,11 @@ class SwapMarks:
         inst = self._live.instances[name]
         now = self._live.clock()
         inst.swapping, inst.swap_done_by = model, now + eta
-        inst.reserved_for, inst.reserved_until = None, 0.0
+        if inst.reserved_for is not None:  # the swap takes the room: what it spares serves again
+            inst.reserved_for, inst.reserved_until = None, 0.0
+            for slot in inst.slots.values():
+                if slot.closing_until != LEAVING:
+                    slot.closing_until = 0.0
         inst.generation += 1
         inst.slot(model).set_state(WarmState.LOADING, now)
         self._live.changes.notify()

@@ -107,6 +107,10 @@ class SwapCoordinator:
         self.log.begin(instance, model, kind, victims, reason, eta)
         self.progress.began(instance, model, eta, waking=kind == "wake")
         self._registry.swap_marks.begin_swap(instance, model, eta)
+        # No request goes to a victim any more, from now: not one placed before the swap's task
+        # first runs (it would be served as its model is unloaded), nor one sent to a vLLM
+        # server going to sleep (it would wait, unanswered, for its next wake).
+        self._registry.swap_marks.close_for_eviction(instance, victims)
         self._fly(instance, self._swap(instance, model, victims), "swap", kind, tier)
         return True
 
@@ -209,6 +213,7 @@ class SwapCoordinator:
             finally:
                 await self.claims.released(instance, model)
         finally:
+            self._registry.swap_marks.reopen_after_eviction(instance)  # if it never ran
             record = self.log.running_on(instance)
             if record is not None:  # handed to another replica's swap, or shut down
                 self.log.end(record, "handed over", 0.0)
@@ -220,9 +225,6 @@ class SwapCoordinator:
         log.info("swap start: %s on %s (evicting %s)", model, instance, list(victims) or "none")
         self.log.enter(instance)  # its span, in the swap's own task: its kv saves its children
         warm, error = False, ""
-        # No request goes to a victim any more: one sent to a vLLM server going to sleep
-        # would wait, unanswered, for its next wake.
-        self._registry.swap_marks.close_for_eviction(instance, victims)
         try:
             await steps.save(instance, victims)  # within kv_keep's own save_timeout
             async with asyncio.timeout(self._swap_timeout):
