@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from selenium import webdriver
@@ -13,11 +14,12 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.remote.webdriver import WebDriver
 
 
-@pytest.fixture
-def browser() -> Iterator[WebDriver]:
+@contextmanager
+def headless_chromium(window: str, who: str = "the dashboard tests") -> Iterator[WebDriver]:
+    """Debian's headless Chromium in a window of ``window`` ("WIDTH,HEIGHT"), quit on exit."""
     chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    assert chromium, "the dashboard tests need Debian's chromium (.ci/ensure-packages)"
-    assert driver, "the dashboard tests need Debian's chromium-driver (.ci/ensure-packages)"
+    assert chromium, f"{who} need Debian's chromium (.ci/ensure-packages)"
+    assert driver, f"{who} need Debian's chromium-driver (.ci/ensure-packages)"
     options = Options()
     options.binary_location = chromium
     for flag in (
@@ -25,7 +27,7 @@ def browser() -> Iterator[WebDriver]:
         "--no-sandbox",
         "--disable-gpu",
         "--disable-dev-shm-usage",
-        "--window-size=1280,1100",
+        f"--window-size={window}",
     ):
         options.add_argument(flag)
     page = webdriver.Chrome(service=Service(driver), options=options)
@@ -36,3 +38,9 @@ def browser() -> Iterator[WebDriver]:
         executor = page.command_executor
         if not isinstance(executor, str):
             executor.close()  # type: ignore[no-untyped-call]  # its pooled connections too
+
+
+@pytest.fixture
+def browser() -> Iterator[WebDriver]:
+    with headless_chromium("1280,1100") as page:
+        yield page

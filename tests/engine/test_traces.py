@@ -38,14 +38,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from selenium import webdriver
 from selenium.common.exceptions import (
     ElementClickInterceptedException,
     NoSuchElementException,
     StaleElementReferenceException,
 )
-from selenium.webdriver.chrome.options import Options
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -53,6 +50,7 @@ from selenium.webdriver.remote.webelement import WebElement
 
 from testbed.engines import VllmEngine, ensure_vllm
 from testbed.traces import Span, TraceBackend, ensure_trace_backend, trace_backend
+from tests.e2e.conftest import headless_chromium
 from tests.e2e.processes import (
     Gateway,
     Sim,
@@ -324,29 +322,9 @@ def test_vllm_hangs_its_own_span_under_swapgates_upstream_span(
 
 @pytest.fixture
 def browser() -> Iterator[WebDriver]:
-    """Debian's headless Chromium, as tests/e2e/conftest.py starts it, in a window the size of
-    the screenshot."""
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    assert chromium, "the trace UI test needs Debian's chromium (.ci/ensure-packages)"
-    assert driver, "the trace UI test needs Debian's chromium-driver (.ci/ensure-packages)"
-    options = Options()
-    options.binary_location = chromium
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--window-size=1400,760",
-    ):
-        options.add_argument(flag)
-    page = webdriver.Chrome(service=Service(driver), options=options)
-    try:
+    """Debian's headless Chromium, in a window the size of the screenshot."""
+    with headless_chromium("1400,760", "the trace UI test") as page:
         yield page
-    finally:
-        page.quit()
-        executor = page.command_executor
-        if not isinstance(executor, str):
-            executor.close()  # type: ignore[no-untyped-call]  # its pooled connections too
 
 
 def until(page: WebDriver, check: Callable[[WebDriver], Any], timeout: float = 30.0) -> Any:
