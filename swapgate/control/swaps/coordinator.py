@@ -105,7 +105,8 @@ class SwapCoordinator:
             self._metrics.thrash.labels(instance, model).inc()
         reason = eviction_reason(view, victims, self._eviction)
         self.log.begin(instance, model, kind, victims, reason, eta)
-        self.progress.began(instance, model, eta, waking=kind == "wake")
+        told = None if kind == "load" and self.times.guessing() else eta
+        self.progress.began(instance, model, told, waking=kind == "wake")
         self._registry.swap_marks.begin_swap(instance, model, eta)
         # No request goes to a victim any more, from now: not one placed before the swap's task
         # first runs (it would be served as its model is unloaded), nor one sent to a vLLM

@@ -12,7 +12,9 @@ The figure is the best the engine offers, in this order:
    ``/models/sse``: its stages and the share of each one's tensors loaded), "stage 1 of 2,
    42%";
 3. otherwise the **elapsed share of the measured load** (or wake) for that tier: "about 6 s
-   left", or, past it, "2 s longer than its usual 8 s".
+   left", or, past it, "2 s longer than its usual 8 s";
+4. before the gateway measured any load and without ``expected_swap``: no figure to share, so
+   none is made up, "loading, 3 s so far".
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from swapgate.config.sizes import WeightFiles
 from swapgate.data.warm import Stage
+from swapgate.policy.timing import EXPECTED_SWAP
 
 ALREADY_READ = 0.9  # of the weights resident as a load begins: bytes say nothing, time does
 SHOWN = 0.99  # a figure never says "done" while the load still runs
@@ -43,7 +46,7 @@ class Figure:
 @dataclass(slots=True)
 class _Load:
     began: float
-    expected: float  # its measured (or estimated) seconds
+    expected: float | None  # its measured (or estimated) seconds; None: nothing to go by
     files: tuple[Path, ...]
     total: int  # bytes of ``files``
     by_bytes: bool  # whether the bytes read tell how far it has got
@@ -73,15 +76,23 @@ class LoadProgress:
     def reconfigure(self, weights: Mapping[str, WeightFiles]) -> None:
         self._weights = dict(weights)
 
-    def began(self, instance: str, model: str, expected: float, waking: bool = False) -> None:
-        """A load (or a wake) of ``model`` on ``instance``, expected to take ``expected`` s."""
+    def began(
+        self, instance: str, model: str, expected: float | None, waking: bool = False
+    ) -> None:
+        """A load (or a wake) of ``model`` on ``instance``, expected to take ``expected`` s;
+        None before any load was measured (``SwapTimes.guessing``)."""
         files = tuple(Path(f) for f in self._weights.get(model, ()))
         sizes = [self._size(f) for f in files]
         total = sum(s or 0 for s in sizes)
         read = self._read(files)
         by_bytes = bool(files) and total > 0 and not waking and read < ALREADY_READ * total
         self._loads[instance, model] = _Load(
-            self._clock(), max(expected, 0.1), files, total, by_bytes, waking
+            self._clock(),
+            None if expected is None else max(expected, 0.1),
+            files,
+            total,
+            by_bytes,
+            waking,
         )
 
     def ended(self, instance: str, model: str) -> None:
@@ -120,6 +131,9 @@ class LoadProgress:
             share = f"{stage.value:.0%}"
             return Figure(ratio, f"stage {stage.number} of {stage.count} ({stage.name}), {share}")
         elapsed = now - load.began
+        if load.expected is None:  # a share of a guess would be a made-up figure
+            ratio = min(SHOWN, elapsed / (elapsed + EXPECTED_SWAP))
+            return Figure(ratio, f"loading, {math.floor(elapsed)} s so far")
         ratio = min(SHOWN, elapsed / load.expected)
         left = load.expected - elapsed
         usual = f"{load.expected:.0f} s" if load.expected >= 1 else f"{load.expected:.1f} s"

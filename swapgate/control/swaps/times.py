@@ -79,6 +79,11 @@ class SwapTimes:
         """The quickest swap of ``model`` expected onto any of ``instances``."""
         return min((self.eta(name, model) for name in instances), default=self.eta("", model))
 
+    def guessing(self) -> bool:
+        """Whether a load's ETA would be the bare ``EXPECTED_SWAP``: no load measured yet and
+        no ``expected_swap`` set. Waits still use it; nobody is told it as a figure."""
+        return self.expected is None and not any(k == "load" for _, _, k in self._latest)
+
     def last(self, instance: str, model: str, kind: Kind = "load") -> float:
         """The last measured swap of (instance, model); 0 if none."""
         return self._latest.get((instance, model, kind), 0.0)

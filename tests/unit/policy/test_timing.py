@@ -50,7 +50,11 @@ def test_the_queue_expects_room_when_the_victims_residency_ends() -> None:
 def test_an_unmeasured_swap_is_expected_to_take_what_the_nearest_measured_ones_did() -> None:
     times = SwapTimes(expected=None)
     assert times.eta("x", "a") == timing.EXPECTED_SWAP  # nothing measured yet
+    assert times.guessing(), "a guess, which no progress line tells as a figure"
+    times.record("y", "b", 4.0, "wake")
+    assert times.guessing(), "a wake says nothing of how long a load takes"
     times.record("y", "b", 4.0)
+    assert not times.guessing()
     assert times.eta("x", "a") == 4.0  # any swap
     times.record("x", "c", 2.0)
     assert times.eta("x", "a") == 2.0  # other models on this instance
@@ -71,6 +75,7 @@ def test_a_first_swap_is_expected_from_its_weights_at_the_rate_others_read_their
 
 def test_a_set_expected_swap_is_used_until_measured() -> None:
     times = SwapTimes(expected=12.0)
+    assert not times.guessing(), "the operator's figure is told"
     times.record("y", "a", 1.0)
     assert times.eta("x", "a") == 12.0
 

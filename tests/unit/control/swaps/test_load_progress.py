@@ -73,3 +73,18 @@ def test_the_engines_own_load_stages_come_before_the_time_share() -> None:
     figure = loads.figure("router", "gemma")
     assert figure is not None
     assert (figure.text, figure.ratio) == ("stage 1 of 2 (text_model), 50%", 0.25)
+
+
+def test_before_any_load_was_measured_no_figure_is_made_up() -> None:
+    clock = FakeClock()
+    loads = progress(clock, {Path("/m/big.gguf"): 3_900_000_000})
+    loads.began("gpu", "small", expected=None)  # the gateway's first load, no expected_swap
+    clock.advance(3.4)
+    figure = loads.figure("gpu", "small")
+    assert figure is not None
+    assert figure.text == "loading, 3 s so far"
+    assert 0 < figure.ratio < 0.5
+    clock.advance(600)
+    late = loads.figure("gpu", "small")
+    assert late is not None
+    assert late.ratio < 1, "it never says done, nor a time left"

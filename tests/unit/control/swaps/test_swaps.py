@@ -246,3 +246,18 @@ async def test_a_load_that_crashes_fails_its_swap_and_is_counted_as_ours() -> No
     assert view.models["a"].failure == "swapgate failed loading it (KeyError)"
     assert sample(metrics, "swapgate_swaps_total", instance="x", model="a", result="failed") == 1
     assert sample(metrics, "swapgate_internal_errors_total", where="swap") == 1
+
+
+async def test_the_first_load_is_told_without_a_made_up_time_left() -> None:
+    coordinator, _, _ = setup(FakeDriver())
+    coordinator.times.expected = None  # no expected_swap, and nothing measured yet
+    assert coordinator.start("x", "a", ("b",))
+    first = coordinator.progress.figure("x", "a")
+    assert first is not None
+    assert first.text.startswith("loading, "), first
+    assert await coordinator.wait("x") is True
+    assert coordinator.start("x", "b", ("a",))
+    second = coordinator.progress.figure("x", "b")
+    assert second is not None
+    assert "loading" not in second.text, "a load was measured"
+    await coordinator.wait("x")
