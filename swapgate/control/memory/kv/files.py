@@ -63,17 +63,21 @@ class SavedFiles:
         log.info("%s: removed %s, saved by another model or engine", self.folder, path.name)
         return Found.STALE
 
-    def made(self, model: str, key: str, identity: str) -> int:
-        """The engine saved ``key``: record who made it; returns the file's size."""
+    def made(self, model: str, key: str, identity: str) -> int | None:
+        """The engine saved ``key``: record who made it; returns the file's size, or None
+        when the file is not in the folder (the engine saves elsewhere)."""
         path = self.folder / self.name(model, key)
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return None
         mark = self.folder / (path.name + IDENTITY)
         fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
             out.write(identity)
         with contextlib.suppress(OSError):
             path.chmod(0o600)  # the engine made it with its own umask
-            return path.stat().st_size
-        return 0
+        return size
 
     def rank(self, model: str, keys: list[str]) -> None:
         """Saved together, ``keys`` most recently used first: the budget keeps them in that

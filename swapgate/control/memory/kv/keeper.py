@@ -181,7 +181,11 @@ class KvKeeper:
                 self._no_save_path(instance, model, answer.text)
             else:
                 answer.raise_for_status()
-                size = files.made(model, key, identity)
+                made = files.made(model, key, identity)
+                if made is None:
+                    result = "missing"
+                    self._saved_elsewhere(instance, model, files.name(model, key))
+                size = made or 0
         except (httpx.HTTPError, OSError) as exc:
             result = "failed"
             log.warning("%s/%s: saving slot %d failed: %s", instance, model, slot, exc)
@@ -199,6 +203,23 @@ class KvKeeper:
             instance,
             model,
             detail[:200],
+            self.folder(instance),
+        )
+
+    def _saved_elsewhere(self, instance: str, model: str, name: str) -> None:
+        """The engine said it saved a slot, and the file is not where swapgate looks: its
+        --slot-save-path is another folder (or the same one seen through a container mount
+        under another path), so no conversation of it would ever be restored."""
+        if (instance, model) in self._warned:
+            return
+        self._warned.add((instance, model))
+        log.error(
+            "%s/%s: its llama-server saved %s, but not into %s, where swapgate looks: "
+            "nothing saved will be restored. Make kv_keep.dir the folder its command's "
+            "--slot-save-path names, as swapgate's host sees it",
+            instance,
+            model,
+            name,
             self.folder(instance),
         )
 

@@ -19,6 +19,7 @@ import respx
 
 from swapgate.config.loading import parse_config
 from swapgate.control.memory.kv import KvKeeper, SlotBook
+from swapgate.control.memory.kv.files import IDENTITY
 from swapgate.metrics import Metrics
 from swapgate.policy.conversation import scoped
 from tests.unit.fakes import FakeClock
@@ -224,6 +225,36 @@ async def test_a_server_without_a_save_path_is_warned_of_once_and_counted(
         await kv.save("node", "a", server)
     assert counted(metrics, "swapgate_kv_saves_total", "unsupported") == 4
     assert sum("--slot-save-path" in r.getMessage() for r in caplog.records) == 1
+
+
+async def test_a_save_path_other_than_kv_keep_dir_is_told_once_with_its_fix(
+    api: respx.MockRouter, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """llama-swap's commands name --slot-save-path themselves: one that is not kv_keep.dir (a
+    subfolder, a container mount) saves where swapgate never looks."""
+    kv, metrics = keeper(tmp_path, kind="llama-swap")
+    elsewhere = tmp_path / "sub"
+    elsewhere.mkdir()
+    saving(api, elsewhere)
+    server = kv.server("node", URL, "a")
+    with respx.mock(base_url=f"{URL}/upstream/a", assert_all_called=False) as engine:
+        engine.get("/slots").respond(json=[{"id": n} for n in range(4)])
+        engine.get("/props").respond(json=PROPS)
+        saving(engine, elsewhere)
+        for _ in range(2):
+            for key in ("one", "two"):
+                claim = await kv.prepare("node", "a", key, None, server)
+                assert claim is not None
+                await kv.finish(claim)
+            await kv.save("node", "a", server)
+    assert counted(metrics, "swapgate_kv_saves_total", "missing") == 4
+    assert counted(metrics, "swapgate_kv_saves_total", "ok") is None, "none of them is usable"
+    told = [r for r in caplog.records if "kv_keep.dir" in r.getMessage()]
+    assert len(told) == 1, "once, not at every save"
+    assert told[0].levelname == "ERROR"
+    assert str(tmp_path) in told[0].getMessage()
+    assert sorted(os.listdir(elsewhere)) == ["a--one.bin", "a--two.bin"], "the engine saved"
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(IDENTITY)], "no mark, no file"
 
 
 async def test_a_failed_restore_is_counted_and_the_turn_still_goes(
