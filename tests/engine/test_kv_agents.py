@@ -198,17 +198,22 @@ def _sha(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
+@pytest.mark.parametrize("save_path", ["kv_keep.dir", "a subfolder of it"])
 def test_through_llama_swap_a_conversation_survives_its_swap(
-    swap_engine: LlamaSwapEngine, tmp_path: Path
+    swap_engine: LlamaSwapEngine, tmp_path: Path, save_path: str
 ) -> None:
+    """With the commands' --slot-save-path at kv_keep.dir, a conversation comes back; at
+    another folder (a subfolder, a container mount) nothing can be, and the log says why."""
     kv = tmp_path / "kv"
-    kv.mkdir()
-    flags = ("--swa-full", "--slot-save-path", str(kv))
+    saves_into = kv if save_path == "kv_keep.dir" else kv / "sub"
+    saves_into.mkdir(parents=True)
+    flags = ("--swa-full", "--slot-save-path", str(saves_into))
     config = swap_engine.write_config(
         tmp_path / "llama-swap.yaml", {"a": 4096, "b": 4096}, flags=flags
     )
     port = free_port()
     process = start(swap_engine.command(config, port), log=tmp_path / "llama-swap.log")
+    log = tmp_path / "gateway.log"
     try:
         wait_until_serving(f"http://127.0.0.1:{port}/health", process)
         instance = {
@@ -218,7 +223,8 @@ def test_through_llama_swap_a_conversation_survives_its_swap(
             "models": ["a", "b"],
             "kv_keep": {"dir": str(kv)},
         }
-        with gateway({"routing": {"min_residency": 0}, "instances": [instance]}) as gw:
+        config = {"routing": {"min_residency": 0}, "instances": [instance]}
+        with gateway(config, log=log) as gw:
             history = [
                 {"role": "system", "content": system_prompt(TOPICS[2])},
                 {"role": "user", "content": "Question 1."},
@@ -228,12 +234,24 @@ def test_through_llama_swap_a_conversation_survives_its_swap(
             history.append({"role": "user", "content": "Question 2."})
             after = turn_of(gw.url, "a", history)
             restores = gw.metric("swapgate_kv_restores_total", result="ok")
+            missing = gw.metric("swapgate_kv_saves_total", result="missing")
     finally:
         stop(process, timeout=20)
     print(f"\nllama-swap: turn 1 read {first} tokens, the turn after a swap away and back {after}")
     assert first > 250
-    assert restores == 1
-    assert after < 40, "only its new tokens"
+    if saves_into == kv:
+        assert restores == 1
+        assert after < 40, "only its new tokens"
+        return
+    assert restores in (None, 0.0)
+    assert missing is not None
+    assert missing >= 1, "a save swapgate cannot restore is counted"
+    told = [line for line in log.read_text().splitlines() if "kv_keep.dir" in line]
+    assert all(" ERROR " in line and str(kv) in line for line in told), told
+    named = [line.split("swapgate.kv: ")[1].split(":")[0] for line in told]
+    assert "ls/a" in named
+    assert len(named) == len(set(named)), "once per model, not at every save"
+    assert after > 250, "read again in full: nothing was restored"
 
 
 def test_two_replicas_on_redis_in_front_of_one_router_keep_both_conversations(
