@@ -8,6 +8,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -29,6 +30,7 @@ from swapgate.errors import (
 from swapgate.metrics import Metrics
 from swapgate.proxy.endpoints import ENDPOINTS
 from swapgate.server.event_stream import EventStream
+from swapgate.server.openapi import install as install_contract
 from swapgate.server.routes.admin import admin_routes
 from swapgate.server.routes.public import public_routes
 from swapgate.server.routes.ui import dashboard_routes
@@ -114,6 +116,7 @@ def create_app(settings: Settings, config_path: str | Path | None = None) -> Swa
     app.include_router(admin_routes(runtime))
     app.include_router(dashboard_routes(runtime, events))
     _install_error_handlers(app, runtime.metrics)
+    install_contract(app)
     return SwapgateApp(app, runtime)
 
 
@@ -159,8 +162,16 @@ def _invalid(exc: RequestValidationError) -> str:
         got = error.get("input")
         short = isinstance(got, str | int | float) and len(str(got)) < 60
         shown = f" (got {got!r})" if short else ""
-        said.append(f"{where}: {error.get('msg', 'invalid')}{shown}")
+        said.append(f"{where}: {_in_words(error)}{shown}")
     return "; ".join(said) or "the request does not match what this endpoint takes"
+
+
+def _in_words(error: Any) -> str:
+    """The problem as the person sending it can fix it: the API's only patterns are durations
+    (swapgate/server/routes/activity.py), which pydantic would show as a regular expression."""
+    if error.get("type") == "string_pattern_mismatch":
+        return "not a duration: use e.g. 250ms, 5s, 2m, 1h or seconds, greater than 0 for bucket"
+    return str(error.get("msg", "invalid"))
 
 
 def _error_response(exc: SwapgateError) -> Response:

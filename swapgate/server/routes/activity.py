@@ -6,16 +6,26 @@ token alone (docs/operations.md, "Activity")."""
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 
-from swapgate.activity.log import USAGE_BY
 from swapgate.config.settings import parse_duration
 from swapgate.errors import BadRequest, PathNotFound
 from swapgate.server.runtime import Runtime
 
-Since = Annotated[str | None, Query(description="epoch seconds, or a duration ago: 10m, 2h")]
+# What parse_duration reads (swapgate/config/durations.py); epoch seconds match it too
+DURATION = r"^\s*\d+(\.\d+)?\s*(ms|s|m|h)?\s*$"
+Since = Annotated[
+    str | None,
+    Query(description="epoch seconds, or a duration ago: 10m, 2h", pattern=DURATION),
+]
+# A duration greater than 0
+POSITIVE = r"^\s*(0*[1-9]\d*(\.\d+)?|0*\.\d*[1-9]\d*)\s*(ms|s|m|h)?\s*$"
+Bucket = Annotated[str, Query(description="a duration: 5m, 1h", pattern=POSITIVE)]
+Status = Annotated[int | None, Query(ge=100, le=599, description="an HTTP status, 499 included")]
+RowId = Annotated[int | None, Query(ge=0, lt=2**63, description="next_before of a page")]
+UsageBy = Literal["key", "model"]  # USAGE_BY's keys
 
 
 def activity_routes(router: APIRouter, runtime: Runtime) -> None:
@@ -24,9 +34,9 @@ def activity_routes(router: APIRouter, runtime: Runtime) -> None:
         model: str | None = None,
         key: str | None = None,
         instance: str | None = None,
-        status: int | None = None,
+        status: Status = None,
         since: Since = None,
-        before: int | None = None,
+        before: RowId = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> dict[str, Any]:
         page = await runtime.activity.query(
@@ -47,7 +57,7 @@ def activity_routes(router: APIRouter, runtime: Runtime) -> None:
         }
 
     @router.get("/activity/counts")
-    async def counts(since: Since = "1h", bucket: str = "5m") -> dict[str, Any]:
+    async def counts(since: Since = "1h", bucket: Bucket = "5m") -> dict[str, Any]:
         width = _duration(bucket, "bucket")
         if width <= 0:
             raise BadRequest("bucket: give a positive duration, such as 5m")
@@ -55,9 +65,7 @@ def activity_routes(router: APIRouter, runtime: Runtime) -> None:
         return {"bucket": width, "counts": await runtime.activity.counts(since=start, bucket=width)}
 
     @router.get("/usage")
-    async def usage(since: Since = "24h", by: str = "key") -> dict[str, Any]:
-        if by not in USAGE_BY:
-            raise BadRequest(f"by: {by!r} is not one of {', '.join(USAGE_BY)}")
+    async def usage(since: Since = "24h", by: UsageBy = "key") -> dict[str, Any]:
         start = _since(since) or 0.0
         rows = await runtime.activity.usage(since=start, by=by)
         recording = runtime.endpoint.records_activity

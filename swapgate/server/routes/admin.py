@@ -7,16 +7,19 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from swapgate.config.settings import ConfigError, Duration
 from swapgate.control.loops.preload import PreloadResult
 from swapgate.control.loops.scheduler import describe_result
 from swapgate.data.warm import WarmState
 from swapgate.errors import BadRequest, Conflict, DriverError, PathNotFound, SwapgateError
-from swapgate.server.routes.activity import activity_routes
+from swapgate.server.routes.activity import DURATION, activity_routes
 from swapgate.server.runtime import Runtime
 from swapgate.server.state_view import describe_state
+
+# Seconds, or a duration (5m) as in the config
+PIN_FOR = {"anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": DURATION}]}
 
 
 class PreloadRequest(BaseModel):
@@ -24,7 +27,7 @@ class PreloadRequest(BaseModel):
     model: str
     instance: str | None = None
     count: Annotated[int, Field(ge=1)] = 1
-    pin_for: Duration = 0.0
+    pin_for: Annotated[Duration, WithJsonSchema(PIN_FOR)] = 0.0
 
 
 class UnloadRequest(BaseModel):

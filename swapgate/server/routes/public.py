@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -12,14 +13,19 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from swapgate import __version__
 from swapgate.control.state.registry import Registry
 from swapgate.data.warm import WarmState
+from swapgate.server.model_facts import EngineFacts, Facts, declared
 from swapgate.server.runtime import Runtime
 
 
 def public_routes(runtime: Runtime) -> APIRouter:
     router = APIRouter()
+    engine_facts = EngineFacts()  # what engines said of their warm models
+    facts = _Listed()
 
     # Claude Code sends HEAD / before its first request: a 404 there reads as a wrong base URL.
-    @router.api_route("/", methods=["GET", "HEAD"])
+    # HEAD is left out of the OpenAPI document, where it would repeat GET's operation id.
+    @router.head("/", include_in_schema=False)
+    @router.get("/")
     async def root() -> dict[str, Any]:
         metrics = runtime.configured.settings.metrics
         return {
@@ -40,7 +46,8 @@ def public_routes(runtime: Runtime) -> APIRouter:
         """The models the caller's key may use (docs/keys.md)."""
         auth, resolve = runtime.configured.auth, runtime.configured.catalog.resolve
         caller = auth.check(request.headers.raw)
-        listing = model_listing(runtime)
+        await _learn(runtime, engine_facts)
+        listing = model_listing(runtime, facts.of(runtime, engine_facts))
         allowed = [e for e in listing if auth.allows(caller, e["id"], resolve(e["id"]))]
         return {"object": "list", "data": allowed}
 
@@ -78,10 +85,13 @@ def status(states: set[WarmState]) -> str:
     return next((word for state, word in _STATUS if state in states), "unloaded")
 
 
-def model_listing(runtime: Runtime) -> list[dict[str, Any]]:
+def model_listing(
+    runtime: Runtime, facts: Mapping[str, dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """Every servable model, alias and selector, with its status as llama.cpp's router writes
-    it (its warmest copy; a selector's warmest target) and where swapgate sees it warm or
-    loading."""
+    it (its warmest copy; a selector's warmest target), where swapgate sees it warm or
+    loading, and its ``facts`` (context, capabilities) where known."""
+    facts = facts or {}
     registry = runtime.registry
     states = _copies(registry)
     created = int(time.time())
@@ -110,6 +120,7 @@ def model_listing(runtime: Runtime) -> list[dict[str, Any]]:
                 "created": created,
                 "owned_by": "swapgate",
                 "status": {"value": warmest},
+                **facts.get(model, {}),
                 "swapgate": extra,
             }
         )
@@ -125,3 +136,37 @@ def _copies(registry: Registry) -> dict[str, dict[str, WarmState]]:
         model: {name: snap.instance(name).state_of(model) for name in names}
         for model, names in held.items()
     }
+
+
+class _Listed:
+    """Each model's facts as ``/v1/models`` adds them, worked out once per config (declared)
+    and again only when an engine said something new."""
+
+    def __init__(self) -> None:
+        self._settings: object = None
+        self._declared: dict[str, Facts] = {}
+        self._fields: dict[str, dict[str, Any]] = {}
+        self._learned = -1  # the engines' version the fields were built at
+
+    def of(self, runtime: Runtime, engines: EngineFacts) -> dict[str, dict[str, Any]]:
+        settings = runtime.configured.settings
+        if settings is not self._settings:
+            self._settings, self._declared, self._learned = settings, declared(settings.models), -1
+        if engines.version is not self._learned:
+            self._learned = engines.version
+            names = self._declared.keys() | engines.models()
+            known = {m: engines.of(m).over(self._declared.get(m, Facts())) for m in names}
+            self._fields = {m: f.fields() for m, f in known.items() if f.fields()}
+        return self._fields
+
+
+async def _learn(runtime: Runtime, engines: EngineFacts) -> None:
+    """Ask the engines of copies that became warm since they were last asked."""
+    registry, catalog = runtime.registry, runtime.configured.catalog
+    warm = {}
+    for model, instances in registry.copies.every().items():
+        for instance in instances:
+            since = registry.warm_since(instance, model)
+            if since is not None:
+                warm[(instance, model, since)] = catalog.upstream_name(instance, model)
+    await engines.learn(warm, runtime.drivers, warm)

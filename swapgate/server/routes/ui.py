@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import Path
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import HTMLResponse, Response, StreamingResponse
 
 from swapgate.errors import PathNotFound
 from swapgate.server.event_stream import EventStream
@@ -44,7 +44,7 @@ def dashboard_routes(runtime: Runtime, events: EventStream) -> APIRouter:
 
     router = APIRouter()
 
-    @router.get("/ui")
+    @router.get("/ui", response_class=HTMLResponse)
     async def page() -> Response:
         return _file("index.html")
 
@@ -52,7 +52,12 @@ def dashboard_routes(runtime: Runtime, events: EventStream) -> APIRouter:
     async def asset(name: str) -> Response:
         return _file(name)
 
-    @router.get("/admin/events", dependencies=[Depends(authorized)])
+    @router.get(
+        "/admin/events",
+        dependencies=[Depends(authorized)],
+        response_class=StreamingResponse,
+        responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+    )
     async def stream(request: Request) -> StreamingResponse:
         viewer = events.watch()
         return StreamingResponse(
