@@ -117,7 +117,13 @@ def test_log_in_watch_a_swap_while_a_request_waits_unload_and_follow_a_reload(
             assert cells[1:5] == ["a", "gpu-1", "load", "ok"], cells
             assert 2.5 <= float(cells[5]) < 10, f"the swap's measured duration: {cells[5]}"
 
-            click(browser, 'tr[data-instance="gpu-1"] td[data-model="a"] button.unload')
+            # The page learns that the answer ended from the next state it is sent: unloading
+            # before then asks first whether to cut the request it still counts
+            a_cell = 'tr[data-instance="gpu-1"] td[data-model="a"]'
+            until(
+                browser, lambda p: "in flight" not in p.find_element(By.CSS_SELECTOR, a_cell).text
+            )
+            click(browser, f"{a_cell} button.unload")
             until(browser, lambda p: cell_state(p, "gpu-1", "a") == "cold")
             assert sim.stats()["resident"] == {}, "unloaded on the backend too"
 
