@@ -21,13 +21,16 @@ EVENTS = "/admin/events"
 UPLOAD = "/v1/audio/transcriptions"
 
 
-def fuzz(url: str, *options: str) -> subprocess.CompletedProcess[str]:
+def fuzz(url: str, where: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """``st run`` from ``where``, which gets its cache of failures (.schemathesis/)."""
     command = [ST, "run", f"{url}/openapi.json", "-H", f"Authorization: Bearer {TOKEN}"]
     command += ["--max-examples", "15", "--seed", "7", "--checks", "all", *options]
-    return subprocess.run(command, capture_output=True, text=True, timeout=240, check=False)
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=240, check=False, cwd=where
+    )
 
 
-def test_schemathesis_finds_nothing_the_document_does_not_say() -> None:
+def test_schemathesis_finds_nothing_the_document_does_not_say(tmp_path: Path) -> None:
     config = {
         "server": {"admin_token_env": "CONTRACT_TOKEN"},
         "models": {"chat": {"aliases": ["assistant"]}},
@@ -41,11 +44,16 @@ def test_schemathesis_finds_nothing_the_document_does_not_say() -> None:
         ]
         with gateway(config, env={"CONTRACT_TOKEN": TOKEN}) as gw:
             document = httpx.get(f"{gw.url}/openapi.json", timeout=10).json()
-            everything = fuzz(gw.url, "--exclude-path", EVENTS, "--exclude-path", UPLOAD)
+            everything = fuzz(gw.url, tmp_path, "--exclude-path", EVENTS, "--exclude-path", UPLOAD)
             # A form's model must come before its file (the file streams through); OpenAPI
             # cannot say in which order a form's fields come, so a valid form may be refused
             upload = fuzz(
-                gw.url, "--include-path", UPLOAD, "--exclude-checks", "positive_data_acceptance"
+                gw.url,
+                tmp_path,
+                "--include-path",
+                UPLOAD,
+                "--exclude-checks",
+                "positive_data_acceptance",
             )
     for run in (everything, upload):
         assert run.returncode == 0, run.stdout[-6000:]
