@@ -223,8 +223,8 @@ def test_through_llama_swap_a_conversation_survives_its_swap(
             "models": ["a", "b"],
             "kv_keep": {"dir": str(kv)},
         }
-        config = {"routing": {"min_residency": 0}, "instances": [instance]}
-        with gateway(config, log=log) as gw:
+        settings = {"routing": {"min_residency": 0}, "instances": [instance]}
+        with gateway(settings, log=log) as gw:
             history = [
                 {"role": "system", "content": system_prompt(TOPICS[2])},
                 {"role": "user", "content": "Question 1."},
