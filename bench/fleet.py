@@ -175,7 +175,7 @@ def measure_fleet(
         for gateway in gateways.values():
             wait_warm(gateway, WANTED, copies(plan, WANTED))
         wait_warm(beside, WANTED, copies(plan[:BESIDE], WANTED))
-        time.sleep(2)  # what the last poll set off is done
+        time.sleep(6)  # what the last poll and listing set off is done
         idle = idle_cores(gateways, settings.idle)
         clients = {
             name: stack.enter_context(httpx.Client(base_url=g.url, timeout=60))

@@ -152,6 +152,12 @@ class Metrics:
     fallbacks = Declared(
         Counter, "swapgate_fallbacks", "Requests sent to a relay", "model relay reason"
     )
+    model_fallbacks = Declared(
+        Counter,
+        "swapgate_model_fallbacks",
+        "Requests answered by another model of the gateway (models.M.fallbacks), by why",
+        "model to reason",
+    )
     key_requests = Declared(
         LoopCounter,
         "swapgate_key_requests",
@@ -210,6 +216,12 @@ class Metrics:
         "swapgate_process_recycles",
         "Model processes restarted above their recycle_rss",
         "instance model",
+    )
+    unloads = Declared(
+        Counter,
+        "swapgate_unloads",
+        "Copies unloaded for sitting idle: their model's ttl, or the keep_alive a request asked",
+        "instance model reason",
     )
     affinity = Declared(
         Counter,
@@ -325,10 +337,41 @@ class Metrics:
         (swapgate/control/swaps/load_progress.py)."""
         self.registry.register(_ProgressCollector(ratios))
 
+    def watch_memory(self, rows: Callable[[], list[MemoryRow]]) -> None:
+        """Export each model's measured memory beside its declared size at every scrape, for
+        the models measured alone (swapgate/control/state/polls.py): a few series, never
+        one per instance × model served."""
+        self.registry.register(_MemoryCollector(rows))
+
     def watch_decay(self, rows: Callable[[], list[EngineRow]], states: Sequence[str]) -> None:
         """Export each warm engine's decay figures at every scrape (swapgate/control/loops/decay.py,
         which counts with these metrics and so is not imported here)."""
         self.registry.written.append(DecayGauges(rows, states))
+
+
+# One measured model at a scrape: instance, model, measured bytes, declared bytes (None: unsized)
+MemoryRow = tuple[str, str, int, int | None]
+
+
+class _MemoryCollector(Collector):
+    def __init__(self, rows: Callable[[], list[MemoryRow]]) -> None:
+        self._rows = rows
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        memory = GaugeMetricFamily(
+            "swapgate_model_memory_bytes",
+            "What a model takes on an instance: measured after its load, and declared (or"
+            " computed) by the config; for the models measured",
+            labels=["instance", "model", "source"],
+        )
+        for instance, model, measured, declared in self._rows():
+            memory.add_metric([instance, model, "measured"], measured)
+            if declared is not None:
+                memory.add_metric([instance, model, "declared"], declared)
+        yield memory
 
 
 class _ProgressCollector(Collector):

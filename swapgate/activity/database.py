@@ -39,7 +39,7 @@ DRAIN_EVERY = 1.0
 WARN_EVERY = 60.0  # seconds between two warnings that rows cannot be written
 # The database's layout; MIGRATIONS[n] takes a file from version n to n + 1. Version 1 is the
 # first layout, which files from before versions had too (their user_version is 0).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def _trace_ids(connection: sqlite3.Connection) -> None:
@@ -49,7 +49,15 @@ def _trace_ids(connection: sqlite3.Connection) -> None:
         connection.execute("ALTER TABLE activity ADD COLUMN trace_id TEXT")
 
 
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _trace_ids}
+def _fallbacks(connection: sqlite3.Connection) -> None:
+    """Version 3: the model a request asked for when another answered it, and why."""
+    tables = connection.execute("SELECT name FROM sqlite_master WHERE name = 'activity'")
+    if tables.fetchone() is not None:
+        connection.execute("ALTER TABLE activity ADD COLUMN fallback_from TEXT")
+        connection.execute("ALTER TABLE activity ADD COLUMN fallback_reason TEXT")
+
+
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _trace_ids, 2: _fallbacks}
 
 # Called on the worker thread with the connection, and True on the last call before closing.
 WritePending = Callable[[sqlite3.Connection, bool], None]

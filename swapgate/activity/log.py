@@ -42,7 +42,9 @@ CREATE TABLE IF NOT EXISTS activity (
     swap_id INTEGER,
     error TEXT NOT NULL,
     stream INTEGER NOT NULL,
-    trace_id TEXT
+    trace_id TEXT,
+    fallback_from TEXT,
+    fallback_reason TEXT
 );
 CREATE INDEX IF NOT EXISTS activity_at ON activity (at);
 """

@@ -31,7 +31,7 @@ WEEK = 7 * 24 * 3600.0  # seconds: Duration has no unit for days
 # An ``Activity``'s fields in their order: what the request path hands the log
 Row = tuple[
     str, float, str | None, str, str, str | None, Placement, float | None, float | None, float,
-    int | None, int | None, int, int | None, str, bool, str | None,
+    int | None, int | None, int, int | None, str, bool, str | None, str | None, str | None,
 ]  # fmt: skip
 
 
@@ -56,6 +56,10 @@ class Activity:
     error: str  # an error's kind; "" when none
     stream: bool
     trace_id: str | None = None  # its trace, while tracing is on (docs/operations.md, "Tracing")
+    # Another model answered it (docs/configuration.md, "Fallback models"): the model it asked
+    # for, and why that one could not (swap_failed, backoff, unavailable, context, wait_budget)
+    fallback_from: str | None = None
+    fallback_reason: str | None = None
 
     def describe(self) -> dict[str, object]:
         """The row as JSON-ready fields."""

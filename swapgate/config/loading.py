@@ -142,6 +142,7 @@ def _cross_check(settings: Settings) -> Iterable[str]:
             yield f"preloads[{index}].name: duplicate job name {job.name!r}"
         jobs.add(job.name)
     yield from sizes(settings.models)[1]  # a gguf that cannot be read
+    yield from _check_fallback_loops(settings)
     yield from _check_keys(settings)
 
 
@@ -190,6 +191,7 @@ def _check_model(
         yield f"{where}.fallback: {conf.fallback!r} needs a relay; set {where}.relay"
     if conf.choose is not None:
         yield from _check_selector(model, conf, settings)
+    yield from _check_fallbacks(model, conf, settings)
 
 
 def _check_selector(model: str, conf: ModelConfig, settings: Settings) -> Iterable[str]:
@@ -204,6 +206,59 @@ def _check_selector(model: str, conf: ModelConfig, settings: Settings) -> Iterab
             yield f"{where}.from: {target!r} is a selector; name the models it stands for"
         elif served and target not in served and target not in settings.models:
             yield f"{where}.from: no instance serves {target!r} (they serve {sorted(served)})"
+
+
+def _check_fallbacks(model: str, conf: ModelConfig, settings: Settings) -> Iterable[str]:
+    """``fallbacks`` name other models of this gateway, each once (docs/configuration.md,
+    "Fallback models")."""
+    served = {m for inst in settings.instances for m in inst.models or ()}
+    aliases = {alias: m for m, c in settings.models.items() for alias in c.aliases}
+    for index, other in enumerate(conf.fallbacks):
+        where = f"models.{model}.fallbacks[{index}]"
+        if other == model:
+            yield f"{where}: {model!r} names itself; name the other models that answer for it"
+        elif other in conf.fallbacks[:index]:
+            yield f"{where}: {other!r} is named twice; name each model once"
+        elif other in aliases:
+            yield f"{where}: {other!r} is an alias of {aliases[other]!r}; name the model"
+        elif settings.model_settings(other).choose is not None:
+            yield f"{where}: {other!r} is a selector; name the models it stands for"
+        elif served and other not in served and other not in settings.models:
+            yield f"{where}: no model named {other!r} (instances serve {sorted(served)})"
+
+
+def _check_fallback_loops(settings: Settings) -> Iterable[str]:
+    """A loop of ``fallbacks`` (a -> b -> a), told once, at the first model of it."""
+    edges = {m: [o for o in c.fallbacks if o != m] for m, c in settings.models.items()}
+    done: set[str] = set()
+    for start in edges:
+        cycle = _loop_from(start, edges, [], done)
+        if cycle:
+            chain = " -> ".join([*cycle, cycle[0]])
+            yield (
+                f"models.{cycle[0]}.fallbacks: a loop ({chain}); a fallback model's own "
+                "fallbacks are not followed, so drop the one that points back"
+            )
+
+
+def _loop_from(
+    model: str, edges: Mapping[str, list[str]], path: list[str], done: set[str]
+) -> list[str] | None:
+    """The first loop reached from ``model`` along ``path`` (depth first), or None; every
+    model fully walked goes into ``done``."""
+    if model in path:
+        return path[path.index(model) :]
+    if model in done:
+        return None
+    path.append(model)
+    for other in edges.get(model, ()):
+        cycle = _loop_from(other, edges, path, done)
+        if cycle:
+            done.update(cycle)
+            return cycle
+    path.pop()
+    done.add(model)
+    return None
 
 
 def _check_preload(index: int, job: PreloadConfig, settings: Settings) -> Iterable[str]:

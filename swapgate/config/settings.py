@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from swapgate.config.durations import parse_duration
+from swapgate.config.model_params import Capability, ParamsConfig
 from swapgate.config.sizes import Bytes, SizeConfig, parse_size
 
 __all__ = ["ConfigError", "Settings", "parse_duration", "parse_size"]
@@ -347,11 +348,21 @@ class ModelConfig(SizeConfig):
     relay: str | None = None
     relay_model: str | None = None
     fallback: FallbackPolicy | None = None
+    # Other models of this gateway that answer, in order, when this one cannot
+    # (docs/configuration.md, "Fallback models")
+    fallbacks: list[str] = []
     max_wait: PositiveDuration | None = None
     keepalive: KeepaliveOverride | None = None
     pools: list[PoolConfig] = []  # tried in order: the first the prompt fits
     # Requests at once on each instance; those beyond it wait in swapgate's queue (None: no cap)
     max_concurrency: Annotated[int, Field(ge=1)] | None = None
+    # Unloaded once idle this long on an instance (0: never); a request's keep_alive replaces
+    # it unless allow_keep_alive is false (docs/configuration.md, "Idle unload")
+    ttl: Duration = 0.0
+    allow_keep_alive: bool = True
+    # Body keys forced, defaulted, stripped (swapgate/config/model_params.py); None: as sent
+    params: ParamsConfig | None = None
+    capabilities: list[Capability] = []  # told by /v1/models, with what its engine says
 
     @property
     def fallback_policy(self) -> FallbackPolicy:
@@ -453,6 +464,7 @@ class KeyConfig(_Section):
     tpm: Annotated[int, Field(ge=1)] | None = None
     concurrency: Annotated[int, Field(ge=1)] | None = None  # requests at once
     expires: date | None = None  # the last day it works (UTC)
+    allow_keep_alive: bool = True  # false: its requests' keep_alive is ignored
 
 
 class AuthConfig(_Section):

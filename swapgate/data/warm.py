@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from swapgate.data.footprint import Footprint
+
 
 class WarmState(StrEnum):
     COLD = "cold"
@@ -35,6 +37,8 @@ class InstanceReport:
     # Models whose own server does not answer (vLLM's sleep mode: a server per model), and why:
     # each is down alone; the instance serves its others.
     unreachable: Mapping[str, str] | None = None
+    # What each ready model takes, measured (kind: process: its group's RSS or GPU memory)
+    measured: Mapping[str, Footprint] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,9 @@ SIGKILL included), its group is recorded in the ``Ledger`` for whatever it start
 construction (the runtime's: swapgate/server/runtime.py): a process that exits on its own
 (``exited``: the model goes cold; its last output lines stay readable), every process group's
 resident size at each poll (``measured``), and one above its command's ``recycle_rss``
-(``oversize``), which the runtime recycles.
+(``oversize``), which the runtime recycles. Each poll's report carries what every ready model
+takes: the GPU memory its group holds (NVML, swapgate/drivers/gpu_memory.py), else its resident
+size (docs/memory.md, "Measured memory").
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ import httpx
 import psutil
 
 from swapgate.config.settings import InstanceConfig, ProcessCommand
+from swapgate.data.footprint import Footprint
 from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.drivers.base import Driver
 from swapgate.drivers.children import die_with_parent, exit_name, port_free
+from swapgate.drivers.gpu_memory import GpuMemory
 from swapgate.drivers.ledger import Ledger
 from swapgate.errors import DriverError
 
@@ -99,6 +103,7 @@ class ProcessDriver(Driver):
         client: httpx.AsyncClient,
         events: ProcessEvents | None = None,
         ledger: Ledger | None = None,
+        gpu: GpuMemory | None = None,
     ) -> None:
         super().__init__("http://127.0.0.1", client, None, discover=False)
         self.instance = instance.name
@@ -109,6 +114,7 @@ class ProcessDriver(Driver):
         self._exited: dict[str, deque[str]] = {}  # the last output of processes that ended
         self._events = events or Unwatched()
         self._ledger = ledger or Ledger(None)  # what it started, for a sweep after a crash
+        self._gpu = gpu or GpuMemory()  # NVML, where there is one: read at the first poll
 
     # -- the driver interface ----------------------------------------------------------------
 
@@ -118,8 +124,8 @@ class ProcessDriver(Driver):
             for model, proc in self._running.items()
             if not proc.stopping
         }
-        await self._measure()
-        return InstanceReport(running=running, available=None)
+        measured = await self._measure()
+        return InstanceReport(running=running, available=None, measured=measured)
 
     async def load(self, model: str) -> None:
         command = self._command(model)
@@ -188,12 +194,15 @@ class ProcessDriver(Driver):
 
     # -- processes ---------------------------------------------------------------------------
 
-    async def _measure(self) -> None:
+    async def _measure(self) -> dict[str, Footprint]:
+        """Each ready model's group: its resident size told to the events, and what it takes
+        (its GPU memory where it holds some, else its resident size) for the report."""
         ready = {m: p for m, p in self._running.items() if p.ready and not p.stopping}
-        sizes = await asyncio.to_thread(
-            lambda: {m: group_rss(p.process.pid) for m, p in ready.items()}
+        readings = await asyncio.to_thread(
+            lambda: {m: self._read(p.process.pid) for m, p in ready.items()}
         )
-        for model, rss in sizes.items():
+        taken: dict[str, Footprint] = {}
+        for model, (rss, gpu) in readings.items():
             if self._running.get(model) is not ready[model]:
                 continue  # stopped while it was measured
             command = self._commands.get(model)
@@ -201,6 +210,14 @@ class ProcessDriver(Driver):
             limit = command.recycle_rss if command is not None else None
             if limit is not None and rss > limit:
                 self._events.oversize(model, rss)
+            if gpu or rss:
+                taken[model] = Footprint(gpu, "gpu") if gpu else Footprint(rss, "rss")
+        return taken
+
+    def _read(self, pid: int) -> tuple[int, int]:
+        """The resident size and the GPU memory of ``pid``'s group (a thread's work)."""
+        members = group_members(pid)
+        return resident(members), self._gpu.held_by({m.pid for m in members})
 
     def _command(self, model: str) -> ProcessCommand:
         try:
@@ -313,13 +330,17 @@ class ProcessDriver(Driver):
         raise DriverError(f"no free port from {self._start_port} up on {self.instance}")
 
 
-def group_rss(pid: int) -> int:
-    """The resident size of ``pid`` and everything it started (0 once it is gone)."""
+def group_members(pid: int) -> list[psutil.Process]:
+    """``pid`` and everything it started; none once it is gone."""
     try:
         leader = psutil.Process(pid)
-        members = [leader, *leader.children(recursive=True)]
+        return [leader, *leader.children(recursive=True)]
     except psutil.Error:
-        return 0
+        return []
+
+
+def resident(members: list[psutil.Process]) -> int:
+    """The resident size of ``members`` together (those gone meanwhile count nothing)."""
     total = 0
     for member in members:
         with contextlib.suppress(psutil.Error):

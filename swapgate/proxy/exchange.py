@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING
 from swapgate.activity.records import Placement, Row
 from swapgate.control.memory.kv import Claim
 from swapgate.control.routing.key_limits import Admission
+from swapgate.control.routing.stand_ins import Chance
 from swapgate.control.routing.waiter import Want
 from swapgate.data.lease import Progress
 from swapgate.errors import SwapgateError
 from swapgate.metrics import UNKNOWN
+from swapgate.policy.idle_timeout import Asked
 from swapgate.proxy.endpoints import Endpoint
 from swapgate.proxy.translate.translated import Translated
 
@@ -61,6 +63,10 @@ class Exchange:
     span: Span | None = None
     upstream_span: Span | None = None
     max_tokens: int | None = None  # as the request asked, for its span
+    # Its keep_alive: how long the copy that serves it may then sit idle (policy/idle_timeout.py)
+    keep_alive: Asked | None = None
+    # Its one chance to be answered by another model (docs/configuration.md, "Fallback models")
+    fallback: Chance | None = None
 
     def keep_tail(self, chunk: bytes) -> None:
         self.tail = (self.tail + chunk)[-TAIL:]
@@ -104,6 +110,8 @@ class Exchange:
             self.failed.code if self.failed else "",
             self.stream,
             trace_id,
+            self.fallback.model if self.fallback and self.fallback.to else None,
+            self.fallback.reason if self.fallback else None,
         )
 
     def placement(self) -> Placement:

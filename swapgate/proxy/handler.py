@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -19,12 +20,16 @@ from starlette.types import Receive, Scope, Send
 from swapgate.activity.captures import Captures
 from swapgate.activity.log import ActivityLog
 from swapgate.config.catalog import Catalog
+from swapgate.config.model_params import Params, by_model, params_for
 from swapgate.config.settings import Settings
 from swapgate.control.loops.decay import DecayWatch
+from swapgate.control.loops.idle_unload import IdleUnloader
 from swapgate.control.memory.kv import KvKeeper
 from swapgate.control.routing.failover import Attempts
 from swapgate.control.routing.key_limits import KeyLimits
 from swapgate.control.routing.router import Router
+from swapgate.control.routing.stand_ins import StandIns
+from swapgate.control.routing.waiter import Want
 from swapgate.control.state.registry import Registry
 from swapgate.data.lease import Lease, Progress
 from swapgate.errors import (
@@ -39,10 +44,11 @@ from swapgate.errors import (
 )
 from swapgate.metrics import Metrics
 from swapgate.policy import conversation, pools
+from swapgate.policy.idle_timeout import IdleAsks
 from swapgate.policy.retry import Failure, Next
 from swapgate.policy.timing import retry_after
 from swapgate.proxy.auth import Caller, ClientAuth
-from swapgate.proxy.endpoints import ENDPOINTS
+from swapgate.proxy.endpoints import ENDPOINTS, Endpoint
 from swapgate.proxy.exchange import Exchange
 from swapgate.proxy.headers import (
     DROP_RESPONSE,
@@ -105,10 +111,13 @@ class ProxyEndpoint:
         captures: Captures | None = None,
         figures: Figures | None = None,
         tracing: Tracing | None = None,
+        idle: IdleUnloader | None = None,
     ) -> None:
         """``activity`` and ``captures``: what each request leaves behind (proxy/records.py);
         ``figures``: how far a running load has got, for the clients told its progress;
-        ``tracing``: each request's spans (swapgate/tracing/), none when it is off."""
+        ``tracing``: each request's spans (swapgate/tracing/), none when it is off; ``idle``:
+        told of each request's keep_alive (swapgate/control/loops/idle_unload.py)."""
+        self._idle = idle
         self.tracing = tracing
         self._figures = figures or no_figure
         self._registry = registry
@@ -131,9 +140,13 @@ class ProxyEndpoint:
         self._router = router
         self._catalog = catalog
         self._auth = auth
+        self._params = by_model(settings.models)  # models.M.params
+        stand_ins = StandIns(settings, router, self._metrics)
+        self._fallbacks = FallbackModels(stand_ins, router, auth, self._params)
         self._keepalive = settings.keepalive_for
         self._max_body = settings.server.max_body_bytes
         self._records.access_log = settings.server.access_log
+        self._idle_asks = IdleAsks(settings, self._idle.asked if self._idle else None)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers: list[tuple[bytes, bytes]] = scope["headers"]
@@ -204,14 +217,15 @@ class ProxyEndpoint:
         if named != ex.model:  # a selector chose: say which model answers
             writer.headers.append((b"x-swapgate-model", ex.model.encode()))
         self._router.check_speaks(ex.model, endpoint.protocol, endpoint.path)
-        if endpoint.protocol != "openai":  # for an upstream that speaks chat only
-            request.translation = Translated(endpoint, request.payload, ex.model)
+        ex.keep_alive = self._idle_asks.read(headers, request, ex.model, caller.key)
+        shape(request, self._params, endpoint, ex.model)  # before the capture
         if caller.key is not None:
             ex.admission = await self._limits.admit(caller.key)
         priority = self._auth.priority(caller, headers)
         turn = await self._conversation(ex, request)
         budget = wait_budget(headers)
         ex.want = self._router.want(ex.model, request.payload, budget, priority, turn, ex.key)
+        self._fallbacks.early(ex, request, caller, writer, (budget, priority, turn))
         if request.stream:
             ex.prompt_tokens = pools.prompt_tokens(request.payload)
         if ex.want.pool is not None:
@@ -273,7 +287,8 @@ class ProxyEndpoint:
                 plan, writer, ex.model, progress, self._registry, self._metrics, self._figures
             )
             pinging = Pinging(pinger)
-        attempts = Attempts(self._router, ex.model, ex.want)
+        instead = lambda: self._fallbacks.late(ex, request, writer)  # noqa: E731
+        attempts = Attempts(self._router, ex.model, ex.want, instead)
         try:
             try:
                 response = await self._open(scope, ex, request, attempts, progress)
@@ -294,6 +309,7 @@ class ProxyEndpoint:
         finally:
             if ex.upstream_span is not None and self.tracing is not None:
                 self.tracing.finish(ex.upstream_span, {}, ex.failed.code if ex.failed else "")
+            self._idle_asks.served(ex.keep_alive, attempts.lease)  # before its end (idle unload)
             attempts.release()
             if ex.claim is not None:
                 await self._free_slot(ex)
@@ -419,6 +435,7 @@ class ProxyEndpoint:
             body = request.renamed(lease.upstream_model)
         if lease.slot is not None and request.upload is None:
             body = with_fields(body, id_slot=lease.slot)
+        body = self._idle_asks.body_for(body, lease, ex.keep_alive)
         url = lease.upstream.url_for(path) + _query(scope, lease.upstream.query)
         key = lease.upstream.api_key
         upload = request.upload
@@ -541,6 +558,89 @@ class ProxyEndpoint:
         if not writer.started:
             writer.headers += route_headers(ex.route, ex.waited)
         await writer.fail(exc)
+
+
+class FallbackModels:
+    """A request's way to one of its model's ``fallbacks`` (docs/configuration.md, "Fallback
+    models") from the data plane: who may use which model (the key's scope, the API it
+    speaks), and the request renamed for the model that answers."""
+
+    def __init__(
+        self, stand_ins: StandIns, router: Router, auth: ClientAuth, params: Mapping[str, Params]
+    ) -> None:
+        self._stand_ins = stand_ins
+        self._router = router
+        self._auth = auth
+        self._params = params
+
+    def early(
+        self,
+        ex: Exchange,
+        request: Request,
+        caller: Caller,
+        writer: ResponseWriter,
+        asks: tuple[float | None, int, str | None],
+    ) -> None:
+        """The request's chance, taken now if its model cannot serve it: its prompt is too
+        long, it backs off, no instance can hold it, or its wait budget ends first."""
+        budget, priority, turn = asks
+        router, endpoint = self._router, ex.endpoint
+
+        def want_for(model: str) -> Want:
+            return router.want(model, request.payload, budget, priority, turn, ex.key)
+
+        def allowed(model: str) -> bool:
+            if not self._auth.allows(caller, model):
+                return False
+            try:
+                router.check_speaks(model, endpoint.protocol, endpoint.path)
+            except SwapgateError:
+                return False
+            return True
+
+        tokens = lambda: pools.prompt_tokens(request.payload)  # noqa: E731
+        ex.fallback = self._stand_ins.chance(ex.model, allowed, want_for, tokens)
+        if ex.fallback is not None and ex.want is not None:
+            to = self._stand_ins.at_admission(ex.fallback, ex.want)
+            if to is not None:
+                self._answer_with(ex, request, writer, to)
+
+    def late(
+        self, ex: Exchange, request: Request, writer: ResponseWriter
+    ) -> tuple[str, Want] | None:
+        """The swap the request waited for failed: the model of its ``fallbacks`` that answers
+        it instead, and its ``Want`` there, if it has its chance still."""
+        chance = ex.fallback
+        to = self._stand_ins.take(chance, "swap_failed") if chance is not None else None
+        if to is None or ex.want is None:
+            return None
+        self._answer_with(ex, request, writer, to)
+        return to, ex.want
+
+    def _answer_with(
+        self, ex: Exchange, request: Request, writer: ResponseWriter, model: str
+    ) -> None:
+        """``model`` answers the request: its body names it, is shaped by its params instead
+        of the asked model's, and ``x-swapgate-model`` names it while headers can still be
+        added (after early keep-alives, the answer's "model" alone)."""
+        assert ex.fallback is not None
+        ex.model = model
+        ex.want = ex.fallback.want_for(model)
+        request.rename(model)
+        shape(request, self._params, ex.endpoint, model)
+        named = [(k, v) for k, v in writer.headers if k != b"x-swapgate-model"]
+        writer.headers[:] = [*named, (b"x-swapgate-model", model.encode())]
+
+
+def shape(request: Request, rules: Mapping[str, Params], endpoint: Endpoint, model: str) -> None:
+    """The body as ``model``'s params make it from what the client sent (docs/configuration.md,
+    "Request parameters per model"), and its translation for an upstream that speaks chat only:
+    the params a translation does not carry go into the chat body."""
+    rule = params_for(rules, model, endpoint.label)
+    request.change(rule.apply if rule is not None else None)
+    if endpoint.protocol != "openai":
+        into_chat = rule.into_chat(endpoint.protocol) if rule is not None else None
+        request.translation = Translated(endpoint, request.payload, model, into_chat)
 
 
 def _held(ex: Exchange) -> float:

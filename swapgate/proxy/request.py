@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,7 @@ class Request:
     stream: bool
     upload: Upload | None = None
     translation: Translated | None = None
+    sent: dict[str, Any] | None = None  # the client's body, once a model's params changed it
 
     def rename(self, model: str) -> None:
         """The model is called ``model`` from here on (an alias resolved)."""
@@ -54,6 +56,18 @@ class Request:
             self.upload.rename_model(model)
             return b""
         return with_model(self.payload, model)
+
+    def change(self, rule: Callable[[dict[str, Any]], dict[str, Any]] | None) -> None:
+        """The body as ``rule`` makes it (a model's params: swapgate/config/model_params.py)
+        from what the client sent, named as it is now: a fallback model's rule replaces the
+        asked model's. None: as the client sent it. An upload goes as sent."""
+        if self.upload is not None or (rule is None and self.sent is None):
+            return
+        if self.sent is None:
+            self.sent = self.payload
+        payload = {**self.sent, "model": self.payload.get("model")}
+        self.payload = rule(payload) if rule is not None else payload
+        self.body = json.dumps(self.payload, separators=(",", ":")).encode()
 
     @property
     def replayable(self) -> bool:

@@ -33,6 +33,7 @@ from swapgate.config.paths import processes_directory, state_directory
 from swapgate.config.settings import ConfigError, ProcessCommand, Settings, secret
 from swapgate.control.loops.decay import DecayWatch
 from swapgate.control.loops.forecast import DayDemand, state_file
+from swapgate.control.loops.idle_unload import IdleUnloader
 from swapgate.control.loops.poller import Poller
 from swapgate.control.loops.preload import Preloader
 from swapgate.control.loops.probe import Prober
@@ -109,6 +110,7 @@ class Runtime:
             settings.instances, catalog, clock, on_arrival=self.demand.arrived, shares=shares
         )
         self.metrics.watch(self.registry.snapshot, self.registry.queues.depths)
+        self.metrics.watch_memory(self.registry.polls.measured)  # docs/memory.md, "Measured memory"
         self.scheduler: PreloadScheduler | None = None
         # The cached tier: the next models' weights in RAM ahead of their swap (docs/host-cache.md)
         self.host_cache = HostCache(
@@ -128,7 +130,13 @@ class Runtime:
         # Each request's row, and the bodies captures want (docs/operations.md, "Activity")
         self.activity = _activity_log(settings)
         self.captures = Captures(self.activity, settings.capture)
+        # Copies idle their model's ttl, or their last request's keep_alive, are unloaded
+        self.idle = IdleUnloader(
+            self.registry, self.coordinator, self.metrics, _ttls(settings),
+            settings.routing.swap_timeout,
+        )  # fmt: skip
         self.endpoint = self._endpoint(settings)
+        self._idle_task: asyncio.Task[None] | None = None
         self._host_cache_task: asyncio.Task[None] | None = None
         self.started = False
         self._poll_task: asyncio.Task[None] | None = None
@@ -186,6 +194,7 @@ class Runtime:
             captures=self.captures,
             figures=self.coordinator.progress.figure,
             tracing=self.tracing,
+            idle=self.idle,
         )
 
     def _drivers(self, settings: Settings, kept: Mapping[str, Driver]) -> dict[str, Driver]:
@@ -266,6 +275,7 @@ class Runtime:
         )
         self.scheduler.start(self.configured.settings.preloads)
         self._host_cache_task = asyncio.create_task(self.host_cache.run(), name="host cache")
+        self._idle_task = asyncio.create_task(self.idle.run(), name="idle unload")
         self._watch_sighup()
         settle_heap()
         self.started = True
@@ -317,6 +327,7 @@ class Runtime:
         self.host_cache.reconfigure(new.host_cache, catalog.weights)
         self.kv.configure(new.instances)
         self.captures.set_config(new.capture)  # on or off without a restart
+        self.idle.configure(_ttls(new), new.routing.swap_timeout)
         settle_heap()  # what the old config made may go; the new one joins the long-lived
         log.info("configuration reloaded from %s", self.config_path)
         return new
@@ -341,7 +352,7 @@ class Runtime:
         if self.scheduler is not None:
             self.scheduler.shutdown()
             self.scheduler.save()
-        await stop(self._poll_task, self._probe_task, self._host_cache_task)
+        await stop(self._poll_task, self._probe_task, self._host_cache_task, self._idle_task)
         await self._background.aclose()
         if self._shared_demand is not None:  # the last arrivals, before the cluster closes
             await self._shared_demand.sync()
@@ -432,6 +443,11 @@ def _activity_log(settings: Settings) -> ActivityLog:
 
 def _split_keys(value: str | None) -> list[str]:
     return [key.strip() for key in (value or "").split(",") if key.strip()]
+
+
+def _ttls(settings: Settings) -> dict[str, float]:
+    """Each model's ``ttl`` (docs/configuration.md, "Idle unload: ttl and keep_alive")."""
+    return {name: model.ttl for name, model in settings.models.items() if model.ttl > 0}
 
 
 class _ProcessWatch:

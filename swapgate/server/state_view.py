@@ -83,7 +83,9 @@ def _describe_instance(inst: InstanceView, runtime: Runtime, wall: _WallClock) -
         "capacity": inst.capacity if inst.capacity < NO_COUNT_LIMIT else None,  # null: memory
         "memory": inst.memory,  # bytes its models may take at once; null: no limit
         "memory_used": inst.used if inst.memory is not None else None,
-        "model_sizes": runtime.registry.sizes(inst.name),  # estimate and learned, in bytes
+        # bytes: estimate (declared or computed), learned, measured (+ measured_by) and
+        # placed_by, the larger that placement counts (docs/memory.md, "Measured memory")
+        "model_sizes": runtime.registry.sizes(inst.name),
         "inflight": inst.inflight,
         "serves": sorted(inst.serves),
         "swapping": inst.swapping,
@@ -116,6 +118,8 @@ def _describe_model(
         "failure": view.failure or None if view.backoff_until > wall.now else None,
         "unreachable": view.down or None,  # its own server does not answer (vllm-sleep)
     }
+    idle_at = runtime.idle.deadline(instance, model)  # ttl or keep_alive (docs/configuration.md)
+    described["idle_unload_at"] = wall.iso(idle_at) if idle_at is not None else None
     if view.state is WarmState.WARM:  # is its engine decaying, and why (docs/operations.md)
         relay = runtime.configured.settings.model_settings(model).relay
         described["diagnosis"] = runtime.decay.describe(instance, model, relay)

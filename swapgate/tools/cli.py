@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from swapgate import __version__
 from swapgate.tools.activity_cli import add_activity_command
 from swapgate.tools.admin_cli import add_commands as add_admin_commands
+from swapgate.tools.admin_cli import connection_options
 from swapgate.tools.arguments import duration, load_times, port_list, size
 
 if TYPE_CHECKING:
@@ -55,6 +56,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("path", help="the config file")
     plan.add_argument("--json", action="store_true", help="machine-readable output")
+    plan.add_argument(
+        "--measured",
+        action="store_true",
+        help="add what a running gateway (--url) measured each loaded model to take",
+    )
+    connection_options(plan)
     plan.set_defaults(run=_plan)
 
     _replay_command(commands)
@@ -295,12 +302,23 @@ def keepalive_advice(settings: Settings) -> list[str]:
 
 def _plan(args: argparse.Namespace) -> int:
     """Exit 0 when every model fits somewhere, 1 when one does not (or the config is invalid)."""
-    from swapgate.tools.plan import as_json, make_plan, render
+    from swapgate.tools.admin_cli import AdminClient, AdminError
+    from swapgate.tools.plan import as_json, make_plan, measured_from, render
 
     settings = _load(args.path)
     if settings is None:
         return 1
-    plan = make_plan(settings)
+    measured = None
+    if args.measured:  # docs/memory.md, "Measured memory"
+        client = AdminClient(args.url, args.token)
+        try:
+            measured = measured_from(client.call("GET", "/admin/state"))
+        except AdminError as exc:
+            print(f"swapgate: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            client.close()
+    plan = make_plan(settings, measured)
     print(json.dumps(as_json(plan), indent=2) if args.json else render(plan))
     return 1 if plan.warnings else 0
 

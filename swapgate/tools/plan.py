@@ -4,17 +4,24 @@
 Read before a model OOMs under real prompts: per model its weights, KV cache per token, per
 sequence at its context and at ``max_seqs`` sequences, and its total; per instance which models
 fit at once; and a warning, with values that would fit, for every model too large for the
-instances that serve it.
+instances that serve it. With ``--measured``, what a running gateway measured each loaded model
+to take (its ``/admin/state``) beside the declared figure, each instance's fits by the larger,
+as the gateway places (docs/memory.md, "Measured memory").
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from swapgate.config.catalog import weight_paths
 from swapgate.config.settings import InstanceConfig, Settings
 from swapgate.config.sizes import Size, human, sizes, weight_files
+from swapgate.data.footprint import WARN_ABOVE, above_declared
+
+# What a gateway measured: per instance, per model, in bytes (``measured_from``)
+Measurements = Mapping[str, Mapping[str, int]]
 
 CONTEXT_STEP = 1024  # suggested contexts are rounded down to this
 
@@ -27,12 +34,33 @@ class Plan:
     # host_cache (docs/host-cache.md): its budget, and each model's weight files and bytes
     budget: int | None = None
     weights: dict[str, tuple[list[str], int]] = field(default_factory=dict)
+    # Each model's largest measured figure, where a gateway measured it (``--measured``)
+    measured: dict[str, int] | None = None
 
 
-def make_plan(settings: Settings) -> Plan:
+def measured_from(state: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """Per instance, per model, the bytes a gateway's ``/admin/state`` says it measured."""
+    return {
+        inst["name"]: {
+            model: sizes["measured"]
+            for model, sizes in (inst.get("model_sizes") or {}).items()
+            if isinstance(sizes.get("measured"), int)
+        }
+        for inst in state.get("instances", [])
+    }
+
+
+def make_plan(settings: Settings, measured: Measurements | None = None) -> Plan:
+    """The plan of ``settings``; with ``measured`` (``measured_from``), each model counted by
+    the larger of its declared and its measured figure on each instance."""
     found, problems = sizes(settings.models)
     warnings = list(problems)
-    instances = [_instance(inst, found, settings) for inst in settings.instances]
+    instances = [
+        _instance(inst, _placed(found, (measured or {}).get(inst.name, {})), settings)
+        for inst in settings.instances
+    ]
+    largest = _largest(measured) if measured is not None else None
+    warnings += _measured_above(found, largest or {})
     for model, size in found.items():
         warning = _too_large(model, size, _serving(model, settings))
         if warning:
@@ -60,7 +88,37 @@ def make_plan(settings: Settings) -> Plan:
             )
         if not total:
             warnings.append(f"{model}'s weights: no file at {', '.join(files)}")
-    return Plan(found, instances, warnings, budget, weights)
+    return Plan(found, instances, warnings, budget, weights, largest)
+
+
+def _placed(found: dict[str, Size], measured: Mapping[str, int]) -> dict[str, Size]:
+    """Each size as placement counts it on one instance: the measured figure where larger."""
+    placed = dict(found)
+    for model, taken in measured.items():
+        size = found.get(model)
+        if size is None or taken > size.total:
+            placed[model] = Size(taken, given=taken)
+    return placed
+
+
+def _largest(measured: Measurements) -> dict[str, int]:
+    largest: dict[str, int] = {}
+    for models in measured.values():
+        for model, taken in models.items():
+            largest[model] = max(largest.get(model, 0), taken)
+    return largest
+
+
+def _measured_above(found: dict[str, Size], largest: Mapping[str, int]) -> list[str]:
+    """A warning per model measured more than WARN_ABOVE over its declared size."""
+    return [
+        f"{model}: measured at {human(taken)}, more than {round(WARN_ABOVE * 100)}% above its "
+        f"declared {human(found[model].total)}; the gateway places it by the measured figure: "
+        f"raise models.{model}.memory to at least {human(taken)} (or its memory_overhead, "
+        "where its size is computed)"
+        for model, taken in largest.items()
+        if model in found and above_declared(taken, found[model].total)
+    ]
 
 
 def _served(inst: InstanceConfig, settings: Settings) -> list[str]:
@@ -125,24 +183,7 @@ def _too_large(model: str, size: Size, serving: list[InstanceConfig]) -> str | N
 def render(plan: Plan) -> str:
     from swapgate.tools.admin_cli import table
 
-    rows = [("MODEL", "WEIGHTS", "KV/TOKEN", "CONTEXT", "KV/SEQUENCE", "SEQS", "KV", "TOTAL")]
-    for model, size in plan.models.items():
-        if size.given is not None:
-            rows.append((model, "-", "-", "-", "-", "-", "-", human(size.total) + " (given)"))
-            continue
-        rows.append(
-            (
-                model,
-                human(size.weights),
-                human(size.kv_per_token),
-                str(size.context or "-"),
-                human(size.kv_per_seq),
-                str(size.max_seqs),
-                human(size.kv),
-                human(size.total),
-            )
-        )
-    out = [table(rows), ""]
+    out = [table(_model_rows(plan)), ""]
     places = [("INSTANCE", "LIMITED BY", "FITS AT ONCE", "TOO LARGE")]
     for inst in plan.instances:
         places.append(
@@ -163,6 +204,34 @@ def render(plan: Plan) -> str:
     return "\n".join(out)
 
 
+def _model_rows(plan: Plan) -> list[tuple[str, ...]]:
+    """The models' table; with measured figures, a MEASURED column (``-``: not measured)."""
+    head = ("MODEL", "WEIGHTS", "KV/TOKEN", "CONTEXT", "KV/SEQUENCE", "SEQS", "KV", "TOTAL")
+    rows: list[tuple[str, ...]] = [head]
+    for model, size in plan.models.items():
+        if size.given is not None:
+            rows.append((model, "-", "-", "-", "-", "-", "-", human(size.total) + " (given)"))
+            continue
+        rows.append(
+            (
+                model,
+                human(size.weights),
+                human(size.kv_per_token),
+                str(size.context or "-"),
+                human(size.kv_per_seq),
+                str(size.max_seqs),
+                human(size.kv),
+                human(size.total),
+            )
+        )
+    if plan.measured is None:
+        return rows
+    taken = plan.measured
+    return [rows[0] + ("MEASURED",)] + [
+        (*row, human(taken[row[0]]) if row[0] in taken else "-") for row in rows[1:]
+    ]
+
+
 def as_json(plan: Plan) -> dict[str, Any]:
     return {
         "models": {
@@ -176,6 +245,7 @@ def as_json(plan: Plan) -> dict[str, Any]:
                 "overhead": size.overhead,
                 "total": size.total,
                 "given": size.given is not None,
+                "measured": (plan.measured or {}).get(model),  # the largest, where measured
             }
             for model, size in plan.models.items()
         },

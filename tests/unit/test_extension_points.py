@@ -27,6 +27,7 @@ COLLECTED = {
     "swapgate_ttft_drift_ratio",
     "swapgate_engine_diagnosis",
     "swapgate_load_progress_ratio",
+    "swapgate_model_memory_bytes",
 }
 
 

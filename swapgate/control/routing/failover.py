@@ -5,25 +5,34 @@ another instance that has the model warm, the model's relay if its fallback poli
 went out.
 
 ``Attempts`` holds the one lease a request has at any time and gives it back exactly once, so
-the data plane never releases leases itself.
+the data plane never releases leases itself. When the swap its first lease waited for fails,
+``instead`` may name another model of the request's ``fallbacks`` that answers it
+(docs/configuration.md, "Fallback models"): the tries go on for that one.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import replace
 
 from swapgate.control.routing.router import Router
 from swapgate.control.routing.waiter import Want
 from swapgate.data.lease import Lease, Progress
-from swapgate.errors import NoCapacity
+from swapgate.errors import NoCapacity, SwapFailed
 from swapgate.policy import retry
 from swapgate.policy.retry import Failure, Next, Outcome
 
+# After a failed swap: the model that answers instead and the request's Want for it, or None
+Instead = Callable[[], tuple[str, Want] | None]
+
 
 class Attempts:
-    def __init__(self, router: Router, model: str, want: Want | None = None) -> None:
+    def __init__(
+        self, router: Router, model: str, want: Want | None = None, instead: Instead | None = None
+    ) -> None:
         self._router = router
+        self._instead = instead
         self._model = model
         self._want = want  # its pool and wait budget: another instance is of the same pool
         self._used: set[Next] = set()  # each place is tried once (the queue: within max_wait)
@@ -33,9 +42,23 @@ class Attempts:
         self._ticket = router.clients.began(want.client if want else None, model)
 
     async def first(self, progress: Progress) -> Lease:
-        self.lease = await self._router.acquire(self._model, progress, self._want)
+        try:
+            self.lease = await self._router.acquire(self._model, progress, self._want)
+        except SwapFailed:
+            other = self._instead() if self._instead is not None else None
+            if other is None:
+                raise
+            self._switch(*other)
+            self.lease = await self._router.acquire(self._model, progress, self._want)
         self._router.clients.flying(self._ticket, True)
         return self.lease
+
+    def _switch(self, model: str, want: Want) -> None:
+        """From here on the request is one for ``model`` (it holds no lease yet)."""
+        clients = self._router.clients
+        clients.ended(self._ticket)
+        self._model, self._want = model, want
+        self._ticket = clients.began(want.client, model)
 
     def after(self, failure: Failure, held: float, resendable: bool) -> Next | None:
         """The current lease failed with ``failure`` after holding the request ``held`` s: take

@@ -1,10 +1,27 @@
-"""What the poller tells the registry: an instance's answer to a poll, or that it is down."""
+"""What the poller tells the registry: an instance's answer to a poll, or that it is down.
+
+A poll of a ``kind: process`` instance also reads what each ready model takes (its GPU memory,
+or its process group's resident size: docs/memory.md, "Measured memory"). Per (instance, model)
+the registry keeps the largest reading since the model's last load; it outlives the model's
+unload, so that placement counts it when the model comes back, and the first reading of its
+next load replaces it. Placement counts the larger of it and the declared or computed size
+(``InstanceSlot.sizes``). A reading more than 10% above the declared size is logged once per
+load, with the fix.
+"""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
+
+from swapgate.config.sizes import human
 from swapgate.control.state.live_state import LiveState
 from swapgate.control.state.slots import InstanceSlot
+from swapgate.data.footprint import WARN_ABOVE, Footprint, Measured, above_declared
 from swapgate.data.warm import InstanceReport, WarmState
+
+log = logging.getLogger("swapgate.memory")
+SOURCES = {"gpu": "GPU memory its processes hold", "rss": "its process group's resident size"}
 
 
 class PollResults:
@@ -28,6 +45,9 @@ class PollResults:
         if inst.generation == generation:
             # Mid-swap too: an instance back from down has nothing known warm but its answer
             self._apply_running(inst, report, besides=inst.swapping)
+        if report.measured:  # after the warm state: a reading counts for a warm model alone
+            readings = {live.client_name(name, u): f for u, f in report.measured.items()}
+            _take_readings(inst, readings, live.catalog.sizes)
         for upstream, why in (report.unreachable or {}).items():  # down alone, even mid-swap
             inst.slot(live.client_name(name, upstream)).down = why
         live.changes.notify()
@@ -55,6 +75,17 @@ class PollResults:
             if model not in running and model != besides:
                 slot.set_state(WarmState.COLD, now)
 
+    def measured(self) -> list[tuple[str, str, int, int | None]]:
+        """Every figure measured: (instance, model, measured bytes, declared bytes or None);
+        instances with none cost nothing (read at every scrape of /metrics)."""
+        declared = self._live.catalog.sizes
+        return [
+            (name, model, figure.bytes, declared.get(model))
+            for name, inst in self._live.instances.items()
+            if inst.measured
+            for model, figure in inst.measured.items()
+        ]
+
     def mark_down(self, name: str) -> None:
         """Out of placement until a poll succeeds; what it had warm is unknown from now on."""
         inst = self._live.instances[name]
@@ -64,3 +95,41 @@ class PollResults:
         for slot in inst.slots.values():
             slot.set_state(WarmState.COLD, now)
         self._live.changes.notify()
+
+
+def _take_readings(
+    inst: InstanceSlot, readings: Mapping[str, Footprint], declared: Mapping[str, int]
+) -> None:
+    """Keep each reading (by client model name) of a model warm on ``inst``; ``declared``: the
+    config's sizes. A reading of a model the registry does not hold warm yet waits for the
+    next poll: its load's end is what starts its figure."""
+    for model, reading in readings.items():
+        slot = inst.slots.get(model)
+        if slot is None or slot.state is not WarmState.WARM:
+            continue
+        kept = inst.measured.get(model)
+        figure = Measured(reading.bytes, reading.source, slot.since)
+        if kept is not None:
+            figure = kept.taken(reading, slot.since)
+        inst.measured[model] = figure
+        size = declared.get(model)
+        if above_declared(figure.bytes, size) and inst.warned.get(model) != slot.since:
+            inst.warned[model] = slot.since
+            _warn(inst.config.name, model, figure, size or 0)
+
+
+def _warn(instance: str, model: str, figure: Measured, declared: int) -> None:
+    log.warning(
+        "%s on %s takes %s (%s), more than %d%% above its declared %s: placement counts "
+        "%s for it from now on; raise models.%s.memory to at least %s (or its "
+        "memory_overhead, where its size is computed) so that plans and first loads count it",
+        model,
+        instance,
+        human(figure.bytes),
+        SOURCES[figure.source],
+        round(WARN_ABOVE * 100),
+        human(declared),
+        human(figure.bytes),
+        model,
+        human(figure.bytes),
+    )

@@ -117,14 +117,21 @@ class Registry:
     def ready(self) -> bool:
         return bool(self.up_names())
 
-    def sizes(self, name: str) -> dict[str, dict[str, int]]:
-        """Per model on ``name``: its estimated and its learned size, where known."""
+    def sizes(self, name: str) -> dict[str, dict[str, int | str]]:
+        """Per model on ``name``: its estimated (declared or computed), learned and measured
+        size where known, how the measured one was read, and the one placement counts."""
         inst = self._live.instances[name]
-        known = {
+        known: dict[str, dict[str, int | str]] = {
             m: {"estimate": b} for m, b in self._live.catalog.sizes.items() if m in inst.serves
         }
         for model, learned in inst.learned.items():
             known.setdefault(model, {})["learned"] = learned
+        for model, figure in inst.measured.items():
+            known.setdefault(model, {}).update(measured=figure.bytes, measured_by=figure.source)
+        if inst.config.memory is not None:  # what placement counts; nothing without a limit
+            counted = inst.sizes(self._live.catalog.sizes)
+            for model, sizes in known.items():
+                sizes["placed_by"] = counted.get(model, 0)
         return known
 
     def pulse(self, name: str) -> Pulse:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from swapgate.config.settings import InstanceConfig
 from swapgate.control.state.copies import Copies, Mover
+from swapgate.data.footprint import Measured
 from swapgate.data.lease import Pulse
 from swapgate.data.snapshot import InstanceView, ModelView
 from swapgate.data.warm import WarmState
@@ -79,6 +80,9 @@ class InstanceSlot:
     reserved_until: float = 0.0
     slots: dict[str, ModelSlot] = field(default_factory=dict)
     learned: dict[str, int] = field(default_factory=dict)  # sizes its backend reported
+    # What each model took here since its last load, measured (control/state/polls.py)
+    measured: dict[str, Measured] = field(default_factory=dict)
+    warned: dict[str, float] = field(default_factory=dict)  # measured above declared: the load
     reported_capacity: int | None = None  # what its backend said it runs at once
     pulse: Pulse = field(default_factory=Pulse)  # when its answers last moved
     # Where each model has a copy: the registry's, shared by its instances; its own if alone
@@ -122,5 +126,14 @@ class InstanceSlot:
             memory=memory,
             # models leaving it: no swap may start meanwhile
             evicting=any(slot.closing_until == LEAVING for slot in self.slots.values()),
-            sizes={**estimates, **self.learned} if memory is not None else {},
+            sizes=self.sizes(estimates) if memory is not None else {},
         )
+
+    def sizes(self, estimates: dict[str, int]) -> dict[str, int]:
+        """Each model's size for placement: learned over estimated, and the larger of that
+        and what it was measured to take here."""
+        sizes = {**estimates, **self.learned}
+        for model, figure in self.measured.items():
+            if figure.bytes > sizes.get(model, 0):
+                sizes[model] = figure.bytes
+        return sizes

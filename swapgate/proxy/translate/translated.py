@@ -11,6 +11,7 @@ docs/compatibility.md.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from swapgate.errors import UpstreamError
@@ -29,9 +30,16 @@ MAX_ANSWER_BYTES = 32 * 1024 * 1024
 
 
 class Translated:
-    def __init__(self, endpoint: Endpoint, payload: dict[str, Any], model: str) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        payload: dict[str, Any],
+        model: str,
+        adjust: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
         """Translate the request now, so a body that cannot be carried is a 400 before any
-        swap starts for it."""
+        swap starts for it; ``adjust`` changes the chat body (the model's params the
+        translation does not carry: swapgate/config/model_params.py)."""
         self._counting = endpoint.label == "count_tokens"
         self._responses = endpoint.protocol == "responses"
         self._custom = responses.custom_tools(payload) if self._responses else frozenset()
@@ -41,6 +49,8 @@ class Translated:
             self._chat = anthropic.count_request(payload)
         else:
             self._chat = anthropic.to_chat(payload)
+        if adjust is not None:
+            self._chat = adjust(self._chat)
         self._model = model  # the name the client asked for, which its answer carries
         self._stream: ChatStreamReader | None = None
         self._status = 0

@@ -152,7 +152,7 @@ class _Listed:
         settings = runtime.configured.settings
         if settings is not self._settings:
             self._settings, self._declared, self._learned = settings, declared(settings.models), -1
-        if engines.version is not self._learned:
+        if engines.version != self._learned:
             self._learned = engines.version
             names = self._declared.keys() | engines.models()
             known = {m: engines.of(m).over(self._declared.get(m, Facts())) for m in names}

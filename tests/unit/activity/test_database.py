@@ -70,13 +70,15 @@ async def test_a_file_from_before_versions_is_stamped_and_a_new_one_is_current(
 async def test_a_version_1_file_gains_trace_ids_and_keeps_its_rows(tmp_path: Path) -> None:
     """Version 2 adds each request's trace id: a file of version 1 is migrated once, in place."""
     path = tmp_path / "activity.db"
-    version_1 = SCHEMA.replace(",\n    trace_id TEXT", "")
+    later = ",\n    trace_id TEXT,\n    fallback_from TEXT,\n    fallback_reason TEXT"
+    version_1 = SCHEMA.replace(later, "")
     assert "trace_id" not in version_1
     row = make_activity(request_id="before")
     with sqlite3.connect(path) as connection:
         connection.executescript(version_1)
         fields = dataclasses.asdict(row)
-        fields.pop("trace_id")
+        for later_field in ("trace_id", "fallback_from", "fallback_reason"):
+            fields.pop(later_field)
         names = ", ".join(f'"{name}"' for name in fields)
         marks = ", ".join("?" * len(fields))
         connection.execute(
@@ -89,7 +91,7 @@ async def test_a_version_1_file_gains_trace_ids_and_keeps_its_rows(tmp_path: Pat
     page = await log.query()
     await log.close()
     assert {a.request_id: a.trace_id for _, a in page.rows} == {"before": None, "after": "ab" * 16}
-    assert _version(path) == 2
+    assert _version(path) == database.SCHEMA_VERSION
 
 
 async def test_a_file_from_a_newer_swapgate_is_left_alone_and_the_log_kept_in_memory(

@@ -261,8 +261,8 @@ def test_a_size_the_backend_reports_replaces_the_estimate_where_memory_counts() 
     assert after.sizes == {"qwen": 6 * 2**30, "llama": 12 * 2**30}, "learned, by client name"
     assert after.used == 6 * 2**30
     assert registry.sizes("gpu") == {
-        "qwen": {"estimate": 10 * 2**30, "learned": 6 * 2**30},
-        "llama": {"estimate": 12 * 2**30},
+        "qwen": {"estimate": 10 * 2**30, "learned": 6 * 2**30, "placed_by": 6 * 2**30},
+        "llama": {"estimate": 12 * 2**30, "placed_by": 12 * 2**30},
     }
 
 

@@ -1,0 +1,31 @@
+"""The idle unload's keys (docs/configuration.md, "Idle unload: ttl and keep_alive")."""
+
+from __future__ import annotations
+
+import pytest
+
+from swapgate.config.loading import parse_config
+from swapgate.config.settings import ConfigError
+
+INSTANCES = [{"name": "gpu", "url": "http://x", "models": ["m"]}]
+
+
+def test_ttl_reads_a_duration_and_allow_keep_alive_defaults_to_true() -> None:
+    settings = parse_config(
+        {
+            "instances": INSTANCES,
+            "models": {"m": {"ttl": "5m"}},
+            "auth": {"keys": [{"name": "k", "sha256": "a" * 64, "allow_keep_alive": False}]},
+        }
+    )
+    assert settings.models["m"].ttl == 300.0
+    assert settings.models["m"].allow_keep_alive is True
+    assert settings.model_settings("other").ttl == 0.0  # unset: never
+    assert settings.auth.keys[0].allow_keep_alive is False
+
+
+@pytest.mark.parametrize("ttl", ["soon", -5])
+def test_a_bad_ttl_is_told_by_its_yaml_path(ttl: object) -> None:
+    with pytest.raises(ConfigError) as refused:
+        parse_config({"instances": INSTANCES, "models": {"m": {"ttl": ttl}}})
+    assert "models.m.ttl" in str(refused.value)
