@@ -1,21 +1,24 @@
 """Idle unload with real engines (docs/configuration.md, "Idle unload: ttl and keep_alive"):
 llama.cpp's ``llama-server`` run by ``kind: process`` goes once idle its model's ``ttl``, or
 right after an answer whose request sent Ollama's ``keep_alive: 0`` through the openai SDK's
-``extra_body``; ``allow_keep_alive: false`` ignores it; a copy serving a long answer stays."""
+``extra_body``; ``allow_keep_alive: false`` ignores it; a copy serving a long answer stays.
+The same through the real llama-swap (v250), which is told to unload and has no ttl of its own."""
 
 from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from testbed.engines import LlamaServerEngine, ensure_llama_server, tiny_weights
+from testbed.engines import LlamaServerEngine, LlamaSwapEngine, ensure_llama_server, tiny_weights
 from tests.e2e.processes import Gateway, gateway, wait_for
 from tests.e2e.test_process import ENV, TOKEN, alive, processes, sim_command
 from tests.engine.conftest import process_node
+from tests.engine.test_llama_swap import LlamaSwap, llama_swap
 
 pytestmark = pytest.mark.engine
 CHAT: dict[str, Any] = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8}
@@ -133,3 +136,35 @@ def test_a_copy_serving_a_long_answer_is_not_unloaded_while_it_serves() -> None:
         wait_for(lambda: pid_of(gw, "slow") is None, timeout=10)
         assert time.monotonic() - ended > 0.5  # its ttl counted from the answer's end
         assert unloads(gw, "slow", "ttl") == 1
+
+
+def test_ttl_and_keep_alive_unload_through_a_real_llama_swap(
+    swap_engine: LlamaSwapEngine, tmp_path: Path
+) -> None:
+    with llama_swap(swap_engine, tmp_path, {}) as swap:
+        listed = ["gemma-a", "gemma-b"]
+        conf = {
+            "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
+            "routing": {"poll_interval": "1s", "min_residency": 0},
+            "instances": [{"name": "ls", "kind": "llama-swap", "url": swap.url, "models": listed}],
+            "models": {"gemma-a": {"ttl": "2s"}},
+        }
+        with gateway(conf, ENV) as gw, gw.sdk(timeout=120) as sdk:
+            sdk.chat.completions.create(model="gemma-a", **CHAT)
+            answered = time.monotonic()
+            assert running(swap) == {"gemma-a"}
+            wait_for(lambda: "gemma-a" not in running(swap), timeout=15)
+            assert 1.5 < time.monotonic() - answered < 8
+            wait_for(lambda: unloads(gw, "gemma-a", "ttl") == 1, timeout=5)  # once it returned
+            # gemma-b has no ttl: Open WebUI's keep_alive: 0 unloads it right after its answer
+            sdk.chat.completions.create(model="gemma-b", extra_body={"keep_alive": 0}, **CHAT)
+            answered = time.monotonic()
+            wait_for(lambda: "gemma-b" not in running(swap), timeout=10)
+            assert time.monotonic() - answered < 4
+            wait_for(lambda: unloads(gw, "gemma-b", "keep_alive") == 1, timeout=5)
+            assert unloads(gw, "gemma-a", "keep_alive") == unloads(gw, "gemma-b", "ttl") == 0
+
+
+def running(swap: LlamaSwap) -> set[str]:
+    """The models llama-swap runs now, as its own ``/running`` says."""
+    return {m for m, state in swap.running().items() if state in ("ready", "starting")}
