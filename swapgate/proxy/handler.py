@@ -24,7 +24,7 @@ from swapgate.config.model_params import Params, by_model, params_for
 from swapgate.config.settings import Settings
 from swapgate.control.loops.decay import DecayWatch
 from swapgate.control.loops.idle_unload import IdleUnloader
-from swapgate.control.memory.kv import KvKeeper
+from swapgate.control.memory.kv import KvKeeper, TurnSlots
 from swapgate.control.routing.failover import Attempts
 from swapgate.control.routing.key_limits import KeyLimits
 from swapgate.control.routing.router import Router
@@ -126,7 +126,7 @@ class ProxyEndpoint:
         self._metrics = metrics
         self._limits = limits
         self._decay = decay
-        self._kv = kv
+        self._turns = TurnSlots(kv)  # a conversation's engine slot (docs/kv-keep.md)
 
     @property
     def records_activity(self) -> bool:
@@ -311,8 +311,8 @@ class ProxyEndpoint:
                 self.tracing.finish(ex.upstream_span, {}, ex.failed.code if ex.failed else "")
             self._idle_asks.served(ex.keep_alive, attempts.lease)  # before its end (idle unload)
             attempts.release()
-            if ex.claim is not None:
-                await self._free_slot(ex)
+            claim, ex.claim = ex.claim, None
+            await self._turns.free(claim)
 
     async def _open(
         self,
@@ -329,8 +329,12 @@ class ProxyEndpoint:
         while True:
             ex.route, ex.waited = lease.route, ex.waited + lease.waited
             progress.route = lease.route  # early headers from now on name it
-            if ex.claim is not None or self._keeps_slot(lease, ex):
-                lease = attempts.lease = await self._claim_slot(lease, ex)
+            conversation = ex.want.conversation if ex.want is not None else None
+            if ex.claim is not None or self._turns.keeps(lease, conversation):
+                claim, ex.claim = ex.claim, None
+                await self._turns.free(claim)  # a slot of the attempt before
+                lease, ex.claim = await self._turns.claim(lease, conversation, ex.key)
+                attempts.lease = lease
             try:
                 response = await self._send(scope, ex, request, lease)
             except UpstreamError as exc:
@@ -393,33 +397,6 @@ class ProxyEndpoint:
             await self._report_failure(ex, writer, error)
             return
         await self._relay_body(response, writer, ex, lease, pinging)
-
-    def _keeps_slot(self, lease: Lease, ex: Exchange) -> bool:
-        """Whether this turn of a conversation goes to an engine slot swapgate hands out: a
-        ``kv_keep`` instance (a plain request awaits nothing for it)."""
-        kv = self._kv
-        conversation = ex.want is not None and ex.want.conversation is not None
-        return conversation and kv is not None and lease.kind == "instance" and kv.keeps(lease.name)
-
-    async def _claim_slot(self, lease: Lease, ex: Exchange) -> Lease:
-        """On a ``kv_keep`` instance, the slot this turn of its conversation goes to, its
-        saved KV restored there first (swapgate/control/memory/kv/keeper.py)."""
-        await self._free_slot(ex)  # a slot of the attempt before
-        key = ex.want.conversation if ex.want is not None else None
-        kv = self._kv
-        if kv is None or key is None or not self._keeps_slot(lease, ex):
-            return lease
-        key_header = lease.upstream.api_key
-        auth = {"authorization": f"Bearer {key_header}"} if key_header else {}
-        server = kv.server(lease.name, lease.upstream.url, lease.upstream_model, auth)
-        ex.claim = await kv.prepare(lease.name, lease.model, key, ex.key, server)
-        return replace(lease, slot=ex.claim.slot if ex.claim is not None else None)
-
-    async def _free_slot(self, ex: Exchange) -> None:
-        claim = ex.claim
-        if claim is not None and self._kv is not None:
-            ex.claim = None
-            await self._kv.finish(claim)
 
     async def _send(
         self, scope: Scope, ex: Exchange, request: Request, lease: Lease

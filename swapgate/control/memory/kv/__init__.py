@@ -1,7 +1,8 @@
-"""Conversations kept across swaps: the slot book, the saved files, and the keeper that saves
-and restores them (docs/kv-keep.md)."""
+"""Conversations kept across swaps: the slot book, the saved files, the keeper that saves
+and restores them, and the slot each turn goes to (docs/kv-keep.md)."""
 
 from swapgate.control.memory.kv.book import Claim, SlotBook
 from swapgate.control.memory.kv.keeper import KvKeeper, Server
+from swapgate.control.memory.kv.turns import TurnSlots
 
-__all__ = ["Claim", "KvKeeper", "Server", "SlotBook"]
+__all__ = ["Claim", "KvKeeper", "Server", "SlotBook", "TurnSlots"]

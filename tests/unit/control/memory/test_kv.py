@@ -18,8 +18,9 @@ import pytest
 import respx
 
 from swapgate.config.loading import parse_config
-from swapgate.control.memory.kv import KvKeeper, SlotBook
+from swapgate.control.memory.kv import KvKeeper, SlotBook, TurnSlots
 from swapgate.control.memory.kv.files import IDENTITY
+from swapgate.data.lease import Lease, Upstream
 from swapgate.metrics import Metrics
 from swapgate.policy.conversation import scoped
 from tests.unit.fakes import FakeClock
@@ -307,3 +308,31 @@ async def test_through_llama_swap_the_slots_are_the_models_own_server_upstream(
 def test_the_folder_holding_conversations_is_the_owners_alone(tmp_path: Path) -> None:
     keeper(tmp_path)
     assert (tmp_path / "node").stat().st_mode & 0o777 == 0o700
+
+
+async def test_a_turn_goes_to_its_slot_on_a_kv_keep_instance_and_nowhere_else(
+    api: respx.MockRouter, tmp_path: Path
+) -> None:
+    kv, _ = keeper(tmp_path, kind="llama-router")
+    turns = TurnSlots(kv)
+    upstream = Upstream(URL, "engine-key")
+    lease = Lease("instance", "node", "a", "a", upstream, waited=0.0)
+    slotted, claim = await turns.claim(lease, "one", None)
+    assert claim is not None
+    assert slotted.slot == claim.slot == 0
+    assert api.get("/slots").calls.last.request.headers["authorization"] == "Bearer engine-key"
+    again, second = await turns.claim(lease, "one", None)
+    assert second is None, "its slot is busy with the first turn: the engine picks"
+    assert again.slot is None
+    await turns.free(claim)
+    _, third = await turns.claim(lease, "one", None)
+    assert third is not None
+    assert third.slot == claim.slot, "the slot came back when the first turn ended"
+    elsewhere = [
+        Lease("instance", "other", "a", "a", upstream, waited=0.0),  # no kv_keep there
+        Lease("relay", "node", "a", "a", upstream, waited=0.0),
+    ]
+    for other in elsewhere:
+        assert await turns.claim(other, "two", None) == (other, None)
+    assert await turns.claim(lease, None, None) == (lease, None), "no conversation"
+    assert await TurnSlots(None).claim(lease, "two", None) == (lease, None)
