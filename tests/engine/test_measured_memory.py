@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 import pytest
 
 from testbed.engines import LlamaServerEngine, ensure_llama_server, tiny_weights
 from tests.e2e.processes import Gateway, gateway, wait_for
 from tests.e2e.test_process import ENV, TOKEN, processes
 from tests.engine.conftest import process_node
+from tests.engine.test_llama_server import llama_servers_under
 
 pytestmark = pytest.mark.engine
 MiB = 2**20
@@ -47,17 +47,6 @@ def sizes(gw: Gateway) -> dict[str, Any]:
 def ask(gw: Gateway, model: str) -> None:
     answer = httpx.post(f"{gw.url}/v1/chat/completions", json={**CHAT, "model": model}, timeout=60)
     assert answer.status_code == 200, answer.text
-
-
-def llama_servers_under(pid: int) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.Process(pid).children(recursive=True):
-        try:
-            if proc.status() != psutil.STATUS_ZOMBIE and "llama-server" in proc.cmdline()[0]:
-                found.append(proc)
-        except psutil.NoSuchProcess:
-            continue
-    return found
 
 
 def test_a_model_declared_too_small_is_measured_warned_of_and_placed_by_it(

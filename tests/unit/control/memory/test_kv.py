@@ -18,7 +18,7 @@ import pytest
 import respx
 
 from swapgate.config.loading import parse_config
-from swapgate.control.memory.kv import KvKeeper, SlotBook, TurnSlots
+from swapgate.control.memory.kv import KvKeeper, Server, SlotBook, TurnSlots
 from swapgate.control.memory.kv.files import IDENTITY
 from swapgate.data.lease import Lease, Upstream
 from swapgate.metrics import Metrics
@@ -218,14 +218,19 @@ async def test_a_server_without_a_save_path_is_warned_of_once_and_counted(
         501, json={"error": {"message": "Start it with `--slot-save-path`"}}
     )
     server = kv.server("node", URL, "a")
+    await two_turns_saved_twice(kv, server)
+    assert counted(metrics, "swapgate_kv_saves_total", "unsupported") == 4
+    assert sum("--slot-save-path" in r.getMessage() for r in caplog.records) == 1
+
+
+async def two_turns_saved_twice(kv: KvKeeper, server: Server) -> None:
+    """Conversations "one" and "two" take a turn each, then their slots are saved; twice."""
     for _ in range(2):
         for key in ("one", "two"):
             claim = await kv.prepare("node", "a", key, None, server)
             assert claim is not None
             await kv.finish(claim)
         await kv.save("node", "a", server)
-    assert counted(metrics, "swapgate_kv_saves_total", "unsupported") == 4
-    assert sum("--slot-save-path" in r.getMessage() for r in caplog.records) == 1
 
 
 async def test_a_save_path_other_than_kv_keep_dir_is_told_once_with_its_fix(
@@ -242,12 +247,7 @@ async def test_a_save_path_other_than_kv_keep_dir_is_told_once_with_its_fix(
         engine.get("/slots").respond(json=[{"id": n} for n in range(4)])
         engine.get("/props").respond(json=PROPS)
         saving(engine, elsewhere)
-        for _ in range(2):
-            for key in ("one", "two"):
-                claim = await kv.prepare("node", "a", key, None, server)
-                assert claim is not None
-                await kv.finish(claim)
-            await kv.save("node", "a", server)
+        await two_turns_saved_twice(kv, server)
     assert counted(metrics, "swapgate_kv_saves_total", "missing") == 4
     assert counted(metrics, "swapgate_kv_saves_total", "ok") is None, "none of them is usable"
     told = [r for r in caplog.records if "kv_keep.dir" in r.getMessage()]
