@@ -12,6 +12,8 @@ external relay; this one sends it to the next model of its ``fallbacks`` that ca
   4. unavailable  no instance can hold it (too large, none up, none serving it);
   5. wait_budget  the request's ``x-swapgate-max-wait`` ends before its swap (or queue) would.
 ``swap_failed`` is not decided here: the swap a request waited for failed (the router says).
+Nor is a prompt the estimate let through that the model's engine then refused as past its
+context (``refused_for_context``): that is ``context`` too, once the engine said so.
 """
 
 from __future__ import annotations
@@ -28,6 +30,15 @@ Reason = Literal["swap_failed", "backoff", "unavailable", "context", "wait_budge
 # The prompt's estimate (characters / 4) must pass the context by a quarter: an estimate that
 # is a quarter too high (short words, code) still does not send a prompt that fits elsewhere.
 MARGIN = 1.25
+# What engines answer, with a 400, to a prompt longer than their context: llama.cpp's
+# llama-server (its error type, then its message), vLLM and OpenAI, llama-cpp-python's server
+PAST_CONTEXT = (
+    "exceed_context_size_error",
+    "exceeds the available context size",
+    "maximum context length",
+    "context_length_exceeded",
+    "exceed context window",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +58,15 @@ class Outlook:
 def too_long(prompt_tokens: int, context: int | None) -> bool:
     """Whether a prompt of about ``prompt_tokens`` surely passes ``context`` (rule 1)."""
     return bool(context) and prompt_tokens > (context or 0) * MARGIN
+
+
+def refused_for_context(status: int, body: bytes) -> bool:
+    """Whether an engine's answer (its status and the first bytes of its body) refuses the
+    prompt as longer than its context."""
+    if status != 400:
+        return False
+    said = body.decode("utf-8", "replace").lower()
+    return any(words in said for words in PAST_CONTEXT)
 
 
 def why_not(outlook: Outlook) -> Reason | None:

@@ -44,6 +44,7 @@ from swapgate.errors import (
 )
 from swapgate.metrics import Metrics
 from swapgate.policy import conversation, pools
+from swapgate.policy.fallback_models import refused_for_context
 from swapgate.policy.idle_timeout import IdleAsks
 from swapgate.policy.retry import Failure, Next
 from swapgate.policy.timing import retry_after
@@ -291,7 +292,7 @@ class ProxyEndpoint:
         attempts = Attempts(self._router, ex.model, ex.want, instead)
         try:
             try:
-                response = await self._open(scope, ex, request, attempts, progress)
+                response = await self._open(scope, ex, request, writer, attempts, progress)
             except BaseException:
                 await _stop(pinging)
                 raise
@@ -319,22 +320,19 @@ class ProxyEndpoint:
         scope: Scope,
         ex: Exchange,
         request: Request,
+        writer: ResponseWriter,
         attempts: Attempts,
         progress: Progress,
     ) -> UpstreamResponse:
         """Send the request to the lease's upstream; a failure before any byte reached the
         client goes where the retry rule says (swapgate/policy/retry.py, applied by
-        swapgate/control/routing/failover.py)."""
+        swapgate/control/routing/failover.py), a prompt its engine refuses as past the
+        context to the model's fallback (``writer``: for the header that names it)."""
         lease = await attempts.first(progress)
         while True:
             ex.route, ex.waited = lease.route, ex.waited + lease.waited
             progress.route = lease.route  # early headers from now on name it
-            conversation = ex.want.conversation if ex.want is not None else None
-            if ex.claim is not None or self._turns.keeps(lease, conversation):
-                claim, ex.claim = ex.claim, None
-                await self._turns.free(claim)  # a slot of the attempt before
-                lease, ex.claim = await self._turns.claim(lease, conversation, ex.key)
-                attempts.lease = lease
+            lease = attempts.lease = await self._to_slot(ex, lease)
             try:
                 response = await self._send(scope, ex, request, lease)
             except UpstreamError as exc:
@@ -353,6 +351,12 @@ class ProxyEndpoint:
                 log.warning(said, failed, exc, ex.request_id, lease.route)
                 continue
             failure = _status_failure(response)
+            past_context = self._fallbacks.past_context
+            if failure is None and await past_context(ex, request, writer, response):
+                response.close()
+                assert ex.want is not None
+                lease = await attempts.instead(progress, ex.model, ex.want)
+                continue
             if failure is None:
                 self._metrics.first_byte(ex.model, ex.route, time.perf_counter() - ex.started)
                 return response
@@ -368,6 +372,17 @@ class ProxyEndpoint:
             self._metrics.upstream_errors.labels(lease.name, "http").inc()
             assert attempts.lease is not None
             lease = attempts.lease
+
+    async def _to_slot(self, ex: Exchange, lease: Lease) -> Lease:
+        """``lease`` with the engine slot this turn of its conversation goes to (``kv_keep``),
+        the slot of an attempt before given back."""
+        conversation = ex.want.conversation if ex.want is not None else None
+        if ex.claim is None and not self._turns.keeps(lease, conversation):
+            return lease
+        claim, ex.claim = ex.claim, None
+        await self._turns.free(claim)
+        lease, ex.claim = await self._turns.claim(lease, conversation, ex.key)
+        return lease
 
     async def _answer(
         self,
@@ -593,6 +608,23 @@ class FallbackModels:
             return None
         self._answer_with(ex, request, writer, to)
         return to, ex.want
+
+    async def past_context(
+        self, ex: Exchange, request: Request, writer: ResponseWriter, response: UpstreamResponse
+    ) -> bool:
+        """Whether the engine's answer refuses the prompt as past its model's context (a prompt
+        the estimate let through) and the next of its ``fallbacks`` answers instead; the
+        request then names that model. Only a request with its chance still reads the body."""
+        chance = ex.fallback
+        if chance is None or chance.to is not None or response.status != 400:
+            return False
+        if not refused_for_context(response.status, await response.peek()):
+            return False
+        to = self._stand_ins.take(chance, "context")
+        if to is None:
+            return False
+        self._answer_with(ex, request, writer, to)
+        return True
 
     def _answer_with(
         self, ex: Exchange, request: Request, writer: ResponseWriter, model: str

@@ -7,6 +7,7 @@ re-encoded: the bytes the upstream sends are the bytes the client gets.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
@@ -32,6 +33,7 @@ class UpstreamResponse:
         self.status = response.status
         self.headers: RawHeaders = list(response.raw_headers)
         self.is_event_stream = (response.content_type or "").startswith("text/event-stream")
+        self._head = b""  # read by ``peek``, still to be given by ``chunks``
 
     @property
     def ok(self) -> bool:
@@ -44,6 +46,9 @@ class UpstreamResponse:
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives; a broken or stalled upstream raises ``UpstreamError``."""
+        if self._head:
+            head, self._head = self._head, b""
+            yield head
         try:
             async for chunk in self._response.content.iter_any():
                 yield chunk
@@ -54,11 +59,19 @@ class UpstreamResponse:
                 f"the upstream broke off mid-answer ({type(exc).__name__})"
             ) from exc
 
+    async def peek(self, limit: int = 4096) -> bytes:
+        """The body's first bytes, as many as have come (at most ``limit``; waits for one read
+        if none came yet); ``chunks`` still gives them. Empty when the body broke off."""
+        content = self._response.content
+        if len(self._head) < limit and not content.at_eof():
+            with contextlib.suppress(TimeoutError, aiohttp.ClientError):  # then: what came
+                self._head += await content.read(limit - len(self._head))
+        return self._head[:limit]
+
     async def excerpt(self, limit: int = 2048) -> str:
         """What an error answer says: its OpenAI ``error.message`` if it has one."""
-        try:
-            raw = await self._response.content.read(limit)
-        except (TimeoutError, aiohttp.ClientError):
+        raw = await self.peek(limit)
+        if not raw:
             return "(no body)"
         try:
             return str(json.loads(raw)["error"]["message"])

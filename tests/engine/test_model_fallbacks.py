@@ -1,11 +1,13 @@
 """A context fallback between two real llama-server models (docs/configuration.md, "Fallback
 models"): ``short`` runs with ``-c 256``; a prompt longer than that goes to ``long`` (``-c
 4096``), which answers it, while a short prompt stays with ``short``. The same long prompt sent
-to ``short``'s own engine is refused: the fallback is what makes it answered."""
+to ``short``'s own engine is refused: the fallback is what makes it answered. A prompt the
+estimate lets through (digits: a token each) goes to ``long`` once ``short``'s engine refuses it."""
 
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any
 
 import httpx
@@ -22,6 +24,10 @@ AUTH = {"authorization": f"Bearer {KEY}"}
 LONG = " ".join(
     f"The river number {n} runs past the old mill and the quiet town." for n in range(50)
 )
+
+# Past -c 256 by Gemma's tokenizer (a token per digit: about 1,200), within 1.25 x 256 by
+# swapgate's estimate (characters / 4: 300): only the engine can tell it is too long
+DIGITS = " ".join(str(n) for n in range(100, 400))
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +83,41 @@ def test_a_prompt_longer_than_the_context_is_answered_by_the_longer_model(
         port = _engine_port(gw.process.pid, "short")
         assert _direct(port, "Say hello.") == 200
         assert _direct(port, LONG) == 400
+
+
+def test_a_prompt_the_estimate_let_through_goes_to_the_longer_model_once_the_engine_refuses_it(
+    engine: LlamaServerEngine,
+) -> None:
+    assert math.ceil(len(DIGITS) / 4) <= 256 * 1.25, "the estimate alone would not send it"
+    with gateway(_config(engine)) as gw:
+        for model in ("short", "long"):  # both warm (capacity 2): no early headers go out
+            assert _chat(gw.url, model, "Say hello.").status_code == 200
+        for stream in (False, True):
+            messages = [{"role": "user", "content": DIGITS}]
+            body: dict[str, Any] = {"model": "short", "messages": messages, "max_tokens": 4}
+            body["stream"] = stream
+            answer = httpx.post(
+                f"{gw.url}/v1/chat/completions", json=body, headers=AUTH, timeout=120
+            )
+            assert answer.status_code == 200, answer.text
+            assert answer.headers["x-swapgate-model"] == "long"
+            if not stream:
+                assert answer.json()["usage"]["prompt_tokens"] > 256
+            else:
+                assert '"model":"long"' in answer.text.replace(" ", "")
+        counted = gw.metric(
+            "swapgate_model_fallbacks_total", model="short", to="long", reason="context"
+        )
+        assert counted == 2
+        # A model without fallbacks gets its engine's refusal as the engine sent it
+        refused = httpx.post(
+            f"{gw.url}/v1/chat/completions",
+            json={"model": "long", "messages": [{"role": "user", "content": "hi"}], "n": -3},
+            headers=AUTH,
+            timeout=60,
+        )
+        assert refused.status_code == 400
+        assert "x-swapgate-model" not in refused.headers
 
 
 def _engine_port(pid: int, alias: str) -> int:

@@ -7,7 +7,8 @@ went out.
 ``Attempts`` holds the one lease a request has at any time and gives it back exactly once, so
 the data plane never releases leases itself. When the swap its first lease waited for fails,
 ``instead`` may name another model of the request's ``fallbacks`` that answers it
-(docs/configuration.md, "Fallback models"): the tries go on for that one.
+(docs/configuration.md, "Fallback models"): the tries go on for that one; the same when an
+engine refuses a prompt as past its context (``Attempts.instead``).
 """
 
 from __future__ import annotations
@@ -50,6 +51,19 @@ class Attempts:
                 raise
             self._switch(*other)
             self.lease = await self._router.acquire(self._model, progress, self._want)
+        self._router.clients.flying(self._ticket, True)
+        return self.lease
+
+    async def instead(self, progress: Progress, model: str, want: Want) -> Lease:
+        """The current lease's engine refused the request as one its model cannot serve (its
+        prompt past the context): give the lease back and try ``model``, which answers it
+        instead, from its first lease on."""
+        if self.lease is not None:
+            self._router.release(self.lease)
+            self.lease = None
+        self._switch(model, want)
+        self._used.clear()  # another model: its own places to try
+        self.lease = await self._router.acquire(model, progress, want)
         self._router.clients.flying(self._ticket, True)
         return self.lease
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from swapgate.policy.fallback_models import MARGIN, Outlook, stand_in, too_long, why_not
+from swapgate.policy.fallback_models import (
+    MARGIN,
+    Outlook,
+    refused_for_context,
+    stand_in,
+    too_long,
+    why_not,
+)
 from swapgate.policy.placement import Full, Join, Queue, Serve, Swap, Unavailable
 
 NOWHERE = Unavailable("larger than every instance", lasting=True)
@@ -83,3 +90,31 @@ def test_no_model_can_serve_gives_none() -> None:
     assert stand_in(["a", "b"], lambda m: True, lambda m: Outlook(NOWHERE)) is None
     assert stand_in(["a"], lambda m: False, lambda m: Outlook(Serve("x"))) is None
     assert stand_in([], lambda m: True, lambda m: Outlook(Serve("x"))) is None
+
+
+LLAMA_SERVER = (  # llama.cpp's llama-server, -c 256, as it answered here
+    b'{"error":{"code":400,"message":"request (799 tokens) exceeds the available context size'
+    b' (256 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":799}}'
+)
+VLLM = (
+    b'{"object":"error","message":"This model\'s maximum context length is 2048 tokens. However,'
+    b' you requested 3000 tokens (2996 in the messages, 4 in the completion).","code":400}'
+)
+
+
+@pytest.mark.parametrize("body", [LLAMA_SERVER, VLLM])
+def test_an_engines_refusal_of_a_prompt_past_its_context_is_told(body: bytes) -> None:
+    assert refused_for_context(400, body)
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (400, b'{"error":{"message":"temperature must be positive"}}'),
+        (500, LLAMA_SERVER),  # a failure, for the retry rule: not the prompt's length
+        (200, b'{"choices":[{"text":"the maximum context length is 4096"}]}'),
+        (400, b""),
+    ],
+)
+def test_other_answers_are_not_a_refusal_for_context(status: int, body: bytes) -> None:
+    assert not refused_for_context(status, body)

@@ -101,3 +101,33 @@ async def test_a_reset_says_the_request_was_never_read_and_a_close_after_reading
     finally:
         await client.aclose()
     assert unread == [True, False]
+
+
+async def test_a_peeked_body_is_still_given_whole_by_chunks() -> None:
+    """The fallback rule reads an error's first bytes (``peek``); the client still gets every
+    byte the engine sent, the peeked ones first."""
+    said = b'{"error":{"message":"request (799 tokens) exceeds the available context size"}}'
+    body = said + b" " * 10_000  # longer than a peek
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        head = f"HTTP/1.1 400 Bad Request\r\nContent-Length: {len(body)}\r\n\r\n"
+        writer.write(head.encode() + body)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = UpstreamClient(idle_timeout=5.0)
+    await client.start()
+    try:
+        response = await client.open("POST", f"http://127.0.0.1:{port}/v1/x", [], b"{}")
+        peeked = await response.peek(64)
+        assert peeked == said[:64]
+        assert await response.peek(64) == peeked, "peeking again reads nothing more"
+        assert await response.excerpt() == "request (799 tokens) exceeds the available context size"
+        assert b"".join([chunk async for chunk in response.chunks()]) == body
+        response.release()
+    finally:
+        await client.aclose()
+        server.close()
