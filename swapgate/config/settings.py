@@ -142,6 +142,8 @@ class RoutingConfig(_Section):
     # 60 s loads; a value set here is used as it is.
     min_residency: Duration | None = None
     swap_timeout: PositiveDuration = 300.0
+    # The ttl of every model that sets none (Ollama's OLLAMA_KEEP_ALIVE); 0: never
+    ttl: Duration = 0.0
     # Among warm copies of a model, a conversation goes back to the one that served it last
     # unless that one has more than this many requests in flight beyond the least busy; 0: off
     affinity_slack: int = Field(2, ge=0)
@@ -356,9 +358,9 @@ class ModelConfig(SizeConfig):
     pools: list[PoolConfig] = []  # tried in order: the first the prompt fits
     # Requests at once on each instance; those beyond it wait in swapgate's queue (None: no cap)
     max_concurrency: Annotated[int, Field(ge=1)] | None = None
-    # Unloaded once idle this long on an instance (0: never); a request's keep_alive replaces
-    # it unless allow_keep_alive is false (docs/configuration.md, "Idle unload")
-    ttl: Duration = 0.0
+    # Unloaded once idle this long on an instance (0: never; unset: routing.ttl); a request's
+    # keep_alive replaces it unless allow_keep_alive is false (docs/configuration.md, "Idle unload")
+    ttl: Duration | None = None
     allow_keep_alive: bool = True
     # Body keys forced, defaulted, stripped (swapgate/config/model_params.py); None: as sent
     params: ParamsConfig | None = None

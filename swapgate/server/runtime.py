@@ -133,7 +133,7 @@ class Runtime:
         # Copies idle their model's ttl, or their last request's keep_alive, are unloaded
         self.idle = IdleUnloader(
             self.registry, self.coordinator, self.metrics, _ttls(settings),
-            settings.routing.swap_timeout,
+            settings.routing.swap_timeout, settings.routing.ttl,
         )  # fmt: skip
         self.endpoint = self._endpoint(settings)
         self._idle_task: asyncio.Task[None] | None = None
@@ -327,7 +327,7 @@ class Runtime:
         self.host_cache.reconfigure(new.host_cache, catalog.weights)
         self.kv.configure(new.instances)
         self.captures.set_config(new.capture)  # on or off without a restart
-        self.idle.configure(_ttls(new), new.routing.swap_timeout)
+        self.idle.configure(_ttls(new), new.routing.swap_timeout, new.routing.ttl)
         settle_heap()  # what the old config made may go; the new one joins the long-lived
         log.info("configuration reloaded from %s", self.config_path)
         return new
@@ -446,8 +446,9 @@ def _split_keys(value: str | None) -> list[str]:
 
 
 def _ttls(settings: Settings) -> dict[str, float]:
-    """Each model's ``ttl`` (docs/configuration.md, "Idle unload: ttl and keep_alive")."""
-    return {name: model.ttl for name, model in settings.models.items() if model.ttl > 0}
+    """Each model's own ``ttl`` (docs/configuration.md, "Idle unload: ttl and keep_alive");
+    a model that sets none has ``routing.ttl``."""
+    return {name: model.ttl for name, model in settings.models.items() if model.ttl is not None}
 
 
 class _ProcessWatch:

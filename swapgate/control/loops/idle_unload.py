@@ -43,20 +43,22 @@ class IdleUnloader:
         metrics: Metrics,
         ttls: Mapping[str, float],
         timeout: float,
+        default: float = 0.0,
     ) -> None:
-        """``ttls``: each model's ``ttl`` in seconds (those with none left out); ``timeout``:
-        how long one unload may take (``routing.swap_timeout``)."""
+        """``ttls``: each model's own ``ttl`` in seconds (0: never; those with none left out);
+        ``timeout``: how long one unload may take (``routing.swap_timeout``); ``default``: the
+        ttl of a model that sets none (``routing.ttl``; 0: never)."""
         self._registry = registry
         self._clock = registry.clock
         self._coordinator = coordinator
         self._metrics = metrics
-        self._ttls, self._timeout = {m: s for m, s in ttls.items() if s > 0}, timeout
+        self._ttls, self._timeout, self._default = dict(ttls), timeout, default
         self._asked: dict[Copy, float | None] = {}  # the last request's keep_alive, by copy
         self._told = asyncio.Event()  # a request asked for a timeout, or a reload came
 
-    def configure(self, ttls: Mapping[str, float], timeout: float) -> None:
+    def configure(self, ttls: Mapping[str, float], timeout: float, default: float = 0.0) -> None:
         """Take a reloaded config's ``ttl``s; the timeouts requests asked for stay."""
-        self._ttls, self._timeout = {m: s for m, s in ttls.items() if s > 0}, timeout
+        self._ttls, self._timeout, self._default = dict(ttls), timeout, default
         self._told.set()
 
     def asked(self, instance: str, model: str, seconds: float | None) -> None:
@@ -67,7 +69,8 @@ class IdleUnloader:
 
     def timeout(self, instance: str, model: str) -> Timeout:
         copy = (instance, model)
-        return timeout_of(self._ttls.get(model, 0.0), self._asked.get(copy), copy in self._asked)
+        ttl = self._ttls.get(model, self._default)
+        return timeout_of(ttl, self._asked.get(copy), copy in self._asked)
 
     def deadline(self, instance: str, model: str) -> float | None:
         """When the copy goes if nothing else happens (monotonic), for operators."""
@@ -108,15 +111,23 @@ class IdleUnloader:
                     next_at = min(next_at, at)
         return due, next_at if math.isfinite(next_at) else None
 
+    def _ttl_models(self) -> list[str]:
+        """The models whose copies have a ttl: with a default, every model held somewhere."""
+        if self._default > 0:
+            held = self._registry.copies.every()
+            return [m for m in held if self._ttls.get(m, self._default) > 0]
+        return [m for m, seconds in self._ttls.items() if seconds > 0]
+
     def _watched(self) -> dict[str, list[str]]:
         """The copies that may have a deadline: a ``ttl`` model's, and those a request set."""
         copies = self._registry.copies
         watched: dict[str, list[str]] = {}
-        for model in self._ttls:
+        ttl_models = self._ttl_models()
+        for model in ttl_models:
             for instance in copies.of(model):
                 watched.setdefault(instance, []).append(model)
         for instance, model in list(self._asked):
-            if model not in self._ttls and self._registry.has(instance):
+            if model not in ttl_models and self._registry.has(instance):
                 watched.setdefault(instance, []).append(model)
             elif not self._registry.has(instance):
                 del self._asked[instance, model]  # a reload removed the instance
@@ -129,7 +140,7 @@ class IdleUnloader:
         self._told.clear()
         wait = None if next_at is None else max(0.0, next_at - self._clock())
         waits: set[asyncio.Future[object]] = {asyncio.ensure_future(self._told.wait())}
-        if self._ttls or self._asked:
+        if self._default > 0 or any(s > 0 for s in self._ttls.values()) or self._asked:
             waits.add(asyncio.ensure_future(self._registry.changes.wait(wait or LONG)))
         try:
             await asyncio.wait(waits, timeout=wait, return_when=asyncio.FIRST_COMPLETED)

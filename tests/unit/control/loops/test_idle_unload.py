@@ -133,3 +133,18 @@ def test_a_swap_running_on_the_instance_holds_its_copies(idle: Idle) -> None:
     idle.world.registry.swap_marks.begin_swap("gpu", "other", 60)
     idle.after(30)
     assert idle.state() is WarmState.WARM
+
+
+def test_routing_ttl_is_the_ttl_of_every_model_that_sets_none_and_0_is_never(idle: Idle) -> None:
+    # Ollama's OLLAMA_KEEP_ALIVE: n sets no ttl and takes the default; m's own 0 is never
+    idle.unloader.configure({"m": 0.0}, 30.0, default=20.0)
+    idle.after(19.5)
+    assert idle.state("n") is WarmState.WARM
+    idle.after(1)
+    assert idle.state("n") is WarmState.COLD
+    assert idle.unloads("ttl", model="n") == 1
+    idle.after(120)
+    assert idle.state() is WarmState.WARM, "its own ttl 0: never, whatever the default"
+    idle.unloader.configure({}, 30.0, default=20.0)  # m's own ttl removed: the default holds
+    idle.after(20.5)
+    assert idle.state() is WarmState.COLD
