@@ -22,6 +22,7 @@ def run_sim(config: SimConfig) -> None:
         port=config.port,
         log_level="warning",
         access_log=False,
+        ws="none",  # it serves no WebSocket: the websockets package is never imported
         timeout_keep_alive=math.ceil(config.keep_alive),
     )
 
@@ -36,6 +37,7 @@ def run_sim_fleet(config: SimConfig, ports: Sequence[int]) -> None:
             app,
             log_level="warning",
             access_log=False,
+            ws="none",
             lifespan="off",
             timeout_keep_alive=math.ceil(config.keep_alive),
         )

@@ -40,8 +40,19 @@ from swapgate.drivers.children import die_with_parent
 
 STATUS = struct.Struct("i")  # a wait status, as os.waitpid gives it
 MAX_MESSAGE = 1 << 20
-# What ``serve`` and ``sim`` import as they run, imported once here.
+# What ``serve`` and ``sim`` import as they run, imported once here: the first five on the
+# gateway's first control call and app build (httpx's transport, httpcore with the trio and
+# anyio it finds installed, h11, certifi; FastAPI's pydantic.v1 shim), 0.1 of the 0.23
+# CPU-seconds a forked gateway took to start; the next three as each child runs.
 WARM = (
+    "httpcore",
+    "h11",
+    "anyio._backends._asyncio",
+    "certifi",
+    "pydantic.v1",
+    "encodings.idna",  # a URL's host, and the stringprep it imports
+    "apscheduler.executors.asyncio",
+    "swapgate.tools.cli",
     "swapgate.server.serve",
     "swapgate.server.runtime",
     "swapgate.sim",
