@@ -31,9 +31,16 @@ class Catalog:
         self._client = {
             (instance, upstream): model for (instance, model), upstream in self._upstream.items()
         }
-        # Each sized model's estimated memory (docs/memory.md); a file that cannot be read was
-        # reported when the config loaded.
-        self.sizes = {model: size.total for model, size in sizes(settings.models)[0].items()}
+        # Each sized model's estimated memory (docs/memory.md) and each model's context, its
+        # ``context`` else its GGUF's: the headers read once per config (a file that cannot be
+        # read was reported when the config loaded).
+        found = sizes(settings.models)[0]
+        self.sizes = {model: size.total for model, size in found.items()}
+        self.contexts: dict[str, int] = {}
+        for model, conf in settings.models.items():
+            context = conf.context or (found[model].context if model in found else 0)
+            if context:
+                self.contexts[model] = context
         self.weights = weight_paths(settings)
 
     @property

@@ -142,7 +142,7 @@ class ProxyEndpoint:
         self._catalog = catalog
         self._auth = auth
         self._params = by_model(settings.models)  # models.M.params
-        stand_ins = StandIns(settings, router, self._metrics)
+        stand_ins = StandIns(settings, router, self._metrics, catalog.contexts)
         self._fallbacks = FallbackModels(stand_ins, router, auth, self._params)
         self._keepalive = settings.keepalive_for
         self._max_body = settings.server.max_body_bytes

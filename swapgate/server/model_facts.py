@@ -19,7 +19,6 @@ from typing import Any
 import httpx
 
 from swapgate.config.settings import ModelConfig
-from swapgate.config.sizes import sizes
 from swapgate.drivers.base import Driver
 
 log = logging.getLogger("swapgate.models")
@@ -53,12 +52,11 @@ class Facts:
         return known
 
 
-def declared(models: Mapping[str, ModelConfig]) -> dict[str, Facts]:
-    """Each model's facts as its config gives them (a GGUF's header read here, once)."""
-    contexts = {name: size.context for name, size in sizes(models)[0].items() if size.context}
+def declared(models: Mapping[str, ModelConfig], contexts: Mapping[str, int]) -> dict[str, Facts]:
+    """Each model's facts as its config gives them (``contexts``: ``Catalog.contexts``)."""
     found = {}
     for name, conf in models.items():
-        facts = Facts(conf.context or contexts.get(name), frozenset(conf.capabilities))
+        facts = Facts(contexts.get(name), frozenset(conf.capabilities))
         if facts != Facts():
             found[name] = facts
     return found

@@ -10,11 +10,10 @@ request never wanders the fleet and what answers it is read from one line of the
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from swapgate.config.settings import Settings
-from swapgate.config.sizes import sizes
 from swapgate.control.routing.router import Router
 from swapgate.control.routing.waiter import Want
 from swapgate.errors import SwapgateError
@@ -41,16 +40,14 @@ class Chance:
 
 
 class StandIns:
-    def __init__(self, settings: Settings, router: Router, metrics: Metrics) -> None:
+    def __init__(
+        self, settings: Settings, router: Router, metrics: Metrics, contexts: Mapping[str, int]
+    ) -> None:
+        """``contexts``: each model's context where known (``Catalog.contexts``)."""
         self._settings = settings
         self._router = router
         self._metrics = metrics
-        # Each model's context: its ``context``, else its GGUF's (a file that cannot be read
-        # was reported when the config loaded)
-        found = sizes({m: c for m, c in settings.models.items() if c.fallbacks or c.context})[0]
-        self._contexts = {m: c.context for m, c in settings.models.items() if c.context}
-        for model, size in found.items():
-            self._contexts.setdefault(model, size.context)
+        self._contexts = contexts
         self._fallible = any(conf.fallbacks for conf in settings.models.values())
 
     def chance(

@@ -151,7 +151,9 @@ class _Listed:
     def of(self, runtime: Runtime, engines: EngineFacts) -> dict[str, dict[str, Any]]:
         settings = runtime.configured.settings
         if settings is not self._settings:
-            self._settings, self._declared, self._learned = settings, declared(settings.models), -1
+            contexts = runtime.configured.catalog.contexts
+            self._declared = declared(settings.models, contexts)
+            self._settings, self._learned = settings, -1
         if engines.version != self._learned:
             self._learned = engines.version
             names = self._declared.keys() | engines.models()

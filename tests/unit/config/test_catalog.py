@@ -1,10 +1,15 @@
-"""Where a model's weights lie, read from the command that serves it (docs/host-cache.md)."""
+"""Where a model's weights lie, read from the command that serves it (docs/host-cache.md), and
+each model's context."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from swapgate.config.catalog import command_weights
+from bench.random_gguf import SHAPES, write
+from swapgate.config.catalog import Catalog, command_weights
+from swapgate.config.loading import parse_config
 
 
 @pytest.mark.parametrize(
@@ -22,3 +27,19 @@ from swapgate.config.catalog import command_weights
 )
 def test_the_weights_a_command_loads(cmd: str, weights: str | None) -> None:
     assert command_weights(cmd) == weights
+
+
+def test_each_models_context_is_its_own_else_its_gguf_headers(tmp_path: Path) -> None:
+    write(tmp_path / "m.gguf", SHAPES["tiny"])  # its header says context 2048
+    settings = parse_config(
+        {
+            "instances": [{"name": "i", "url": "http://x", "models": ["a", "b", "c", "d"]}],
+            "models": {
+                "a": {"gguf": str(tmp_path / "m.gguf")},
+                "b": {"gguf": str(tmp_path / "m.gguf"), "context": 512},
+                "c": {"context": 8192},
+                "d": {"memory": "1GiB"},
+            },
+        }
+    )
+    assert Catalog(settings).contexts == {"a": 2048, "b": 512, "c": 8192}

@@ -53,7 +53,7 @@ def test_the_config_gives_context_and_capabilities() -> None:
         "b": ModelConfig(),
         "c": ModelConfig(capabilities=["embeddings"]),
     }
-    found = declared(models)
+    found = declared(models, {m: c.context for m, c in models.items() if c.context})
     assert found == {
         "a": Facts(8192, frozenset({"tools", "reasoning"})),
         "c": Facts(None, frozenset({"embeddings"})),

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from swapgate.config.catalog import Catalog
 from swapgate.control.routing.failover import Attempts
 from swapgate.control.routing.stand_ins import Chance, StandIns
 from swapgate.control.routing.waiter import Want
@@ -27,7 +28,7 @@ def config(models: dict[str, Any], **routing: Any) -> dict[str, Any]:
 def chance(
     model: str, w: World, tokens: int = 10, allowed: Any = None, budget: Any = None
 ) -> Chance:
-    stand_ins = StandIns(w.settings, w.router, w.metrics)
+    stand_ins = StandIns(w.settings, w.router, w.metrics, Catalog(w.settings).contexts)
     made = stand_ins.chance(
         model, allowed or (lambda m: True), lambda m: Want(budget=budget), lambda: tokens
     )
@@ -42,7 +43,9 @@ def held(w: World) -> HeldDriver:
 
 
 def answers(w: World, found: Chance, want: Want | None = None) -> str | None:
-    return StandIns(w.settings, w.router, w.metrics).at_admission(found, want or Want())
+    return StandIns(w.settings, w.router, w.metrics, Catalog(w.settings).contexts).at_admission(
+        found, want or Want()
+    )
 
 
 def test_a_model_that_serves_keeps_its_request() -> None:
@@ -56,7 +59,7 @@ def test_a_model_that_serves_keeps_its_request() -> None:
 
 def test_a_model_without_fallbacks_gives_no_chance() -> None:
     w = world(config({"a": {"context": 256}}))
-    stand_ins = StandIns(w.settings, w.router, w.metrics)
+    stand_ins = StandIns(w.settings, w.router, w.metrics, Catalog(w.settings).contexts)
     assert stand_ins.chance("a", lambda m: True, lambda m: Want(), lambda: 10**6) is None
 
 
@@ -67,7 +70,7 @@ def test_a_prompt_past_the_context_goes_to_the_next_model_once() -> None:
     assert answers(w, found) == "b"
     assert (found.to, found.reason) == ("b", "context")
     assert w.sample("swapgate_model_fallbacks_total", model="a", to="b", reason="context") == 1
-    stand_ins = StandIns(w.settings, w.router, w.metrics)
+    stand_ins = StandIns(w.settings, w.router, w.metrics, Catalog(w.settings).contexts)
     assert stand_ins.take(found, "swap_failed") is None, "once per request"
 
 
