@@ -44,7 +44,7 @@ from swapgate.errors import (
 )
 from swapgate.metrics import Metrics
 from swapgate.policy import conversation, pools
-from swapgate.policy.fallback_models import refused_for_context
+from swapgate.policy.fallback_models import Reason, refused_for_context
 from swapgate.policy.idle_timeout import IdleAsks
 from swapgate.policy.retry import Failure, Next
 from swapgate.policy.timing import retry_after
@@ -352,10 +352,10 @@ class ProxyEndpoint:
                 continue
             failure = _status_failure(response)
             past_context = self._fallbacks.past_context
-            if failure is None and await past_context(ex, request, writer, response):
+            other = await past_context(ex, request, writer, response) if failure is None else None
+            if other is not None:
                 response.close()
-                assert ex.want is not None
-                lease = await attempts.instead(progress, ex.model, ex.want)
+                lease = await attempts.instead(progress, *other)
                 continue
             if failure is None:
                 self._metrics.first_byte(ex.model, ex.route, time.perf_counter() - ex.started)
@@ -602,29 +602,30 @@ class FallbackModels:
     ) -> tuple[str, Want] | None:
         """The swap the request waited for failed: the model of its ``fallbacks`` that answers
         it instead, and its ``Want`` there, if it has its chance still."""
+        return self._instead(ex, request, writer, "swap_failed")
+
+    async def past_context(
+        self, ex: Exchange, request: Request, writer: ResponseWriter, response: UpstreamResponse
+    ) -> tuple[str, Want] | None:
+        """The engine's answer refuses the prompt as past its model's context (a prompt the
+        estimate let through): the model of its ``fallbacks`` that answers instead, and its
+        ``Want`` there. Only a request with its chance still reads the body."""
         chance = ex.fallback
-        to = self._stand_ins.take(chance, "swap_failed") if chance is not None else None
+        if chance is None or chance.to is not None or response.status != 400:
+            return None
+        if not refused_for_context(response.status, await response.peek()):
+            return None
+        return self._instead(ex, request, writer, "context")
+
+    def _instead(
+        self, ex: Exchange, request: Request, writer: ResponseWriter, reason: Reason
+    ) -> tuple[str, Want] | None:
+        chance = ex.fallback
+        to = self._stand_ins.take(chance, reason) if chance is not None else None
         if to is None or ex.want is None:
             return None
         self._answer_with(ex, request, writer, to)
         return to, ex.want
-
-    async def past_context(
-        self, ex: Exchange, request: Request, writer: ResponseWriter, response: UpstreamResponse
-    ) -> bool:
-        """Whether the engine's answer refuses the prompt as past its model's context (a prompt
-        the estimate let through) and the next of its ``fallbacks`` answers instead; the
-        request then names that model. Only a request with its chance still reads the body."""
-        chance = ex.fallback
-        if chance is None or chance.to is not None or response.status != 400:
-            return False
-        if not refused_for_context(response.status, await response.peek()):
-            return False
-        to = self._stand_ins.take(chance, "context")
-        if to is None:
-            return False
-        self._answer_with(ex, request, writer, to)
-        return True
 
     def _answer_with(
         self, ex: Exchange, request: Request, writer: ResponseWriter, model: str

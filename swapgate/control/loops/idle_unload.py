@@ -111,12 +111,13 @@ class IdleUnloader:
                     next_at = min(next_at, at)
         return due, next_at if math.isfinite(next_at) else None
 
-    def _ttl_models(self) -> list[str]:
-        """The models whose copies have a ttl: with a default, every model held somewhere."""
+    def _ttl_models(self) -> dict[str, None]:
+        """The models whose copies have a ttl, in order: with a default, every model held
+        somewhere."""
         if self._default > 0:
             held = self._registry.copies.every()
-            return [m for m in held if self._ttls.get(m, self._default) > 0]
-        return [m for m, seconds in self._ttls.items() if seconds > 0]
+            return {m: None for m in held if self._ttls.get(m, self._default) > 0}
+        return {m: None for m, seconds in self._ttls.items() if seconds > 0}
 
     def _watched(self) -> dict[str, list[str]]:
         """The copies that may have a deadline: a ``ttl`` model's, and those a request set."""
