@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -22,6 +23,10 @@ from swapgate.drivers.children import die_with_parent, exit_name
 
 STARTUP_TIMEOUT = 20.0
 STOP_TIMEOUT = 10.0
+# A port ``free_port`` handed out is not handed to another caller on this machine (the suite's
+# workers, a benchmark beside them) for this long: a server that starts slowly (vLLM, ~40 s)
+# binds it well within that, instead of finding another's server on it.
+RESERVED_FOR = 300.0
 
 
 def sim_command(flavor: str, port: int, **options: object) -> list[str]:
@@ -106,8 +111,35 @@ def serving(
 
 
 def free_port() -> int:
-    """A loopback port nothing listens on now (the usual race applies: bind it soon)."""
+    """A loopback port nothing listens on now and no other caller on this machine was given
+    in the last ``RESERVED_FOR`` seconds (the race with other programs applies: bind it soon)."""
+    marks = Path(tempfile.gettempdir()) / f"swapgate-ports-{os.getuid()}"
+    marks.mkdir(mode=0o700, exist_ok=True)
+    for _ in range(100):
+        port = _port_offered()
+        if _reserve(marks / str(port)):
+            break
+    return port
+
+
+def _port_offered() -> int:
+    """A loopback port the kernel says is free now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def _reserve(mark: Path) -> bool:
+    """Take ``mark`` for this caller, unless another took it less than RESERVED_FOR ago."""
+    try:
+        if time.time() - mark.stat().st_mtime < RESERVED_FOR:
+            return False
+        mark.unlink(missing_ok=True)  # stale
+    except FileNotFoundError:
+        pass
+    try:
+        os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return False  # another caller took it just now
+    return True
