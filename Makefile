@@ -40,8 +40,9 @@ typecheck: $(STAMP)
 PYTEST_WORKERS ?= 5
 # Branch coverage of what the tests run in their own processes (the unit tests, the e2e and
 # engine tests' clients; the gateways they start run in processes of their own and are not
-# counted): printed after the run, and `make test` fails under COVERAGE_FLOOR. Raise it as it
-# rises: the placement crash of a full fleet (CHANGELOG) sat in a line no test reached.
+# counted; the property tests run untraced, tests/conftest.py): printed after the run, and
+# `make test` fails under COVERAGE_FLOOR. Raise it as it rises: the placement crash of a full
+# fleet (CHANGELOG) sat in a line no test reached.
 COVERAGE_FLOOR ?= 80
 pytest: $(STAMP) system-packages engine
 	$(BIN)/python -m compileall -q swapgate testbed tests & \

@@ -691,6 +691,7 @@ VLLM_ENV = {
 # lazily): SIGILL on the first request. In float32 attention takes its AVX-512/AVX2 kernels and
 # the matmuls go to oneDNN, which ONEDNN_MAX_CPU_ISA keeps off AMX (docs/compatibility.md).
 VLLM_PORTABLE = ("--dtype", "float32")
+VLLM_WORKER_INSIDE = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -705,8 +706,9 @@ class VllmEngine:
         """The command that serves the tiny Llama as ``name``: eager (no graph capture, which
         doubles a CPU start) and a 512-token context (its KV cache fits in 1 GiB). Three
         processes, as vLLM runs on a GPU (API server, engine core, worker); ``worker_apart``
-        False: the worker inside the engine core (``--distributed-executor-backend uni``), two
-        processes that start on 16 s of CPU instead of 23."""
+        False: the worker inside the engine core (``--distributed-executor-backend uni``, with
+        ``env(worker_apart=False)``), two processes that start on 17 s of CPU instead of 26
+        (each imports torch and vLLM anew: ~7 s)."""
         alone = () if worker_apart else ("--distributed-executor-backend", "uni")
         return [
             str(self.vllm),
@@ -727,9 +729,12 @@ class VllmEngine:
         ]
 
     @staticmethod
-    def env() -> dict[str, str]:
-        """What ``serve`` runs with, beside the caller's environment."""
-        return dict(VLLM_ENV)
+    def env(worker_apart: bool = True) -> dict[str, str]:
+        """What ``serve`` runs with, beside the caller's environment. The CPU build turns
+        ``uni`` back into a worker process of its own unless the engine core is told it runs
+        in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0); the API server still starts the engine
+        core apart, as it always does."""
+        return dict(VLLM_ENV) if worker_apart else {**VLLM_ENV, **VLLM_WORKER_INSIDE}
 
 
 def ensure_vllm(say: bool = True) -> VllmEngine:

@@ -10,6 +10,11 @@ real vLLM that traces hangs its own ``llm_request`` span under swapgate's ``upst
 the same trace. MLflow's UI shows the swap's trace (the screenshot in docs/operations.md,
 written again with ``SWAPGATE_SCREENSHOT=1``).
 
+The backend itself is checked first (a span sent with OpenTelemetry's own SDK comes back with
+its parent, its link and its typed attributes as they were sent): the tests of swapgate's traces
+read their spans the same way, so a backend that lost a link would fail them for nothing. One
+MLflow server serves the whole file (its start is ~7 s of CPU).
+
 The client here is an application that traces with OpenTelemetry's own SDK, as a user's would:
 its span around each call, exported to the same backend, and ``traceparent`` on the request.
 The gateway's spans reach the backend up to 2 s after they end (its export interval), vLLM's
@@ -36,8 +41,10 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import Link, SpanKind
+from opentelemetry.trace import Span as OtelSpan
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import AttributeValue
 from selenium.common.exceptions import (
     ElementClickInterceptedException,
     NoSuchElementException,
@@ -70,6 +77,7 @@ TRACE_WAIT = 30.0  # seconds for a trace's spans to reach the backend on a busy 
 VLLM_STARTUP = 240.0  # ~40 s alone, much more beside the rest of the suite
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "images" / "trace-swap.png"
 CLIENT_SERVICE = "client-app"
+SERVICE = "swapgate-backend-check"  # the backend check's own spans
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +151,66 @@ def children(spans: list[Span], parent: Span) -> list[str]:
 
 def during(inner: Span, outer: Span) -> bool:
     return outer.start_ns <= inner.start_ns <= inner.end_ns <= outer.end_ns
+
+
+# -- the backend, as swapgate's spans will be read from it ------------------------------------
+
+
+def hex_ids(span: OtelSpan) -> tuple[str, str]:
+    context = span.get_span_context()
+    return format(context.trace_id, "032x"), format(context.span_id, "016x")
+
+
+def test_a_span_comes_back_with_its_parent_link_and_attributes(backend: TraceBackend) -> None:
+    provider = TracerProvider(resource=Resource.create({"service.name": SERVICE}))
+    exporter = OTLPSpanExporter(endpoint=backend.traces_endpoint, headers=backend.headers)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test_traces")
+    # The shape swapgate sends: a swap in a trace of its own, linked from a request that
+    # waited for it; the request's server span with a child for its upstream call.
+    with tracer.start_as_current_span("swap tiny") as swap:
+        pass
+    link = Link(swap.get_span_context(), {"swapgate.reason": "waited"})
+    with tracer.start_as_current_span("chat tiny", kind=SpanKind.SERVER) as request:
+        attributes: dict[str, AttributeValue] = {
+            "gen_ai.usage.input_tokens": 12,
+            "swapgate.route": "swap",
+            "swapgate.wait_ms": 1.5,
+            "swapgate.cached": True,
+        }
+        with tracer.start_as_current_span(
+            "upstream", kind=SpanKind.CLIENT, links=[link], attributes=attributes
+        ) as upstream:
+            upstream.set_attribute("swapgate.tiers", ["warm", "asleep"])
+    provider.shutdown()
+
+    trace_id, request_id = hex_ids(request)
+    spans = {span.name: span for span in backend.traces(trace_id, at_least=2)}
+    assert sorted(spans) == ["chat tiny", "upstream"]
+    root, child = spans["chat tiny"], spans["upstream"]
+    assert (root.span_id, root.parent_id) == (request_id, None)
+    assert (child.trace_id, child.parent_id) == (trace_id, request_id)
+    assert child.span_id == hex_ids(upstream)[1]
+    assert root.start_ns <= child.start_ns <= child.end_ns <= root.end_ns
+    assert child.attributes == {**attributes, "swapgate.tiers": ["warm", "asleep"]}
+    swap_trace, swap_span = hex_ids(swap)
+    [linked] = child.links
+    assert (linked.trace_id, linked.span_id) == (swap_trace, swap_span)
+    assert linked.attributes == {"swapgate.reason": "waited"}
+    assert child.service == SERVICE
+    # The linked swap is a trace of its own, read back by its id.
+    [alone] = backend.traces(swap_trace)
+    assert (alone.name, alone.span_id, alone.parent_id, alone.links) == (
+        "swap tiny",
+        swap_span,
+        None,
+        (),
+    )
+    assert backend.ui_url(trace_id) == f"{backend.url}/#/experiments/0/traces/tr-{trace_id}"
+    assert backend.traces("0" * 31 + "1", at_least=0) == []  # a trace it never saw
+
+
+# -- swapgate's traces ---------------------------------------------------------------------
 
 
 def test_a_request_that_waited_for_a_swap_is_one_trace_under_the_clients_span(
@@ -273,7 +341,7 @@ def traced_vllm(engine: VllmEngine, backend: TraceBackend, root: Path) -> Iterat
     command = engine.serve("tiny", port, worker_apart=False)
     command += ["--otlp-traces-endpoint", backend.traces_endpoint]
     env = {
-        **engine.env(),
+        **engine.env(worker_apart=False),
         **backend.exporter_env(),
         "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",  # its default is gRPC
         "OTEL_SERVICE_NAME": "vllm",

@@ -4,9 +4,10 @@ testbed/engines.py) behind ``kind: vllm-sleep`` and ``kind: process``.
 What the real server does that matters here (docs/compatibility.md): it starts awake; asleep, it
 holds a chat request silently until a wake rather than refusing it, while ``/health`` and
 ``/v1/models`` still answer; a sleep or a wake twice is no error. Every server is a real
-``vllm serve``, started by the test or by swapgate, and stopped by whoever started it: three
-processes (API server, engine core, worker) where swapgate starts it and must stop them all,
-two (the worker inside the engine core) where the test does.
+``vllm serve``, started by the test or by swapgate, and stopped by whoever started it: its
+worker inside its engine core (``worker_apart=False``: a start on 17 s of CPU, not 26), so
+three processes (API server, engine core, multiprocessing's resource tracker), which swapgate
+must stop all of where it started them.
 """
 
 from __future__ import annotations
@@ -75,7 +76,9 @@ def vllm_servers(
         for name in names:
             port = free_port()
             log = root / f"vllm-{name}.log"
-            process = start(engine.serve(name, port, worker_apart=False), engine.env(), log=log)
+            process = start(
+                engine.serve(name, port, worker_apart=False), engine.env(False), log=log
+            )
             servers[name] = VllmServer(f"http://127.0.0.1:{port}", process, log)
         for server in servers.values():
             _until_healthy(server)
@@ -254,7 +257,7 @@ def test_two_real_servers_on_one_place_take_turns_asleep_and_none_is_sent_a_requ
 
         # It comes back awake, as vllm serve starts: reconciled, and both answer at once.
         log = tmp_path / "vllm-a-again.log"
-        process = start(engine.serve("a", port, worker_apart=False), engine.env(), log=log)
+        process = start(engine.serve("a", port, worker_apart=False), engine.env(False), log=log)
         servers["a"] = VllmServer(f"http://127.0.0.1:{port}", process, log)
         _until_healthy(servers["a"])
         back = time.monotonic()
@@ -328,9 +331,9 @@ def test_vllm_serve_as_a_process_a_real_cold_start_a_recycle_and_nothing_left_af
     engine: VllmEngine,
 ) -> None:
     command = {
-        "cmd": " ".join(engine.serve("tiny")),
+        "cmd": " ".join(engine.serve("tiny", worker_apart=False)),
         "ready": "/health",
-        "env": engine.env(),
+        "env": engine.env(worker_apart=False),
         "stop_timeout": "20s",
     }
     config: dict[str, Any] = {
@@ -358,8 +361,8 @@ def test_vllm_serve_as_a_process_a_real_cold_start_a_recycle_and_nothing_left_af
         took = time.monotonic() - started
         eta = admin_state(gw)["models"]["tiny"]["eta_seconds"]["node"]
         first = group(state(gw)["processes"]["tiny"]["pid"])
-        # Its group (~2.9 GB across three processes) is above this recycle_rss: once idle it is
-        # restarted. The restart takes the config of the moment: without the limit, once.
+        # Its group (two processes with torch loaded) is above this recycle_rss: once idle it
+        # is restarted. The restart takes the config of the moment: without the limit, once.
         command["recycle_rss"] = "1GiB"
         reload(gw, config)
         wait_for(lambda: state(gw)["models"]["tiny"]["state"] == "loading", timeout=20)
