@@ -36,7 +36,8 @@ typecheck: $(STAMP)
 # compiles them again where PYTHONDONTWRITEBYTECODE is set. Each worker collects every test,
 # and pytest rewrites each test module's asserts as it imports it; with that variable set it
 # never keeps the result, and each worker spent 7 of its 11 CPU-seconds of collection doing it
-# again. One collection beside the compile keeps them (workers read them, set or not).
+# again. One collection beside the compile keeps them (workers read them, set or not), and
+# writes hypothesis's caches, which each worker of a fresh clone built anew (tests/conftest.py).
 PYTEST_WORKERS ?= 5
 # Branch coverage of what the tests run in their own processes (the unit tests, the e2e and
 # engine tests' clients; the gateways they start run in processes of their own and are not
@@ -45,8 +46,9 @@ PYTEST_WORKERS ?= 5
 # fleet (CHANGELOG) sat in a line no test reached.
 COVERAGE_FLOOR ?= 80
 pytest: $(STAMP) system-packages engine
-	$(BIN)/python -m compileall -q swapgate testbed tests & \
-		env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest --collect-only -q >/dev/null; wait
+	$(BIN)/python -m compileall -q swapgate testbed tests bench & \
+		env -u PYTHONDONTWRITEBYTECODE SWAPGATE_WARM_HYPOTHESIS=1 \
+		$(BIN)/pytest --collect-only -q >/dev/null; wait
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 		--cov=swapgate --cov-branch --cov-report=
 	@printf 'branch coverage, in-process: %s%% (floor %s%%)\n' \

@@ -19,6 +19,8 @@ import ssl
 from collections.abc import Iterator
 
 import httpx
+import hypothesis
+import hypothesis.strategies
 import pytest
 from httpx._transports import default as httpx_transports
 
@@ -107,17 +109,31 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return ORDER.index(path) if path in ORDER else len(ORDER)
 
     items.sort(key=rank)  # stable: each file keeps its own order
+    # The property tests (hypothesis: ``@given``, the fleet's state machine) run the same code
+    # over hundreds of inputs, and coverage counts a line once: traced, they took more than
+    # twice the CPU (the fleet's states and the config properties, alone: 38.8 s, 16.4 s
+    # untraced), so they run untraced (pytest-cov's ``no_cover``). Coverage is what the example
+    # tests reach: 58 lines were reached by property tests alone (selectors and pools in the
+    # router, which the e2e tests run in gateways of their own).
     for item in items:
         if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
             item.add_marker(pytest.mark.no_cover)
 
 
-# The property tests (hypothesis: ``@given``, the fleet's state machine) run the same code over
-# hundreds of inputs, and coverage counts a line once: traced, they took twice the CPU (the
-# fleet's state machine 11 -> 21 s, all of them 46 s of the suite's CPU against ~24), so they
-# run untraced (pytest-cov's ``no_cover``). Coverage is what the example tests reach; 58 lines
-# were reached by property tests alone (selectors and pools in the router, which the e2e tests
-# run in gateways of their own).
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """``make pytest`` collects once before the workers start (Makefile); with
+    SWAPGATE_WARM_HYPOTHESIS set, that collection also draws one example, so that hypothesis
+    writes its caches (.hypothesis/: the Unicode table and the constants it reads from every
+    module imported) for the workers to read. A fresh clone's five workers each built them
+    again: 2.1-2.5 s of CPU apiece."""
+    if os.environ.get("SWAPGATE_WARM_HYPOTHESIS"):
+
+        @hypothesis.given(hypothesis.strategies.text())
+        @hypothesis.settings(max_examples=1, database=None)
+        def draw(text: str) -> None:
+            del text
+
+        draw()
 
 
 # Every httpx client the tests make (each ``httpx.get``, each SDK client) used to build its own
