@@ -159,3 +159,46 @@ def _state(url: str) -> dict[str, Any]:
 
 def _models(state: dict[str, Any]) -> dict[str, str]:
     return {name: view["state"] for name, view in state["instances"][0]["models"].items()}
+
+
+def test_a_server_that_dies_fails_only_its_model_and_comes_back_awake_reconciled() -> None:
+    """What the real vLLM test showed with a restart (tests/engine/test_vllm.py), whose second
+    start of vLLM cost ~17 s of CPU: a server restarted on its port starts awake, as ``vllm
+    serve`` does, and swapgate takes it back and puts one of the two to sleep."""
+    config: dict[str, Any] = {
+        "routing": {"poll_interval": "300ms", "min_residency": 0},
+        "instances": [{"name": "gpu", "kind": "vllm-sleep", "capacity": 1, "servers": {}}],
+    }
+    with (
+        simulator("vllm", models=("b",), wake_time=0.1) as b,
+        simulator("vllm", models=("a",), wake_time=0.1) as a,
+    ):
+        config["instances"][0]["servers"] = {"a": a.url, "b": b.url}
+        port = httpx.URL(a.url).port
+        with gateway(config, {"SWAPGATE_ADMIN_TOKEN": TOKEN}) as gw:
+            assert chat(gw.url, "b").status_code == 200
+            a.kill()
+            wait_for(lambda: _state(gw.url)["instances"][0]["models"]["a"]["unreachable"])
+            dead = chat(gw.url, "a")
+            b_codes = [chat(gw.url, "b").status_code for _ in range(3)]
+            with simulator("vllm", models=("a",), wake_time=0.1, port=port) as again:
+                back = time.monotonic()
+                wait_for(lambda: not _state(gw.url)["instances"][0]["models"]["a"]["unreachable"])
+                answers = (chat(gw.url, "a").status_code, chat(gw.url, "b").status_code)
+                both_back_after = time.monotonic() - back
+                wait_for(lambda: _awake({"a": again.url, "b": b.url}) in ({"a"}, {"b"}))
+                awake = _awake({"a": again.url, "b": b.url})
+    assert dead.status_code == 503, dead.text
+    assert "does not answer" in dead.json()["error"]["message"], dead.text
+    assert b_codes == [200] * 3, "b answered throughout"
+    assert answers == (200, 200)
+    assert both_back_after < 15
+    assert len(awake) == 1, "one of the two put back to sleep"
+
+
+def _awake(servers: dict[str, str]) -> set[str]:
+    return {
+        name
+        for name, url in servers.items()
+        if not httpx.get(f"{url}/is_sleeping", timeout=5).json()["is_sleeping"]
+    }

@@ -239,8 +239,8 @@ def test_two_real_servers_on_one_place_take_turns_asleep_and_none_is_sent_a_requ
         assert [e.status for e in reloads] == [200, 200], "one reload of the weights per wake"
 
         # a's server dies while asleep: only a fails, at once; b keeps answering and is never
-        # put to sleep for it.
-        port = httpx.URL(servers["a"].url).port or 80
+        # put to sleep for it. (A server restarted comes back awake, as at the start here, and
+        # is taken back: tests/e2e/test_vllm_sleep.py, without a third start of vLLM.)
         stop(servers["a"].process, timeout=20)
         b_slept = len(sleeps(recorders["b"]))
         # Whether a poll saw it yet or not (then the swap asks a's server before b sleeps)
@@ -254,16 +254,6 @@ def test_two_real_servers_on_one_place_take_turns_asleep_and_none_is_sent_a_requ
         failures = gw.metric("swapgate_swaps_total", instance="gpu", model="a", result="failed")
         b_still_awake = awake({"b": servers["b"]}) == {"b"}
         b_slept_since = len(sleeps(recorders["b"])) - b_slept
-
-        # It comes back awake, as vllm serve starts: reconciled, and both answer at once.
-        log = tmp_path / "vllm-a-again.log"
-        process = start(engine.serve("a", port, worker_apart=False), engine.env(False), log=log)
-        servers["a"] = VllmServer(f"http://127.0.0.1:{port}", process, log)
-        _until_healthy(servers["a"])
-        back = time.monotonic()
-        wait_for(lambda: not state(gw)["models"].get("a", {}).get("unreachable"), timeout=10)
-        a_back, b_back = chat(gw, "a"), chat(gw, "b")
-        both_back_after = time.monotonic() - back
 
     for name, recorder in recorders.items():
         assert sent_asleep(recorder) == [], f"{name} was sent a request while asleep"
@@ -281,9 +271,6 @@ def test_two_real_servers_on_one_place_take_turns_asleep_and_none_is_sent_a_requ
     assert b_slept_since == 0
     assert after["backoff_until"] is None, "the instance does not back off for one server"
     assert after["models"]["a"]["unreachable"], after["models"]
-    assert (a_back.status_code, b_back.status_code) == (200, 200), (a_back.text, b_back.text)
-    print(f"\nboth answered {both_back_after:.1f}s after the dead server's restart")
-    assert both_back_after < 15
 
 
 def _wake_times(metrics: str) -> dict[str, float]:
