@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from swapgate.control.memory import pages
-from testbed.engines import LlamaServerEngine, ensure_llama_server
+from testbed.engines import LlamaServerEngine, ensure_llama_server, tiny_weights
 from tests.e2e.processes import free_port, gateway
 
 pytestmark = pytest.mark.engine
@@ -30,7 +30,10 @@ def as_team(key: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def engine() -> LlamaServerEngine:
-    return ensure_llama_server()
+    """The tiny Llama (73 MB), not Gemma (253 MB): b's weights are read from the disk while its
+    request waits out a's 4 s, and under the whole suite's load the disk read Gemma at ~60 MB/s
+    (167 of its 253 MB by the swap); three copies of it were also 760 MB written and synced."""
+    return tiny_weights(ensure_llama_server())
 
 
 def command(engine: LlamaServerEngine, alias: str, gguf: Path) -> str:
