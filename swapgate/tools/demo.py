@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ def run_demo(
     server per instance: llama-cpp-python (``llama.cpp``) or a llama-server router
     (``llama-server``), each built once per machine (testbed/engines.py)."""
     with ExitStack() as stack:
+        stack.enter_context(_terminate_unwinds())
         token = stack.enter_context(demo_admin_token(settings))
         if engine == "llama-swap":
             settings = keeping_kv(settings, stack.enter_context(_scratch()))
@@ -120,6 +122,23 @@ def keeping_kv(settings: Settings, root: Path) -> Settings:
         for inst in settings.instances
     ]
     return settings.model_copy(update={"instances": instances})
+
+
+@contextmanager
+def _terminate_unwinds() -> Iterator[None]:
+    """SIGTERM (``kill``, ``docker stop``, a service manager) ends the demo as Ctrl-C does: its
+    engines and simulators are stopped, its token and temporary folders removed, and it exits
+    with 143. uvicorn shuts the gateway down on SIGTERM and then raises the signal again; with
+    Python's default action the process died there, before any of that."""
+
+    def unwind(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager

@@ -14,8 +14,9 @@ status down a pipe only that handle reads. A forked child dies with the zygote, 
 the worker (PR_SET_PDEATHSIG at each step).
 
 What a fork shares with its siblings and a fresh process would not: the hash seed and anything
-a module computed at import. swapgate reads its environment when it runs, not at import, and
-nothing it keeps across replicas uses ``hash()``.
+a module computed at import (``tempfile``'s folder excepted: the child looks it up again in its
+own TMPDIR). swapgate reads its environment when it runs, not at import, and nothing it keeps
+across replicas uses ``hash()``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import traceback
 from collections.abc import Mapping, Sequence
@@ -136,6 +138,7 @@ def _child(request: dict[str, Any], stdout: int, stderr: int, status: int) -> in
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    tempfile.tempdir = None  # read again from this environment's TMPDIR, as a new process would
     sys.argv = [request["argv0"], *request["args"]]
     code = _run(request["args"])
     threading._shutdown()  # type: ignore[attr-defined] # as the interpreter does at exit

@@ -1,5 +1,5 @@
 """``swapgate demo --engine llama.cpp|llama-server|llama-swap`` (``make run ENGINE=…``): real
-servers, real text, and no server left once the demo stops."""
+servers, real text, and no server or temporary folder left once the demo stops."""
 
 from __future__ import annotations
 
@@ -39,7 +39,9 @@ def test_the_real_demo_answers_with_the_engines_text_and_leaves_no_process(
         instance["url"] = f"http://127.0.0.1:{free_port()}"
     path = tmp_path / "demo.yaml"
     path.write_text(yaml.safe_dump(config))
-    demo = spawn(["demo", "--engine", name, "--config", str(path)])
+    scratch = tmp_path / "tmp"  # the demo's temporary folders, and nothing else's
+    scratch.mkdir()
+    demo = spawn(["demo", "--engine", name, "--config", str(path)], {"TMPDIR": str(scratch)})
     base = f"http://127.0.0.1:{config['server']['port']}"
     try:
         wait_until_serving(f"{base}/readyz", demo, timeout=120)
@@ -56,6 +58,10 @@ def test_the_real_demo_answers_with_the_engines_text_and_leaves_no_process(
         stop(demo)
     for instance in config["instances"]:  # the servers stop with the demo
         wait_for(lambda url=instance["url"]: not _answers(url + health), timeout=15)
+    # SIGTERM unwinds it as Ctrl-C would: uvicorn raises the signal again once the gateway is
+    # down, and the process died there, its folders left behind
+    assert demo.returncode == 143
+    assert list(scratch.iterdir()) == [], "its temporary folders removed"
 
 
 def _answers(url: str) -> bool:
