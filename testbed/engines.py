@@ -729,12 +729,23 @@ class VllmEngine:
         ]
 
     @staticmethod
-    def env(worker_apart: bool = True) -> dict[str, str]:
+    def env(worker_apart: bool = True, scratch: Path | None = None) -> dict[str, str]:
         """What ``serve`` runs with, beside the caller's environment. The CPU build turns
         ``uni`` back into a worker process of its own unless the engine core is told it runs
         in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0); the API server still starts the engine
-        core apart, as it always does."""
-        return dict(VLLM_ENV) if worker_apart else {**VLLM_ENV, **VLLM_WORKER_INSIDE}
+        core apart, as it always does. ``scratch``: its TMPDIR, where vLLM leaves its ZMQ
+        sockets and a ``vllm_dist_*`` file at each start, and torch its inductor folder."""
+        env = dict(VLLM_ENV) if worker_apart else {**VLLM_ENV, **VLLM_WORKER_INSIDE}
+        return env if scratch is None else {**env, "TMPDIR": str(scratch)}
+
+    @staticmethod
+    @contextlib.contextmanager
+    def scratch() -> Iterator[Path]:
+        """A folder for ``env``'s ``scratch``, removed after the block: short-named, for the
+        sockets are named in it and a Unix socket's path holds 107 bytes (a test's
+        ``tmp_path`` under xdist is 73 before the socket's 36)."""
+        with tempfile.TemporaryDirectory(prefix="vllm-") as folder:
+            yield Path(folder)
 
 
 def ensure_vllm(say: bool = True) -> VllmEngine:
@@ -755,16 +766,17 @@ def _smoke_vllm(engine: VllmEngine, root: Path, what: str) -> None:
         "`make engine` to install it anew. The CPU kernels vLLM picks by this CPU's flags are "
         "held back by VLLM_ENV and VLLM_PORTABLE (testbed/engines.py)."
     )
-    smoke_server(
-        what,
-        engine.serve("smoke", port),
-        port,
-        model="smoke",
-        ready="/health",
-        env={**os.environ, **engine.env()},
-        timeout=300,
-        hint=hint,
-    )
+    with engine.scratch() as scratch:
+        smoke_server(
+            what,
+            engine.serve("smoke", port),
+            port,
+            model="smoke",
+            ready="/health",
+            env={**os.environ, **engine.env(scratch=scratch)},
+            timeout=300,
+            hint=hint,
+        )
 
 
 def _install_vllm(root: Path, engine: VllmEngine) -> None:

@@ -4,7 +4,9 @@ through Debian's chromium-driver) for the pages."""
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -32,14 +34,17 @@ def headless_chromium(window: str, who: str = "the dashboard tests") -> Iterator
         f"--window-size={window}",
     ):
         options.add_argument(flag)
-    page = webdriver.Chrome(service=Service(driver), options=options)
-    try:
-        yield page
-    finally:
-        page.quit()
-        executor = page.command_executor
-        if not isinstance(executor, str):
-            executor.close()  # type: ignore[no-untyped-call]  # its pooled connections too
+    # Chromium leaves a folder of its own in TMPDIR at each start (org.chromium.Chromium.*)
+    with tempfile.TemporaryDirectory(prefix="swapgate-chromium-") as scratch:
+        service = Service(driver, env={**os.environ, "TMPDIR": scratch})
+        page = webdriver.Chrome(service=service, options=options)
+        try:
+            yield page
+        finally:
+            page.quit()
+            executor = page.command_executor
+            if not isinstance(executor, str):
+                executor.close()  # type: ignore[no-untyped-call]  # its pooled connections too
 
 
 WINDOW = (1280, 1100)

@@ -340,23 +340,24 @@ def traced_vllm(engine: VllmEngine, backend: TraceBackend, root: Path) -> Iterat
     port = free_port()
     command = engine.serve("tiny", port, worker_apart=False)
     command += ["--otlp-traces-endpoint", backend.traces_endpoint]
-    env = {
-        **engine.env(worker_apart=False),
-        **backend.exporter_env(),
-        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",  # its default is gRPC
-        "OTEL_SERVICE_NAME": "vllm",
-    }
-    log = root / "vllm.log"
-    process = start(command, env, log=log)
-    url = f"http://127.0.0.1:{port}"
-    try:
+    with engine.scratch() as scratch:
+        env = {
+            **engine.env(worker_apart=False, scratch=scratch),
+            **backend.exporter_env(),
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",  # its default is gRPC
+            "OTEL_SERVICE_NAME": "vllm",
+        }
+        log = root / "vllm.log"
+        process = start(command, env, log=log)
+        url = f"http://127.0.0.1:{port}"
         try:
-            wait_until_serving(f"{url}/health", process, timeout=VLLM_STARTUP)
-        except (RuntimeError, TimeoutError) as exc:  # with what vLLM said
-            raise RuntimeError(f"{exc}: {log.read_text(errors='replace')[-3000:]}") from exc
-        yield url
-    finally:
-        stop(process, timeout=20)
+            try:
+                wait_until_serving(f"{url}/health", process, timeout=VLLM_STARTUP)
+            except (RuntimeError, TimeoutError) as exc:  # with what vLLM said
+                raise RuntimeError(f"{exc}: {log.read_text(errors='replace')[-3000:]}") from exc
+            yield url
+        finally:
+            stop(process, timeout=20)
 
 
 def test_vllm_hangs_its_own_span_under_swapgates_upstream_span(

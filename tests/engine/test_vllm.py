@@ -65,6 +65,13 @@ def engine() -> VllmEngine:
     return ensure_vllm()
 
 
+@pytest.fixture
+def scratch(engine: VllmEngine) -> Iterator[Path]:
+    """vLLM's TMPDIR for the test, removed after it (``VllmEngine.scratch``)."""
+    with engine.scratch() as folder:
+        yield folder
+
+
 @contextmanager
 def vllm_servers(
     engine: VllmEngine, root: Path, names: tuple[str, ...]
@@ -72,20 +79,20 @@ def vllm_servers(
     """A ``vllm serve`` per name, started together (each alone takes ~16 s), its worker in its
     engine core: what sleeps and wakes is the same."""
     servers: dict[str, VllmServer] = {}
-    try:
-        for name in names:
-            port = free_port()
-            log = root / f"vllm-{name}.log"
-            process = start(
-                engine.serve(name, port, worker_apart=False), engine.env(False), log=log
-            )
-            servers[name] = VllmServer(f"http://127.0.0.1:{port}", process, log)
-        for server in servers.values():
-            _until_healthy(server)
-        yield servers
-    finally:
-        for server in servers.values():
-            stop(server.process, timeout=20)
+    with engine.scratch() as scratch:
+        try:
+            for name in names:
+                port = free_port()
+                log = root / f"vllm-{name}.log"
+                command = engine.serve(name, port, worker_apart=False)
+                process = start(command, engine.env(False, scratch), log=log)
+                servers[name] = VllmServer(f"http://127.0.0.1:{port}", process, log)
+            for server in servers.values():
+                _until_healthy(server)
+            yield servers
+        finally:
+            for server in servers.values():
+                stop(server.process, timeout=20)
 
 
 def _until_healthy(server: VllmServer) -> None:
@@ -315,12 +322,12 @@ def reload(gw: Gateway, config: dict[str, Any]) -> None:
 
 
 def test_vllm_serve_as_a_process_a_real_cold_start_a_recycle_and_nothing_left_after_sigkill(
-    engine: VllmEngine,
+    engine: VllmEngine, scratch: Path
 ) -> None:
     command = {
         "cmd": " ".join(engine.serve("tiny", worker_apart=False)),
         "ready": "/health",
-        "env": engine.env(worker_apart=False),
+        "env": engine.env(worker_apart=False, scratch=scratch),
         "stop_timeout": "20s",
     }
     config: dict[str, Any] = {
