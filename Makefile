@@ -39,9 +39,9 @@ typecheck: $(STAMP)
 # again. One collection beside the compile keeps them (workers read them, set or not), and
 # writes hypothesis's caches, which each worker of a fresh clone built anew (tests/conftest.py).
 PYTEST_WORKERS ?= 5
-# Branch coverage of what the tests run in their own processes (the unit tests, the e2e and
-# engine tests' clients; the gateways they start run in processes of their own and are not
-# counted; the property tests run untraced, tests/conftest.py): printed after the run, and
+# Branch coverage of what the unit tests run in the test processes (the e2e and engine tests'
+# gateways run in processes of their own and are not counted; those tests and the property
+# tests run untraced, tests/conftest.py): printed after the run, and
 # `make test` fails under COVERAGE_FLOOR. Raise it as it rises: the placement crash of a full
 # fleet (CHANGELOG) sat in a line no test reached.
 COVERAGE_FLOOR ?= 80
