@@ -13,6 +13,10 @@ from collections.abc import Callable
 from typing import TypeVar
 
 RECHECK_INTERVAL = 0.5
+# asyncio runs a timer up to its clock's resolution early (1 ns for CLOCK_MONOTONIC): a wait
+# for what remains of a deadline can end a hair before it, and ``until`` would wait again for
+# that hair, at once, as many times as the clock stands still. Closer than this, it has passed.
+DEADLINE_SLACK = 1e-6
 T = TypeVar("T")
 
 
@@ -51,6 +55,6 @@ class Changes:
             if outcome is not None:
                 return outcome
             remaining = deadline - self._clock()
-            if remaining <= 0:
+            if remaining <= DEADLINE_SLACK:
                 return None
             await self.wait(min(remaining, RECHECK_INTERVAL))
