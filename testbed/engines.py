@@ -552,10 +552,19 @@ def tiny_weights(engine: Served) -> Served:
     """``engine`` serving a 2-layer Llama of random weights that reads text as Gemma does (its
     tokenizer, whole): made once per machine from Gemma's GGUF (about 10 s, 73 MB), by the
     first of the workers that asks, and shared by both llama engines."""
-    root = cache_root() / "tiny-llama-gemma-vocabulary"
+    from bench import random_gguf
+
+    gemma = engine.gguf
+    # Keyed by what it is made from: the shape, the GGUF whose tokenizer it takes, the writer.
+    made_from = [
+        f"shape {random_gguf.SHAPES['test']!r}",
+        f"vocabulary of {gemma.name}, {gemma.stat().st_size} bytes",
+        f"writer {hashlib.sha256(Path(random_gguf.__file__).read_bytes()).hexdigest()}",
+    ]
+    root = cache_root() / f"tiny-llama-gemma-vocabulary-{flags_key(made_from)}"
     tiny = root / TINY_NAME
     what = "a tiny Llama with Gemma's tokenizer"
-    _once(root, what, False, lambda: _write_tiny(engine.gguf, tiny))
+    _once(root, what, False, lambda: _write_tiny(gemma, tiny), flags=made_from)
     return replace(engine, gguf=tiny)
 
 
@@ -709,14 +718,11 @@ class VllmEngine:
     vllm: Path
     model: Path
 
-    def serve(self, name: str, port: str | int = "${PORT}", worker_apart: bool = True) -> list[str]:
+    def serve(self, name: str, port: str | int = "${PORT}") -> list[str]:
         """The command that serves the tiny Llama as ``name``: eager (no graph capture, which
-        doubles a CPU start) and a 512-token context (its KV cache fits in 1 GiB). Three
-        processes, as vLLM runs on a GPU (API server, engine core, worker); ``worker_apart``
-        False: the worker inside the engine core (``--distributed-executor-backend uni``, with
-        ``env(worker_apart=False)``), two processes that start on 17 s of CPU instead of 26
-        (each imports torch and vLLM anew: ~7 s)."""
-        alone = () if worker_apart else ("--distributed-executor-backend", "uni")
+        doubles a CPU start), a 512-token context (its KV cache fits in 1 GiB), and its worker
+        inside its engine core (``--distributed-executor-backend uni``, with ``env``): two
+        processes that start on 17 s of CPU, not three on 26 (each imports torch and vLLM)."""
         return [
             str(self.vllm),
             "serve",
@@ -732,17 +738,18 @@ class VllmEngine:
             "--enforce-eager",
             "--disable-uvicorn-access-log",
             *VLLM_PORTABLE,
-            *alone,
+            "--distributed-executor-backend",
+            "uni",
         ]
 
     @staticmethod
-    def env(worker_apart: bool = True, scratch: Path | None = None) -> dict[str, str]:
+    def env(scratch: Path | None = None) -> dict[str, str]:
         """What ``serve`` runs with, beside the caller's environment. The CPU build turns
         ``uni`` back into a worker process of its own unless the engine core is told it runs
         in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0); the API server still starts the engine
         core apart, as it always does. ``scratch``: its TMPDIR, where vLLM leaves its ZMQ
         sockets and a ``vllm_dist_*`` file at each start, and torch its inductor folder."""
-        env = dict(VLLM_ENV) if worker_apart else {**VLLM_ENV, **VLLM_WORKER_INSIDE}
+        env = {**VLLM_ENV, **VLLM_WORKER_INSIDE}
         return env if scratch is None else {**env, "TMPDIR": str(scratch)}
 
     @staticmethod
@@ -761,7 +768,7 @@ def ensure_vllm(say: bool = True) -> VllmEngine:
     engine = VllmEngine(root / "bin" / "vllm", root / "tiny-llama")
     what = f"vLLM {VLLM_VERSION} (CPU build)"
     _once(root, what, say, lambda: _install_vllm(root, engine), "~2 min, 3.5 GB")
-    runs_with = {"env": VLLM_ENV, "command": engine.serve("smoke", 0)}
+    runs_with = {"env": engine.env(), "command": engine.serve("smoke", 0)}
     _checked(root, what, say, lambda: _smoke_vllm(engine, root, what), runs_with=runs_with)
     return engine
 

@@ -338,11 +338,11 @@ def traced_vllm(engine: VllmEngine, backend: TraceBackend, root: Path) -> Iterat
     """A ``vllm serve`` of the tiny Llama as ``tiny`` that exports its spans to ``backend``;
     its URL. Its worker runs in its engine core (two processes, a shorter start)."""
     port = free_port()
-    command = engine.serve("tiny", port, worker_apart=False)
+    command = engine.serve("tiny", port)
     command += ["--otlp-traces-endpoint", backend.traces_endpoint]
     with engine.scratch() as scratch:
         env = {
-            **engine.env(worker_apart=False, scratch=scratch),
+            **engine.env(scratch),
             **backend.exporter_env(),
             "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",  # its default is gRPC
             "OTEL_SERVICE_NAME": "vllm",

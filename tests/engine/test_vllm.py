@@ -5,7 +5,7 @@ What the real server does that matters here (docs/compatibility.md): it starts a
 holds a chat request silently until a wake rather than refusing it, while ``/health`` and
 ``/v1/models`` still answer; a sleep or a wake twice is no error. Every server is a real
 ``vllm serve``, started by the test or by swapgate, and stopped by whoever started it: its
-worker inside its engine core (``worker_apart=False``: a start on 17 s of CPU, not 26), so
+worker inside its engine core (``VllmEngine.serve``: a start on 17 s of CPU, not 26), so
 three processes (API server, engine core, multiprocessing's resource tracker), which swapgate
 must stop all of where it started them.
 """
@@ -84,8 +84,8 @@ def vllm_servers(
             for name in names:
                 port = free_port()
                 log = root / f"vllm-{name}.log"
-                command = engine.serve(name, port, worker_apart=False)
-                process = start(command, engine.env(False, scratch), log=log)
+                command = engine.serve(name, port)
+                process = start(command, engine.env(scratch), log=log)
                 servers[name] = VllmServer(f"http://127.0.0.1:{port}", process, log)
             for server in servers.values():
                 _until_healthy(server)
@@ -325,9 +325,9 @@ def test_vllm_serve_as_a_process_a_real_cold_start_a_recycle_and_nothing_left_af
     engine: VllmEngine, scratch: Path
 ) -> None:
     command = {
-        "cmd": " ".join(engine.serve("tiny", worker_apart=False)),
+        "cmd": " ".join(engine.serve("tiny")),
         "ready": "/health",
-        "env": engine.env(worker_apart=False, scratch=scratch),
+        "env": engine.env(scratch),
         "stop_timeout": "20s",
     }
     config: dict[str, Any] = {
