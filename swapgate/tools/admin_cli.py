@@ -88,7 +88,7 @@ def _demo_token(url: str) -> str | None:
 
 
 def _alive(pid: int) -> bool:
-    """Whether the demo that wrote a token still runs (a SIGTERMed one leaves its file)."""
+    """Whether the demo that wrote a token still runs (a killed one, SIGKILL, leaves its file)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
