@@ -9,6 +9,7 @@ testbed/engines.py) with Gemma-3-270M, in both ways teams run it:
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import signal
 import time
@@ -262,18 +263,26 @@ def test_no_llama_server_outlives_a_killed_gateway(server: LlamaServerEngine) ->
             wait_for(lambda: not any(_alive(p) for p in engines), timeout=15)
         except TimeoutError:
             left = [_described(p) for p in engines if _alive(p)]
+            for proc in engines:  # not left running after the test
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    proc.kill()
             raise AssertionError(f"alive 15 s after the gateway's SIGKILL: {left}") from None
 
 
 def _described(proc: psutil.Process) -> str:
-    """What a process left behind is doing: its state, its parent, what it waits in."""
+    """What a process left behind is doing: its state, its parent, and what each of its
+    threads waits in (seen twice under load: a llama-server asleep in ``futex_do_wait`` after
+    the kernel's SIGTERM; which thread waits tells where its shutdown hangs)."""
     try:
         with proc.oneshot():
             said = f"pid {proc.pid} {proc.status()} ppid {proc.ppid()} {proc.cmdline()[:2]}"
-        waits = Path(f"/proc/{proc.pid}/wchan").read_text()
+        threads = [
+            f"{(task / 'comm').read_text().strip()}:{(task / 'wchan').read_text() or '-'}"
+            for task in sorted(Path(f"/proc/{proc.pid}/task").iterdir())
+        ]
     except (psutil.Error, OSError) as exc:
         return f"pid {proc.pid}: {exc!r}"
-    return f"{said} in {waits or 'nothing'}"
+    return f"{said}, threads waiting in {threads}"
 
 
 def _alive(proc: psutil.Process) -> bool:
