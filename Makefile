@@ -28,20 +28,17 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/mypy --config-file pyproject.toml --check-untyped-defs tests bench
 
-# Six workers, one test file each at a time: most e2e time is spent waiting on real processes
+# Five workers, one test file each at a time: most e2e time is spent waiting on real processes
 # (swaps, timeouts, engine starts), and the files that compute are spread over the run
-# (tests/conftest.py), so six files in parallel keep two cores busy. Measured side by side,
-# 1,494 tests on 2 cores, each pair one run right after the other: six against five workers
-# 316 s against 337 s and (five first) 337 s against 348 s; seven against six 389 s against
-# 382 s, in a slow hour (each worker collects every test: ~7.7 CPU-seconds more). The suite
-# starts hundreds of Python processes (gateways, simulators): its modules are compiled once
-# here, so that none compiles them again where PYTHONDONTWRITEBYTECODE is set. Each worker
-# collects every test, and pytest rewrites each test module's asserts as it imports it; with
-# that variable set it never keeps the result, and each worker spent 7 of its 11 CPU-seconds
-# of collection doing it again. One collection beside the compile keeps them (workers read
-# them, set or not), and writes hypothesis's caches, which each worker of a fresh clone built
-# anew (tests/conftest.py).
-PYTEST_WORKERS ?= 6
+# (tests/conftest.py), so five files in parallel keep two cores busy (1,057 tests: 366 s
+# against 393 s with four workers, one run each, on 2 cores). The suite starts hundreds of
+# Python processes (gateways, simulators): its modules are compiled once here, so that none
+# compiles them again where PYTHONDONTWRITEBYTECODE is set. Each worker collects every test,
+# and pytest rewrites each test module's asserts as it imports it; with that variable set it
+# never keeps the result, and each worker spent 7 of its 11 CPU-seconds of collection doing it
+# again. One collection beside the compile keeps them (workers read them, set or not), and
+# writes hypothesis's caches, which each worker of a fresh clone built anew (tests/conftest.py).
+PYTEST_WORKERS ?= 5
 # Branch coverage of what the unit tests run in the test processes (the e2e and engine tests'
 # gateways run in processes of their own and are not counted; those tests and the property
 # tests run untraced, tests/conftest.py): printed after the run, and
