@@ -1,10 +1,10 @@
 """Suite-wide order: the longest files start first, and those that keep a core busy are spread
 over the run rather than started together.
 
-``make test`` runs files in parallel (``pytest -n 4 --dist loadfile --no-loadscope-reorder``),
-handed out in collection order: the slowest, started last, would be the whole run's tail. Four
+``make test`` runs files in parallel (``pytest -n 5 --dist loadfile --no-loadscope-reorder``),
+handed out in collection order: the slowest, started last, would be the whole run's tail. Five
 workers share two cores, and most e2e files wait on timers and real processes while the
-real-engine files compute: four of those at once slow each other, four waiting leave the cores
+real-engine files compute: five of those at once slow each other, five waiting leave the cores
 idle. So the files are in two lanes, busy and waiting, each longest first, and merged by how far
 into its lane's total each file starts.
 (Without ``--no-loadscope-reorder`` xdist hands out the files with the most tests first, and
