@@ -694,12 +694,13 @@ VLLM_VERSION = "0.32.0"
 # pins ("operator torchvision::nms does not exist"); vLLM serves text without them.
 VLLM_UNNEEDED = ("torchvision", "torchaudio", "torchcodec")
 # What the CPU build needs beside its flags: no download, a 1 GiB KV cache, the sleep endpoints;
-# and oneDNN held to AVX2 (see VLLM_PORTABLE).
+# oneDNN held to AVX2 (see VLLM_PORTABLE); and the worker inside the engine core (``env``).
 VLLM_ENV = {
     "HF_HUB_OFFLINE": "1",
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "VLLM_SERVER_DEV_MODE": "1",
     "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
 }
 # vLLM's CPU build picks its kernels by the CPU's flags, and none by a setting: in bf16 (what it
 # makes of a float32 model on x86) on a CPU with AMX its attention takes its AMX kernel, whose
@@ -707,7 +708,6 @@ VLLM_ENV = {
 # lazily): SIGILL on the first request. In float32 attention takes its AVX-512/AVX2 kernels and
 # the matmuls go to oneDNN, which ONEDNN_MAX_CPU_ISA keeps off AMX (docs/compatibility.md).
 VLLM_PORTABLE = ("--dtype", "float32")
-VLLM_WORKER_INSIDE = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -749,8 +749,7 @@ class VllmEngine:
         in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0); the API server still starts the engine
         core apart, as it always does. ``scratch``: its TMPDIR, where vLLM leaves its ZMQ
         sockets and a ``vllm_dist_*`` file at each start, and torch its inductor folder."""
-        env = {**VLLM_ENV, **VLLM_WORKER_INSIDE}
-        return env if scratch is None else {**env, "TMPDIR": str(scratch)}
+        return dict(VLLM_ENV) if scratch is None else {**VLLM_ENV, "TMPDIR": str(scratch)}
 
     @staticmethod
     @contextlib.contextmanager
