@@ -1,10 +1,11 @@
 """A record on disk of the server processes swapgate started, so that none outlives it.
 
-PR_SET_PDEATHSIG stops a process swapgate started when swapgate dies, SIGKILL included, but
-not what that process started in turn (a vLLM server's workers, a shell's background job):
-those stay in its process group. Each process is recorded while it runs; at start, swapgate
-stops every group whose recording swapgate is gone (the same pid with the same start time
-would still be alive), and drops the record. A live swapgate's processes are never touched.
+When swapgate dies, SIGKILL included, the kernel sends each process it started SIGTERM
+(PR_SET_PDEATHSIG) and the guard (swapgate/drivers/children.py) stops each whole group, SIGKILL
+after its grace. Where both were out of reach (the guard killed too, a machine that lost
+power mid-shutdown), the groups are on disk: each process is recorded while it runs; at start,
+swapgate stops every group whose recording swapgate is gone (the same pid with the same start
+time would still be alive), and drops the record. A live swapgate's processes are never touched.
 
 The records live in ``$SWAPGATE_STATE_DIR``, else ``$XDG_STATE_HOME/swapgate/processes``, else
 ``~/.local/state/swapgate/processes``; one small JSON file per process.
@@ -22,6 +23,8 @@ from pathlib import Path
 
 import psutil
 
+from swapgate.drivers.children import Guard
+
 log = logging.getLogger("swapgate.process")
 
 
@@ -36,13 +39,18 @@ class Record:
 
 
 class Ledger:
-    """The records of one swapgate process. ``Ledger(None)`` records nothing."""
+    """The records of one swapgate process, and its ``Guard`` (which stops the groups at once
+    when swapgate dies, SIGKILL after each one's grace). ``Ledger(None)`` records nothing."""
 
-    def __init__(self, directory: Path | None) -> None:
+    def __init__(self, directory: Path | None, guard: Guard | None = None) -> None:
         self._directory = directory
+        self._guard = guard
         self._me = psutil.Process()
 
-    def record(self, pid: int, instance: str, model: str) -> None:
+    def record(self, pid: int, instance: str, model: str, grace: float) -> None:
+        """``pid`` leads a group swapgate started; ``grace``: how long it may take to stop."""
+        if self._guard is not None:
+            self._guard.watch(pid, grace)
         if self._directory is None:
             return
         try:
@@ -62,9 +70,16 @@ class Ledger:
             )
 
     def forget(self, pid: int) -> None:
+        if self._guard is not None:
+            self._guard.forget(pid)
         if self._directory is not None:
             with contextlib.suppress(OSError):
                 self._path(pid).unlink()
+
+    def close(self) -> None:
+        """At swapgate's shutdown, once every group it started has stopped."""
+        if self._guard is not None:
+            self._guard.close()
 
     def sweep(self) -> list[Record]:
         """Stop what a swapgate that is gone left behind; return the records it stopped."""

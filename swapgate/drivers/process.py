@@ -6,9 +6,10 @@ Load starts the model's command in a process group of its own, on a free port fr
 SIGTERM, SIGKILL after ``stop_timeout``, and waits for it. The coordinator bounds a load by
 ``routing.swap_timeout``: a load cut short stops what it started.
 
-No process outlives swapgate: each gets PR_SET_PDEATHSIG (the kernel stops it if swapgate dies,
-SIGKILL included), its group is recorded in the ``Ledger`` for whatever it started in turn, and
-``aclose`` stops them all at shutdown. What happens is told to the ``ProcessEvents`` given at
+No process outlives swapgate: ``aclose`` stops them all at shutdown; if swapgate dies instead
+(SIGKILL included), each gets SIGTERM from the kernel (PR_SET_PDEATHSIG) and its whole group is
+stopped by the ``Ledger``'s guard, SIGKILL after ``stop_timeout``; the ledger's records catch
+what even that missed at the next start. What happens is told to the ``ProcessEvents`` given at
 construction (the runtime's: swapgate/server/runtime.py): a process that exits on its own
 (``exited``: the model goes cold; its last output lines stay readable), every process group's
 resident size at each poll (``measured``), and one above its command's ``recycle_rss``
@@ -248,7 +249,7 @@ class ProcessDriver(Driver):
             raise DriverError(f"cannot start {model!r} on {self.instance}: {exc}") from exc
         proc = Running(model, port, process)
         self._running[model] = proc
-        self._ledger.record(process.pid, self.instance, model)
+        self._ledger.record(process.pid, self.instance, model, command.stop_timeout)
         log.info(
             "%s/%s starting on port %d (pid %d): %s", self.instance, model, port, process.pid, line
         )

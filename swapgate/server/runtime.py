@@ -46,6 +46,7 @@ from swapgate.control.state.registry import Registry
 from swapgate.control.swaps.coordinator import SwapCoordinator
 from swapgate.control.swaps.times import SwapTimes
 from swapgate.drivers import Driver, ProcessDriver, make_driver
+from swapgate.drivers.children import Guard
 from swapgate.drivers.http import control_client
 from swapgate.drivers.ledger import Ledger
 from swapgate.live_gauges import EngineRow
@@ -91,7 +92,7 @@ class Runtime:
         catalog = Catalog(settings)
         self.metrics = Metrics()
         self._control = control_client()
-        self._ledger = Ledger(processes_directory())  # what process instances started
+        self._ledger = Ledger(processes_directory(), Guard())  # what process instances started
         self.drivers = self._drivers(settings, kept={})
         # Among replicas (a Redis URL in cluster.redis_url_env), the state they share
         # (swapgate/cluster/): swap locks, events, pins and drains, the demand by time of day.
@@ -360,6 +361,7 @@ class Runtime:
         if self.shared is not None:
             await self.shared.aclose()
         await self._close_drivers({})  # every process swapgate started stops
+        self._ledger.close()
         await self.upstream.aclose()
         await self._control.aclose()
         await self.activity.close()  # what is buffered is written first

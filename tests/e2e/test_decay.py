@@ -89,7 +89,7 @@ def test_a_growing_kv_pool_is_kv_growth_and_is_recycled_on_its_slope() -> None:
         "recycle_rss_slope": "20GiB/h",
         "slope_window": "8s",
     }
-    config = process_config(a=command)  # type: ignore[arg-type]
+    config = process_config(a=command)
     config["diagnosis"] = DIAGNOSIS
     with gateway(config, ENV) as gw, flat_load(gw.url) as statuses:
         # A drift is said once the baseline (its first 3 s) is over
@@ -170,7 +170,7 @@ def test_a_leak_that_recycling_keeps_cutting_short_shows_its_slope_and_kv_growth
         "recycle_rss_slope": "2GiB/h",
         "slope_window": "4s",
     }
-    config = process_config(a=command)  # type: ignore[arg-type]
+    config = process_config(a=command)
     config["routing"]["poll_interval"] = "1s"
     seen: list[tuple[str, float, int | None]] = []  # (state, slope, pid) every 0.1 s
 

@@ -37,7 +37,7 @@ def sim_command(model: str, startup: float = 0.3, flags: str = "") -> str:
     return f"/bin/sh -c 'sleep {startup}; exec {sim}'" if startup else sim
 
 
-def process_config(**commands: str) -> dict[str, Any]:
+def process_config(**commands: str | dict[str, Any]) -> dict[str, Any]:
     return {
         "server": {"admin_token_env": "TEST_ADMIN_TOKEN"},
         "routing": {"min_residency": 0, "poll_interval": "200ms"},
@@ -121,11 +121,39 @@ def stream_and_kill(gw: Gateway, model: str, after: int, max_tokens: int) -> tup
     return pid, events
 
 
+def guard_of(gw: Gateway) -> psutil.Process:
+    """The gateway's guard (swapgate/drivers/children.py), which it starts with its first server."""
+    (guard,) = [
+        child
+        for child in psutil.Process(gw.process.pid).children()
+        if any(part.endswith("children.py") for part in child.cmdline())
+    ]
+    return guard
+
+
+def test_a_killed_gateways_servers_stop_whole_sigkill_after_their_stop_timeout() -> None:
+    # A server that starts a helper of its own which ignores SIGTERM (a hung engine, a shell's
+    # background job): the kernel's SIGTERM stops the server, the guard SIGKILLs the rest of
+    # the group after the command's stop_timeout, with no gateway started again.
+    command = f"/bin/sh -c 'trap \"\" TERM; sleep 300 & exec {sim_command('a', startup=0)}'"
+    config = process_config(a={"cmd": command, "stop_timeout": "1s"})
+    with gateway(config, ENV) as gw:
+        assert chat(gw.url, "a", timeout=60).status_code == 200
+        server = processes(gw)["a"]["pid"]
+        (helper,) = [p for p in psutil.Process(server).children() if p.name() == "sleep"]
+        guard = guard_of(gw)
+        gw.process.kill()
+        gw.process.wait(timeout=15)
+        wait_for(lambda: not alive(server), timeout=10)
+        wait_for(lambda: not alive(helper.pid), timeout=10)
+        wait_for(lambda: not alive(guard.pid), timeout=10)
+
+
 def test_what_a_killed_gateways_process_left_in_its_group_is_stopped_when_the_next_one_starts(
     tmp_path: Path,
 ) -> None:
-    # A server that starts a helper of its own (a vLLM worker, say): PR_SET_PDEATHSIG stops the
-    # server when the gateway is SIGKILLed, but not the helper; the record the gateway left does.
+    # The guard killed with the gateway (a kill of both, an OOM kill): PR_SET_PDEATHSIG stops
+    # the server but not its helper; the record the gateway left does, at the next start.
     command = f"/bin/sh -c 'sleep 300 & exec {sim_command('a', startup=0)}'"
     env = {**ENV, "SWAPGATE_STATE_DIR": str(tmp_path)}
     with gateway(process_config(a=command), env) as gw:
@@ -133,6 +161,7 @@ def test_what_a_killed_gateways_process_left_in_its_group_is_stopped_when_the_ne
         server = processes(gw)["a"]["pid"]
         (helper,) = [p for p in psutil.Process(server).children() if p.name() == "sleep"]
         assert list(tmp_path.glob("*.json")), "the process is on record while it runs"
+        guard_of(gw).kill()
         gw.process.kill()
         gw.process.wait(timeout=15)
         wait_for(lambda: not alive(server))

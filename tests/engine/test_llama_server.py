@@ -271,8 +271,9 @@ def test_no_llama_server_outlives_a_killed_gateway(server: LlamaServerEngine) ->
 
 def _described(proc: psutil.Process) -> str:
     """What a process left behind is doing: its state, its parent, and what each of its
-    threads waits in (seen twice under load: a llama-server asleep in ``futex_do_wait`` after
-    the kernel's SIGTERM; which thread waits tells where its shutdown hangs)."""
+    threads waits in. Seen twice under load before the guard: a llama-server asleep in
+    ``futex_do_wait`` after the kernel's SIGTERM (its handler locks the task queue's mutex,
+    which the interrupted thread may hold); the guard now SIGKILLs it after ``stop_timeout``."""
     try:
         with proc.oneshot():
             said = f"pid {proc.pid} {proc.status()} ppid {proc.ppid()} {proc.cmdline()[:2]}"

@@ -42,7 +42,7 @@ def members(leader: int) -> list[int]:
 
 def test_a_live_swapgates_processes_are_left_alone(tmp_path: Path, group) -> None:
     ledger = Ledger(tmp_path)
-    ledger.record(group.pid, "node", "a")
+    ledger.record(group.pid, "node", "a", 10.0)
     assert Ledger(tmp_path).sweep() == []
     assert group.poll() is None
     assert len(list(tmp_path.iterdir())) == 1
@@ -53,7 +53,7 @@ def test_a_live_swapgates_processes_are_left_alone(tmp_path: Path, group) -> Non
 def test_a_dead_swapgates_group_is_killed_whole_and_its_record_dropped(
     tmp_path: Path, group
 ) -> None:
-    Ledger(tmp_path).record(group.pid, "node", "a")
+    Ledger(tmp_path).record(group.pid, "node", "a", 10.0)
     (path,) = tmp_path.iterdir()
     record = json.loads(path.read_text())
     path.write_text(json.dumps({**record, "owner_started": record["owner_started"] - 60}))
@@ -77,5 +77,5 @@ def test_an_unreadable_record_is_dropped_and_nothing_is_killed(tmp_path: Path, g
 
 def test_without_a_directory_nothing_is_recorded(group) -> None:
     ledger = Ledger(None)
-    ledger.record(group.pid, "node", "a")
+    ledger.record(group.pid, "node", "a", 10.0)
     assert ledger.sweep() == []
