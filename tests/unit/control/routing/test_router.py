@@ -25,7 +25,7 @@ from swapgate.errors import PathNotFound as NotFound
 from swapgate.metrics import Metrics
 from swapgate.policy.retry import MAY_HAVE_RUN, Failure, Next
 from swapgate.proxy.handler import _query
-from tests.unit.fakes import FakeClock, eventually, recheck_at_once, world
+from tests.unit.fakes import FakeClock, HeldDriver, World, eventually, recheck_at_once, world
 
 RELAY = {"hosted": {"url": "https://relay.example/v1"}}
 
@@ -402,3 +402,33 @@ async def test_a_model_that_fits_no_instance_is_refused_without_a_retry_after() 
     assert "larger than the memory of every instance" in refused.value.message
     assert "swapgate plan" in refused.value.message
     assert w.drivers["x"].calls == []
+
+
+def selector(strategy: str) -> World:
+    choose = {"from": ["a", "b", "c"], "strategy": strategy}
+    config = one_instance(models={"coder": {"choose": choose}})
+    config["instances"][0]["models"] = ["a", "b", "c"]
+    w = world(config, driver=HeldDriver)
+    w.warm("x")
+    return w
+
+
+async def test_a_selector_goes_to_its_first_target_warm_then_waking_then_cached() -> None:
+    w = selector("warm")
+    assert w.router.chosen("a") == "a", "a model is no selector"
+    assert w.router.chosen("coder") == "a", "nothing warm, nothing cached: the first target"
+    w.coordinator.times.tiers = lambda model: "cached" if model == "b" else "disk"
+    assert w.router.chosen("coder") == "b"
+    assert w.coordinator.start("x", "c")  # loading beats weights in RAM
+    assert w.router.chosen("coder") == "c"
+    held = w.drivers["x"]
+    assert isinstance(held, HeldDriver)
+    assert await eventually(lambda: "c" in held.loading)
+    held.finish("c")
+    assert await w.coordinator.wait("x")
+    w.warm("x", "b", "c")  # both warm: the first of them in the selector's order
+    assert w.router.chosen("coder") == "b"
+
+    first = selector("first")
+    first.warm("x", "c")
+    assert first.router.chosen("coder") == "a"

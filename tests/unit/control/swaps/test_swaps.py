@@ -12,7 +12,7 @@ from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.errors import DriverError
 from swapgate.metrics import Metrics
 from swapgate.policy.placement import Policy, Queue, Serve, place
-from tests.unit.fakes import FakeDriver, eventually
+from tests.unit.fakes import FakeDriver, eventually, world
 
 POLICY = Policy(min_residency=0.0)
 
@@ -261,3 +261,40 @@ async def test_the_first_load_is_told_without_a_made_up_time_left() -> None:
     assert second is not None
     assert "loading" not in second.text, "a load was measured"
     await coordinator.wait("x")
+
+
+async def test_a_recycle_lets_the_requests_in_flight_finish_then_restarts_the_model() -> None:
+    """A process grown past recycle_rss: new requests wait for the restart, the one it serves
+    finishes first; a restart is counted as a recycle, not as a swap."""
+    w = world({"instances": [{"name": "x", "url": "http://x", "models": ["a"]}]})
+    w.warm("x", "a")
+    serving = await w.router.acquire("a")
+    assert w.coordinator.recycle("x", "a") is True
+    assert w.coordinator.recycle("x", "a") is False, "one flight per instance"
+    assert w.state("x", "a") is WarmState.LOADING
+    waiting = asyncio.create_task(w.router.acquire("a"))
+    await asyncio.sleep(0.1)
+    assert w.drivers["x"].calls == [], "nothing stops under a request it serves"
+    assert not waiting.done()
+    w.router.release(serving)
+    assert await w.coordinator.wait("x") is True
+    assert w.drivers["x"].calls == [("unload", "a"), ("load", "a")]
+    lease = await asyncio.wait_for(waiting, 2)
+    assert lease.name == "x"
+    w.router.release(lease)
+    assert w.state("x", "a") is WarmState.WARM
+    assert w.sample("swapgate_process_recycles_total", instance="x", model="a") == 1
+    assert w.sample("swapgate_swaps_total", instance="x", model="a", result="ok") is None
+
+
+async def test_a_recycle_that_fails_to_start_again_backs_the_model_off() -> None:
+    w = world({"instances": [{"name": "x", "url": "http://x", "models": ["a"]}]})
+    w.warm("x", "a")
+    w.drivers["x"].fail = True
+    assert w.coordinator.recycle("x", "a") is True
+    assert await w.coordinator.wait("x") is False
+    snap = w.registry.snapshot()
+    view = snap.instance("x")
+    assert view.backing_off("a", snap.now)
+    assert view.models["a"].failure == "boom"
+    assert w.sample("swapgate_process_recycles_total", instance="x", model="a") is None
