@@ -12,6 +12,7 @@ import pytest
 
 from swapgate.control.loops.decay import DecayWatch
 from swapgate.control.loops.probe import Prober
+from swapgate.data.warm import WarmState
 from tests.unit.fakes import World, world
 
 RELAY_URL = "https://relay.example/v1"
@@ -92,7 +93,7 @@ async def test_a_cold_model_is_not_swapped_in_for_a_probe_and_its_relay_still_is
     await prober(w, upstreams).round("cloud")
     assert [host for host, *_ in upstreams.asked] == ["relay.example"]
     assert w.drivers["x"].calls == []
-    assert w.state("x", "a").value == "cold"
+    assert w.state("x", "a") is WarmState.COLD
 
 
 async def test_a_failed_probe_is_counted_as_an_error_and_gives_its_lease_back(

@@ -17,7 +17,7 @@ from tests.unit.fakes import World, eventually, world
 
 
 def apart(**routing: object) -> World:
-    """x serves a, y serves b; x's loads fail."""
+    """x serves a, y serves b, both up with nothing warm."""
     w = world(
         {
             "instances": [

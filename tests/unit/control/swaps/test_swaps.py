@@ -263,10 +263,13 @@ async def test_the_first_load_is_told_without_a_made_up_time_left() -> None:
     await coordinator.wait("x")
 
 
+SERVES_A = {"instances": [{"name": "x", "url": "http://x", "models": ["a"]}]}
+
+
 async def test_a_recycle_lets_the_requests_in_flight_finish_then_restarts_the_model() -> None:
     """A process grown past recycle_rss: new requests wait for the restart, the one it serves
     finishes first; a restart is counted as a recycle, not as a swap."""
-    w = world({"instances": [{"name": "x", "url": "http://x", "models": ["a"]}]})
+    w = world(SERVES_A)
     w.warm("x", "a")
     serving = await w.router.acquire("a")
     assert w.coordinator.recycle("x", "a") is True
@@ -288,7 +291,7 @@ async def test_a_recycle_lets_the_requests_in_flight_finish_then_restarts_the_mo
 
 
 async def test_a_recycle_that_fails_to_start_again_backs_the_model_off() -> None:
-    w = world({"instances": [{"name": "x", "url": "http://x", "models": ["a"]}]})
+    w = world(SERVES_A)
     w.warm("x", "a")
     w.drivers["x"].fail = True
     assert w.coordinator.recycle("x", "a") is True
