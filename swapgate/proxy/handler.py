@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -195,7 +196,8 @@ class ProxyEndpoint:
         finally:
             usage = ex.usage() if ex.tail else (None, None)
             if ex.admission is not None:
-                await self._limits.release(ex.admission, (usage[0] or 0) + (usage[1] or 0))
+                spent = 0 if ex.tokens_counted else (usage[0] or 0) + (usage[1] or 0)
+                await self._limits.release(ex.admission, spent)
             self._records.done(ex, ex.failed.status if ex.failed else writer.status, usage)
 
     async def _admit(
@@ -479,6 +481,8 @@ class ProxyEndpoint:
         # The answer's tail, for its usage: its row in the activity log, its key's tpm
         counts = ex.admission is not None and ex.admission.counts_tokens
         first, tail = True, self._records.activity is not None or counts or ex.span is not None
+        if counts:
+            writer.hold_end(functools.partial(self._count_tokens, ex))
         try:
             async for chunk in response.chunks():
                 pulse.beat()
@@ -507,17 +511,24 @@ class ProxyEndpoint:
         if ex.committed_early and writer.mode == "events":
             # the header went out with the wait so far; an SSE comment, which parsers skip
             last += b": swapgate waited %d ms\n\n" % round(ex.waited * 1000)
-        await writer.end(last)
         if tail:
             ex.keep_tail(last)
         if capture is not None:
             capture.add(last)
+        await writer.end(last)
         # What the upstream still sends after a translation's last event is read to its end,
         # so that its connection is used again.
         with contextlib.suppress(UpstreamError, UpstreamTimeout):
             async for _ in response.chunks():
                 pass
         response.release()
+
+    async def _count_tokens(self, ex: Exchange) -> None:
+        """The answer's tokens counted under its key's tpm, before its end goes out."""
+        assert ex.admission is not None
+        tokens_in, tokens_out = ex.usage()
+        await self._limits.spend(ex.admission, (tokens_in or 0) + (tokens_out or 0))
+        ex.tokens_counted = True
 
     async def _first_chunk(
         self,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Literal
 
 from starlette.types import Receive, Send
@@ -33,6 +33,9 @@ class ResponseWriter:
         self.ended = False
         self._last_event_out = False  # an event stream's last event went out, whole
         self.mode: BodyMode | None = None
+        # Run before the answer's end goes out (``hold_end``), and the bytes held back for it
+        self._before_end: Callable[[], Awaitable[None]] | None = None
+        self._held = b""
 
     @property
     def started(self) -> bool:
@@ -57,13 +60,34 @@ class ResponseWriter:
         """The upstream's body follows the keep-alives from here on."""
         self.mode = "events" if event_stream else "body"
 
+    def hold_end(self, before_end: Callable[[], Awaitable[None]]) -> None:
+        """Send the answer's end only once ``before_end`` is done: its key's tokens counted,
+        so that the client's next request, to any replica, sees them. The end is what a client
+        takes as the answer whole: a body's last chunk (its length may be known), an event
+        stream's last event. So the body holds back its latest chunk, and an event stream each
+        chunk that carries its last event; every other chunk goes out as it comes."""
+        self._before_end = before_end
+
     async def write(self, chunk: bytes) -> None:
+        if self._before_end is not None and self.mode in ("events", "body"):
+            out, self._held = self._held, b""
+            if self.mode != "events" or self.dialect.last_event.search(chunk):
+                self._held = chunk
+            else:
+                out += chunk
+            chunk = out
+            if not chunk:
+                return
         await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
         last = self.dialect.last_event
         if self.mode == "events" and chunk.endswith(b"\n\n") and last.search(chunk):
             self._last_event_out = True
 
     async def end(self, chunk: bytes = b"") -> None:
+        if self._before_end is not None:
+            before_end, self._before_end = self._before_end, None
+            await before_end()
+            chunk, self._held = self._held + chunk, b""
         await self._send({"type": "http.response.body", "body": chunk, "more_body": False})
         self.ended = True
 
@@ -81,9 +105,13 @@ class ResponseWriter:
         if not self.started:
             await self.error(exc)
             return
+        self._before_end = None  # what was held goes out before the failure is told
+        held, self._held = self._held, b""
         if self.mode == "body":
             return
         with contextlib.suppress(Exception):  # the client may be gone too
+            if held:
+                await self.write(held)
             if self.mode == "whitespace":
                 await self.write(self.dialect.error_body(exc))
             else:

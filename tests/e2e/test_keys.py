@@ -18,6 +18,7 @@ import yaml
 
 from bench.redis import redis_server
 from tests.e2e.processes import chat, gateway, instance, simulator
+from tests.e2e.wire import slow_link
 
 pytestmark = pytest.mark.e2e
 TOKEN = "admin-token"
@@ -230,3 +231,30 @@ def test_interactive_requests_go_before_a_batch_on_the_same_instance() -> None:
     print(f"interactive wait p95: {p95:.2f}s with classes, {p95_equal:.2f}s without")
     assert p95 < SWAP * 1.75, f"near one swap ({SWAP}s): {prioritised}"
     assert p95_equal > p95 + SWAP / 2, f"without classes they wait longer: {equal}"
+
+
+def test_a_replica_far_from_redis_counts_an_answers_tokens_before_the_answer_ends() -> None:
+    # Each request to r1 reaches Redis 0.3 s late. An answer's tokens must be counted before its
+    # end goes out, else the client's next request, to r2, is admitted before they are.
+    with ExitStack() as stack:
+        redis = stack.enter_context(redis_server())
+        far = stack.enter_context(slow_link(redis.port, delay=0.3))
+        sim = stack.enter_context(simulator(models=("a",), load_time=0.1, token_rate=10))
+        replicas = [
+            stack.enter_context(
+                gateway(
+                    slow_config([sim]),
+                    {
+                        **ENV,
+                        "SWAPGATE_REDIS_URL": f"redis://127.0.0.1:{port}/0",
+                        "SWAPGATE_CLUSTER__REPLICA_ID": name,
+                    },
+                )
+            )
+            for name, port in (("r1", far), ("r2", redis.port))
+        ]
+        one, two = (r.url for r in replicas)
+        assert chat(one, "a", headers=auth("f-key")).status_code == 200  # warm
+        tokens = [chat(url, "a", headers=auth("t-key")) for url in (one, two, one, two)]
+    assert [t.json()["usage"]["total_tokens"] for t in tokens[:3]] == [4, 4, 4]
+    assert [t.status_code for t in tokens] == [200, 200, 200, 429], "10 tokens a minute in all"

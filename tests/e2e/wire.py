@@ -1,10 +1,14 @@
-"""A raw HTTP/1.1 client over a socket: what really goes over the wire, and when."""
+"""A raw HTTP/1.1 client over a socket: what really goes over the wire, and when; and a slow
+link, a TCP relay that delays what a client sends."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 
@@ -82,3 +86,37 @@ def _dechunk(data: bytes) -> bytes:
         out += data[:size]
         data = data[size + 2 :]
     return bytes(out)
+
+
+@contextlib.contextmanager
+def slow_link(port: int, delay: float) -> Iterator[int]:
+    """A loopback port that relays to ``port``, each chunk a client sends ``delay`` seconds late
+    (the answers come back at once): a far Redis, say. Stops with its connections."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    sockets: list[socket.socket] = [listener]
+
+    def pump(source: socket.socket, target: socket.socket, late: float) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                time.sleep(late)
+                target.sendall(data)
+        with contextlib.suppress(OSError):
+            target.shutdown(socket.SHUT_WR)
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = listener.accept()
+                server = socket.create_connection(("127.0.0.1", port))
+                sockets.extend((client, server))
+                for args in ((client, server, delay), (server, client, 0.0)):
+                    threading.Thread(target=pump, args=args, daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()

@@ -134,14 +134,19 @@ class KeyLimits:
                 return when + WINDOW - now
         return WINDOW
 
-    async def release(self, admission: Admission, tokens: int = 0) -> None:
-        """The request is over; ``tokens``: what it spent, as its engine reported."""
-        use = self._use[admission.name]
-        use.inflight = max(0, use.inflight - 1)
+    async def spend(self, admission: Admission, tokens: int) -> None:
+        """Count ``tokens`` the request spent, as its engine reported, against its key's tpm:
+        done before its answer's end goes out, so that the client's next request sees them."""
         if admission.counts_tokens and tokens > 0:
-            use.spent.append((self._clock(), tokens))
+            self._use[admission.name].spent.append((self._clock(), tokens))
             if self._shared is not None:
                 await self._shared.spend(admission.name, tokens)
+
+    async def release(self, admission: Admission, tokens: int = 0) -> None:
+        """The request is over; ``tokens``: what it spent that ``spend`` has not counted."""
+        use = self._use[admission.name]
+        use.inflight = max(0, use.inflight - 1)
+        await self.spend(admission, tokens)
         if admission.shared_slot and self._shared is not None:
             await self._shared.give_slot(admission.name)
 

@@ -1,5 +1,6 @@
 """A client that goes away cancels its request's work (swapgate/proxy/writer.py): told by
-swapgate's server, or heard by a watcher task on any other ASGI server."""
+swapgate's server, or heard by a watcher task on any other ASGI server. An answer whose end
+waits for its key's tokens to be counted sends everything else as it comes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import asyncio
 import pytest
 from starlette.types import Message
 
-from swapgate.proxy.writer import Disconnect, until_disconnect
+from swapgate.errors import UpstreamError
+from swapgate.proxy.writer import Disconnect, ResponseWriter, until_disconnect
 
 
 class Work:
@@ -75,3 +77,60 @@ async def test_on_any_other_server_a_watcher_hears_the_disconnect() -> None:
     with pytest.raises(ConnectionAbortedError):
         await running
     assert work.cancelled
+
+
+class Wire:
+    """What a writer sent, in order, with ``"counted"`` where its ``before_end`` ran."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[bytes, bool] | str] = []
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.body":
+            self.log.append((message["body"], message["more_body"]))
+
+    async def count(self) -> None:
+        await asyncio.sleep(0)  # a Redis call, say: the end must not overtake it
+        self.log.append("counted")
+
+
+async def test_a_body_held_for_its_tokens_sends_its_last_chunk_once_they_are_counted() -> None:
+    wire = Wire()
+    writer = ResponseWriter(wire.send, [])
+    await writer.start(200, [(b"content-length", b"9")])
+    writer.upstream_body(event_stream=False)
+    writer.hold_end(wire.count)
+    for chunk in (b"abc", b"def", b"ghi"):
+        await writer.write(chunk)
+    assert wire.log == [(b"abc", True), (b"def", True)], "the latest chunk may be the last"
+    await writer.end()
+    assert wire.log[2:] == ["counted", (b"ghi", False)]
+    assert writer.answered_in_full
+
+
+async def test_a_stream_held_for_its_tokens_holds_only_its_last_event() -> None:
+    wire = Wire()
+    writer = ResponseWriter(wire.send, [])
+    await writer.start(200, [], mode="pings")
+    writer.hold_end(wire.count)
+    await writer.write(b": swapgate loading\n\n")  # keep-alives are never held
+    writer.upstream_body(event_stream=True)
+    events = [b'data: {"n": 1}\n\n', b'data: {"n": 2}\n\n', b"data: [DONE]\n\n"]
+    for event in events:
+        await writer.write(event)
+    assert wire.log == [(b": swapgate loading\n\n", True), *((e, True) for e in events[:2])]
+    assert not writer.answered_in_full
+    await writer.end()
+    assert wire.log[3:] == ["counted", (b"data: [DONE]\n\n", False)]
+
+
+async def test_a_stream_that_breaks_after_its_held_last_event_still_sends_it() -> None:
+    wire = Wire()
+    writer = ResponseWriter(wire.send, [])
+    await writer.start(200, [], mode="events")
+    writer.hold_end(wire.count)
+    await writer.write(b"data: [DONE]\n\n")
+    await writer.fail(UpstreamError("the engine went away"))
+    assert wire.log[0] == (b"data: [DONE]\n\n", True), "the client has its whole answer"
+    assert "counted" not in wire.log, "a failed answer's tokens are counted as it is released"
+    assert writer.answered_in_full
