@@ -53,8 +53,8 @@ class Exchange:
     sent: float = 0.0  # when the request went to its upstream (perf_counter): its TTFT's start
     first_byte: float = 0.0  # when the upstream's body began (perf_counter)
     prompt_tokens: int = 0  # a streamed request's prompt, estimated: its TTFT's band
-    admission: Admission | None = None  # its place under its key's limits, given back at the end
-    tokens_counted: bool = False  # its answer's tokens counted under its key's tpm already
+    # Its place under its key's limits, given back at the end (then None)
+    admission: Admission | None = None
     claim: Claim | None = None  # its engine slot (kv_keep), given back when it ends
     stream: bool = False
     progress: Progress | None = None  # where it was placed, and the swap it waited for

@@ -195,9 +195,7 @@ class ProxyEndpoint:
             raise
         finally:
             usage = ex.usage() if ex.tail else (None, None)
-            if ex.admission is not None:
-                spent = 0 if ex.tokens_counted else (usage[0] or 0) + (usage[1] or 0)
-                await self._limits.release(ex.admission, spent)
+            await self._release_key(ex)
             self._records.done(ex, ex.failed.status if ex.failed else writer.status, usage)
 
     async def _admit(
@@ -481,8 +479,8 @@ class ProxyEndpoint:
         # The answer's tail, for its usage: its row in the activity log, its key's tpm
         counts = ex.admission is not None and ex.admission.counts_tokens
         first, tail = True, self._records.activity is not None or counts or ex.span is not None
-        if counts:
-            writer.hold_end(functools.partial(self._count_tokens, ex))
+        if ex.admission is not None and ex.admission.settles_at_end:
+            writer.hold_end(functools.partial(self._release_key, ex))
         try:
             async for chunk in response.chunks():
                 pulse.beat()
@@ -523,12 +521,14 @@ class ProxyEndpoint:
                 pass
         response.release()
 
-    async def _count_tokens(self, ex: Exchange) -> None:
-        """The answer's tokens counted under its key's tpm, before its end goes out."""
-        assert ex.admission is not None
-        tokens_in, tokens_out = ex.usage()
-        await self._limits.spend(ex.admission, (tokens_in or 0) + (tokens_out or 0))
-        ex.tokens_counted = True
+    async def _release_key(self, ex: Exchange) -> None:
+        """Give back the request's place under its key's limits, with the tokens its answer
+        spent: before the answer's end goes out where that matters (``settles_at_end``), else
+        once it is over."""
+        admission, ex.admission = ex.admission, None
+        if admission is not None:
+            tokens_in, tokens_out = ex.usage() if ex.tail else (None, None)
+            await self._limits.release(admission, (tokens_in or 0) + (tokens_out or 0))
 
     async def _first_chunk(
         self,

@@ -86,6 +86,7 @@ def slow_config(sims: list[Any], **extra: Any) -> dict[str, Any]:
                 entry("free", "f-key"),
                 entry("three-a-minute", "m-key", rpm=3),
                 entry("ten-tokens", "t-key", tpm=10),
+                entry("one-at-a-time", "o-key", concurrency=1),
             ]
         },
         **extra,
@@ -233,9 +234,10 @@ def test_interactive_requests_go_before_a_batch_on_the_same_instance() -> None:
     assert p95_equal > p95 + SWAP / 2, f"without classes they wait longer: {equal}"
 
 
-def test_a_replica_far_from_redis_counts_an_answers_tokens_before_the_answer_ends() -> None:
-    # Each request to r1 reaches Redis 0.3 s late. An answer's tokens must be counted before its
-    # end goes out, else the client's next request, to r2, is admitted before they are.
+def test_a_replica_far_from_redis_settles_a_key_before_the_answer_ends() -> None:
+    # Each request to r1 reaches Redis 0.3 s late. An answer's tokens must be counted, and its
+    # slot given back, before its end goes out, else the client's next request, to r2, sees the
+    # key as it was: tokens it spent not counted, a slot still taken.
     with ExitStack() as stack:
         redis = stack.enter_context(redis_server())
         far = stack.enter_context(slow_link(redis.port, delay=0.3))
@@ -256,5 +258,7 @@ def test_a_replica_far_from_redis_counts_an_answers_tokens_before_the_answer_end
         one, two = (r.url for r in replicas)
         assert chat(one, "a", headers=auth("f-key")).status_code == 200  # warm
         tokens = [chat(url, "a", headers=auth("t-key")) for url in (one, two, one, two)]
+        in_turn = [chat(url, "a", headers=auth("o-key")) for url in (one, two, one, two)]
     assert [t.json()["usage"]["total_tokens"] for t in tokens[:3]] == [4, 4, 4]
     assert [t.status_code for t in tokens] == [200, 200, 200, 429], "10 tokens a minute in all"
+    assert [r.status_code for r in in_turn] == [200] * 4, "one at a time, each after the last"

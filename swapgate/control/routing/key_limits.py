@@ -70,6 +70,14 @@ class Admission:
     name: str
     shared_slot: bool  # the slot was taken in the cluster's count, so it is given back there
     counts_tokens: bool = False  # its key has a tpm: what the answer spent is counted
+    holds_slot: bool = False  # its key has a concurrency: its slot is given back
+
+    @property
+    def settles_at_end(self) -> bool:
+        """Whether its release changes what the key's next request sees (a slot back, tokens
+        counted): then it is released before its answer's end goes out, so that a client
+        asking again at once, of any replica, sees it done."""
+        return self.counts_tokens or self.holds_slot
 
 
 class KeyLimits:
@@ -107,7 +115,7 @@ class KeyLimits:
             use.arrivals.append(now)
         use.minute.add(now, WINDOW)
         use.inflight += 1
-        return Admission(key.name, shared_slot, key.tpm is not None)
+        return Admission(key.name, shared_slot, key.tpm is not None, key.concurrency is not None)
 
     async def _rate(self, key: KeyConfig, use: _Use, now: float) -> float:
         assert key.rpm is not None
@@ -134,19 +142,14 @@ class KeyLimits:
                 return when + WINDOW - now
         return WINDOW
 
-    async def spend(self, admission: Admission, tokens: int) -> None:
-        """Count ``tokens`` the request spent, as its engine reported, against its key's tpm:
-        done before its answer's end goes out, so that the client's next request sees them."""
-        if admission.counts_tokens and tokens > 0:
-            self._use[admission.name].spent.append((self._clock(), tokens))
-            if self._shared is not None:
-                await self._shared.spend(admission.name, tokens)
-
     async def release(self, admission: Admission, tokens: int = 0) -> None:
-        """The request is over; ``tokens``: what it spent that ``spend`` has not counted."""
+        """The request is over; ``tokens``: what it spent, as its engine reported."""
         use = self._use[admission.name]
         use.inflight = max(0, use.inflight - 1)
-        await self.spend(admission, tokens)
+        if admission.counts_tokens and tokens > 0:
+            use.spent.append((self._clock(), tokens))
+            if self._shared is not None:
+                await self._shared.spend(admission.name, tokens)
         if admission.shared_slot and self._shared is not None:
             await self._shared.give_slot(admission.name)
 

@@ -193,25 +193,19 @@ def test_tokens_per_minute_admit_while_under_and_wait_for_the_minute_to_move_on(
     asyncio.run(run())
 
 
-def test_tokens_spent_before_the_answer_ends_count_once_and_at_once() -> None:
+def test_a_request_settles_before_its_end_only_where_its_release_changes_the_next() -> None:
     limits = KeyLimits(FakeClock())
-    limited = key("t", "t", tpm=100)
 
-    async def run() -> None:
-        admitted = await limits.admit(limited)
-        await limits.spend(admitted, 100)  # before its answer's end went out
-        assert limits.describe()["t"] == {
-            "in_flight": 1,
-            "last_minute": 1,
-            "tokens_last_minute": 100,
-        }
-        with pytest.raises(RateLimited, match="spent its 100 tokens per minute"):
-            await limits.admit(limited)  # the client's next request, before this one's release
-        await limits.release(admitted, 0)  # counted already: nothing more
-        assert limits.describe()["t"]["tokens_last_minute"] == 100
-        assert limits.describe()["t"]["in_flight"] == 0
+    async def run() -> list[bool]:
+        keys = [
+            key("rated", "r", rpm=5),  # counted as it arrives: nothing to settle
+            key("free", "f"),
+            key("tokens", "t", tpm=100),
+            key("slots", "s", concurrency=2),
+        ]
+        return [(await limits.admit(k)).settles_at_end for k in keys]
 
-    asyncio.run(run())
+    assert asyncio.run(run()) == [False, False, True, True]
 
 
 def test_concurrent_requests_are_capped_and_a_slot_comes_back_when_one_ends() -> None:
