@@ -20,6 +20,8 @@ import yaml
 
 from swapgate.tools.processes import free_port, serving, sim_command
 
+ROOT = Path(__file__).resolve().parents[1]
+
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 STARTUP_TIMEOUT = 30.0
 FIXED_ANSWER = (
@@ -152,6 +154,13 @@ def swapgate_with(
                 yield proc
     finally:
         os.unlink(handle.name)
+
+
+def export(commit: str, into: Path) -> Path:
+    """The package at ``commit``, exported into ``into`` (for ``swapgate_with(source=...)``)."""
+    archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
 
 
 VIEWERS = 5

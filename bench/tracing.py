@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
 from bench.load import WrkResult, wrk
-from bench.procs import Proc, fixed_upstream, passthrough, swapgate_with
+from bench.procs import Proc, export, fixed_upstream, passthrough, swapgate_with
 from bench.sections import replace_section
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,13 +37,6 @@ def config(upstream: str, tracing: dict[str, object] | None = None) -> dict[str,
     """Every default but the instance (and ``tracing``, when given)."""
     instances = [{"name": "up", "kind": "openai", "url": upstream, "models": ["m"]}]
     return {"instances": instances, **({"tracing": tracing} if tracing else {})}
-
-
-def export(commit: str, into: Path) -> Path:
-    """The package at ``commit``, exported into ``into`` (for ``swapgate_with(source=...)``)."""
-    archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    return into
 
 
 def measure(

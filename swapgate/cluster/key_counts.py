@@ -21,6 +21,7 @@ from swapgate.control.routing.key_limits import WINDOW
 
 BUCKET = 5  # seconds a rate bucket covers
 _BUCKETS = int(WINDOW) // BUCKET
+_TTL_MS = (_BUCKETS + 1) * BUCKET * 1000  # a bucket outlives the window it counts in
 
 # KEYS[1]: the key's bucket prefix. ARGV: this bucket's number, buckets per window, rpm, ttl ms.
 # Answers 0 when admitted, else the milliseconds until the oldest counted bucket leaves.
@@ -70,10 +71,17 @@ if total >= tonumber(ARGV[2]) then return 0 end
 redis.call('hincrby', KEYS[1], ARGV[1], 1)
 return 1
 """
-# KEYS[1]: the key's slots hash; ARGV: this replica, how many slots it gives back.
-_GIVE_SLOT = """
-if tonumber(redis.call('hincrby', KEYS[1], ARGV[1], -tonumber(ARGV[2]))) <= 0 then
+# A request settled (swapgate/control/routing/key_limits.py), in one round trip. KEYS[1]: the
+# key's slots hash, KEYS[2]: its token bucket. ARGV: this replica, how many slots it gives back,
+# the tokens it spent, their bucket's ttl in ms.
+_SETTLE = """
+local slots, tokens = tonumber(ARGV[2]), tonumber(ARGV[3])
+if slots > 0 and tonumber(redis.call('hincrby', KEYS[1], ARGV[1], -slots)) <= 0 then
   redis.call('hdel', KEYS[1], ARGV[1])
+end
+if tokens > 0 then
+  redis.call('incrby', KEYS[2], tokens)
+  redis.call('pexpire', KEYS[2], ARGV[4])
 end
 return 1
 """
@@ -85,7 +93,7 @@ class SharedCounts:
         redis = cluster.redis
         self._take_rate = redis.register_script(_TAKE_RATE)
         self._take_slot = redis.register_script(_TAKE_SLOT)
-        self._give_slot = redis.register_script(_GIVE_SLOT)
+        self._settle = redis.register_script(_SETTLE)
         self._tokens_wait = redis.register_script(_TOKENS_WAIT)
         # Slots whose return Redis did not take (it was down): given back with the next one.
         self._owed: dict[str, int] = {}
@@ -94,8 +102,7 @@ class SharedCounts:
         now = time.time()
         bucket = int(now // BUCKET)
         keys = [f"{PREFIX}rate:{name}:"]
-        ttl = (_BUCKETS + 1) * BUCKET * 1000
-        answer = await self._cluster.call(self._take_rate(keys, [bucket, _BUCKETS, rpm, ttl]))
+        answer = await self._cluster.call(self._take_rate(keys, [bucket, _BUCKETS, rpm, _TTL_MS]))
         if answer is None:
             return None
         freed_bucket = int(answer)
@@ -112,13 +119,6 @@ class SharedCounts:
         freed_bucket = int(answer)
         return 0.0 if freed_bucket == 0 else max(0.0, freed_bucket * BUCKET - now)
 
-    async def spend(self, name: str, tokens: int) -> None:
-        key = f"{PREFIX}tokens:{name}:{int(time.time() // BUCKET)}"
-        pipe = self._cluster.redis.pipeline(transaction=True)
-        pipe.incrby(key, tokens)
-        pipe.pexpire(key, (_BUCKETS + 1) * BUCKET * 1000)
-        await self._cluster.call(pipe.execute())
-
     async def take_slot(self, name: str, limit: int) -> bool | None:
         args: list[str | int] = [self._cluster.replica, limit, f"{PREFIX}replica:"]
         answer = await self._cluster.call(self._take_slot([_slots(name)], args))
@@ -130,12 +130,14 @@ class SharedCounts:
         for name in names:
             await self._cluster.call(self._cluster.redis.hdel(_slots(name), self._cluster.replica))
 
-    async def give_slot(self, name: str) -> None:
-        count = 1 + self._owed.pop(name, 0)
-        given = await self._cluster.call(
-            self._give_slot([_slots(name)], [self._cluster.replica, count])
-        )
-        if given is None:
+    async def settle(self, name: str, tokens: int, slot: bool) -> None:
+        # A slot whose return Redis did not take (it was down) goes back with the next one;
+        # tokens it did not take are not counted in the cluster (its own count has them).
+        count = 1 + self._owed.pop(name, 0) if slot else 0
+        bucket = f"{PREFIX}tokens:{name}:{int(time.time() // BUCKET)}"
+        args: list[str | int] = [self._cluster.replica, count, tokens, _TTL_MS]
+        answer = await self._cluster.call(self._settle([_slots(name), bucket], args))
+        if answer is None and count:
             self._owed[name] = count
 
     async def use(

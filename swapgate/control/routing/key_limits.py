@@ -36,31 +36,43 @@ class SharedCounts(Protocol):
     async def take_slot(self, name: str, limit: int) -> bool | None:
         """Take one of ``limit`` slots: whether one was free."""
 
-    async def give_slot(self, name: str) -> None: ...
-
     async def tokens_wait(self, name: str, tpm: int) -> float | None:
         """0.0 while the key's tokens in the last minute are under ``tpm``, else the seconds
         until enough of them leave it."""
 
-    async def spend(self, name: str, tokens: int) -> None:
-        """Count ``tokens`` the key's request spent."""
+    async def settle(self, name: str, tokens: int, slot: bool) -> None:
+        """A request is over: count the ``tokens`` it spent, give back its slot if ``slot``."""
 
 
 @dataclass(slots=True)
 class _Use:
-    """One key's use on this replica: its latest ``rpm`` arrivals (what its limit reads), its
-    requests in the last minute by the second, and those in flight."""
+    """One key's use on this replica: its arrivals in the last minute, at most its ``rpm``
+    latest (what its limit reads), its requests in the last minute by the second, those in
+    flight, and the tokens its answers spent in the last minute with their sum. Each admission
+    drops what left the minute, so its cost and memory stay those of one minute's traffic."""
 
     arrivals: deque[float] = field(default_factory=deque)
     minute: PerSecond = field(default_factory=PerSecond)
     inflight: int = 0
     spent: deque[tuple[float, int]] = field(default_factory=deque)  # (when, tokens), a minute
+    spent_total: int = 0  # the sum of ``spent``'s tokens
+
+    def forget(self, now: float) -> None:
+        """Drop the arrivals and tokens that left the last minute."""
+        horizon = now - WINDOW
+        while self.arrivals and self.arrivals[0] <= horizon:
+            self.arrivals.popleft()
+        while self.spent and self.spent[0][0] <= horizon:
+            self.spent_total -= self.spent.popleft()[1]
 
     def tokens(self, now: float) -> int:
         """Tokens spent in the last minute."""
-        while self.spent and self.spent[0][0] <= now - WINDOW:
-            self.spent.popleft()
-        return sum(tokens for _, tokens in self.spent)
+        self.forget(now)
+        return self.spent_total
+
+    def spend(self, now: float, tokens: int) -> None:
+        self.spent.append((now, tokens))
+        self.spent_total += tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +102,7 @@ class KeyLimits:
         """Admit a request of ``key``, or raise 429 ``rate_limited`` naming the key."""
         use = self._use.get(key.name) or self._use.setdefault(key.name, _Use())
         now = self._clock()
+        use.forget(now)
         if key.rpm is not None:
             past = f"is at its limit of {key.rpm} requests per minute"
             _refuse_for(key, past, await self._rate(key, use, now))
@@ -146,12 +159,11 @@ class KeyLimits:
         """The request is over; ``tokens``: what it spent, as its engine reported."""
         use = self._use[admission.name]
         use.inflight = max(0, use.inflight - 1)
-        if admission.counts_tokens and tokens > 0:
-            use.spent.append((self._clock(), tokens))
-            if self._shared is not None:
-                await self._shared.spend(admission.name, tokens)
-        if admission.shared_slot and self._shared is not None:
-            await self._shared.give_slot(admission.name)
+        tokens = tokens if admission.counts_tokens else 0
+        if tokens > 0:
+            use.spend(self._clock(), tokens)
+        if self._shared is not None and (tokens > 0 or admission.shared_slot):
+            await self._shared.settle(admission.name, tokens, admission.shared_slot)
 
     def describe(self) -> dict[str, dict[str, int]]:
         """Each key's use on this replica, for /admin/state."""

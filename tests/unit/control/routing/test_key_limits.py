@@ -8,6 +8,8 @@ from datetime import date
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from swapgate.config.loading import load_config, parse_config
 from swapgate.config.settings import ConfigError, KeyConfig
@@ -191,6 +193,57 @@ def test_tokens_per_minute_admit_while_under_and_wait_for_the_minute_to_move_on(
         assert limits.describe()["free"]["tokens_last_minute"] == 0
 
     asyncio.run(run())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 60)), max_size=60))
+def test_the_limits_read_exactly_the_last_minute(steps: list[tuple[int, int]]) -> None:
+    # Against a model that keeps everything and sums it: requests that each spend ``tokens``,
+    # ``gap`` whole seconds apart (so that one leaves the minute exactly as another comes),
+    # under rpm 5 and tpm 150.
+    clock = FakeClock()
+    limits = KeyLimits(clock)
+    limited = key("k", "k", rpm=5, tpm=150)
+    arrivals: list[float] = []
+    spent: list[tuple[float, int]] = []
+
+    async def run() -> None:
+        for gap, tokens in steps:
+            clock.advance(gap)
+            now = clock()
+            recent = [t for t in arrivals if t > now - 60]
+            recent_tokens = sum(n for t, n in spent if t > now - 60)
+            try:
+                admitted = await limits.admit(limited)
+            except RateLimited:
+                assert len(recent) >= 5 or recent_tokens >= 150
+                continue
+            assert len(recent) < 5
+            assert recent_tokens < 150
+            arrivals.append(now)
+            await limits.release(admitted, tokens)
+            if tokens:
+                spent.append((now, tokens))
+            assert limits.describe()["k"]["tokens_last_minute"] == recent_tokens + tokens
+
+    asyncio.run(run())
+
+
+def test_a_key_with_a_high_rpm_keeps_one_minute_of_arrivals() -> None:
+    clock = FakeClock()
+    limits = KeyLimits(clock)
+    busy = key("busy", "b", rpm=10_000_000, tpm=10_000_000_000)
+
+    async def run() -> None:
+        for _ in range(3_000):  # 10 a second for five minutes
+            await limits.release(await limits.admit(busy), 7)
+            clock.advance(0.1)
+
+    asyncio.run(run())
+    use = limits._use["busy"]  # its memory: what a long-lived gateway would keep
+    assert len(use.arrivals) <= 601
+    assert len(use.spent) <= 601
+    assert limits.describe()["busy"]["tokens_last_minute"] == 7 * len(use.spent)
 
 
 def test_a_request_settles_before_its_end_only_where_its_release_changes_the_next() -> None:
