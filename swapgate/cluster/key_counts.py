@@ -17,59 +17,65 @@ from __future__ import annotations
 import time
 
 from swapgate.cluster.store import PREFIX, Cluster
-from swapgate.control.routing.key_limits import WINDOW
+from swapgate.control.routing.key_limits import WINDOW, Limit, Verdict
 
 BUCKET = 5  # seconds a rate bucket covers
 _BUCKETS = int(WINDOW) // BUCKET
 _TTL_MS = (_BUCKETS + 1) * BUCKET * 1000  # a bucket outlives the window it counts in
+# What refused a request, by _ADMIT's first answer
+_REFUSED_BY: tuple[Limit | None, ...] = (None, "rpm", "tpm", "concurrency")
 
-# KEYS[1]: the key's bucket prefix. ARGV: this bucket's number, buckets per window, rpm, ttl ms.
-# Answers 0 when admitted, else the milliseconds until the oldest counted bucket leaves.
-_TAKE_RATE = """
-local now, n, rpm = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local total, oldest = 0, nil
-for i = n - 1, 0, -1 do
-  local count = tonumber(redis.call('get', KEYS[1] .. (now - i)) or '0')
-  if count > 0 and oldest == nil then oldest = now - i end
-  total = total + count
-end
-if total >= rpm then return (oldest + n) end
-redis.call('incr', KEYS[1] .. now)
-redis.call('pexpire', KEYS[1] .. now, ARGV[4])
-return 0
-"""
-# KEYS[1]: the key's token bucket prefix. ARGV: this bucket's number, buckets per window, tpm.
-# Answers 0 while under tpm, else the number of the bucket whose leaving puts it under.
-_TOKENS_WAIT = """
-local now, n, tpm = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local counts, total = {}, 0
-for i = n - 1, 0, -1 do
-  local count = tonumber(redis.call('get', KEYS[1] .. (now - i)) or '0')
-  counts[#counts + 1] = {now - i, count}
-  total = total + count
-end
-if total < tpm then return 0 end
-for _, bucket in ipairs(counts) do
-  total = total - bucket[2]
-  if total < tpm then return bucket[1] + n end
-end
-return now + n
-"""
-# KEYS[1]: the key's slots hash; ARGV: this replica, the limit, the replicas' key prefix.
-# Answers 1 when a slot was taken, else 0.
-_TAKE_SLOT = """
-local total = 0
-local fields = redis.call('hgetall', KEYS[1])
-for i = 1, #fields, 2 do
-  if fields[i] == ARGV[1] or redis.call('exists', ARGV[3] .. fields[i]) == 1 then
-    total = total + tonumber(fields[i + 1])
-  else
-    redis.call('hdel', KEYS[1], fields[i])
+# A request admitted under every limit its key has, or under none, in one round trip.
+# KEYS: the key's rate bucket prefix, its token bucket prefix, its slots hash. ARGV: this
+# bucket's number, buckets per window, rpm, tpm, concurrency (0: none), this replica, the
+# replicas' key prefix, a rate bucket's ttl in ms. Answers {0, 0} when admitted (counted and a
+# slot taken, as its limits ask); else what refused it: {1, the number of the bucket whose
+# leaving frees one request}, {2, the same for tokens}, {3, 0} (no slot free).
+_ADMIT = """
+local now, n = tonumber(ARGV[1]), tonumber(ARGV[2])
+local rpm, tpm, limit = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local function window(prefix)
+  local counts, total = {}, 0
+  for i = n - 1, 0, -1 do
+    local count = tonumber(redis.call('get', prefix .. (now - i)) or '0')
+    counts[#counts + 1] = {now - i, count}
+    total = total + count
   end
+  return counts, total
 end
-if total >= tonumber(ARGV[2]) then return 0 end
-redis.call('hincrby', KEYS[1], ARGV[1], 1)
-return 1
+local function freed(counts, total, cap)
+  for _, bucket in ipairs(counts) do
+    total = total - bucket[2]
+    if total < cap then return bucket[1] + n end
+  end
+  return now + n
+end
+if rpm > 0 then
+  local counts, total = window(KEYS[1])
+  if total >= rpm then return {1, freed(counts, total, rpm)} end
+end
+if tpm > 0 then
+  local counts, total = window(KEYS[2])
+  if total >= tpm then return {2, freed(counts, total, tpm)} end
+end
+if limit > 0 then
+  local held = 0
+  local fields = redis.call('hgetall', KEYS[3])
+  for i = 1, #fields, 2 do
+    if fields[i] == ARGV[6] or redis.call('exists', ARGV[7] .. fields[i]) == 1 then
+      held = held + tonumber(fields[i + 1])
+    else
+      redis.call('hdel', KEYS[3], fields[i])
+    end
+  end
+  if held >= limit then return {3, 0} end
+  redis.call('hincrby', KEYS[3], ARGV[6], 1)
+end
+if rpm > 0 then
+  redis.call('incr', KEYS[1] .. now)
+  redis.call('pexpire', KEYS[1] .. now, ARGV[8])
+end
+return {0, 0}
 """
 # A request settled (swapgate/control/routing/key_limits.py), in one round trip. KEYS[1]: the
 # key's slots hash, KEYS[2]: its token bucket. ARGV: this replica, how many slots it gives back,
@@ -91,38 +97,26 @@ class SharedCounts:
     def __init__(self, cluster: Cluster) -> None:
         self._cluster = cluster
         redis = cluster.redis
-        self._take_rate = redis.register_script(_TAKE_RATE)
-        self._take_slot = redis.register_script(_TAKE_SLOT)
+        self._admit = redis.register_script(_ADMIT)
         self._settle = redis.register_script(_SETTLE)
-        self._tokens_wait = redis.register_script(_TOKENS_WAIT)
         # Slots whose return Redis did not take (it was down): given back with the next one.
         self._owed: dict[str, int] = {}
 
-    async def take_rate(self, name: str, rpm: int) -> float | None:
+    async def admit(
+        self, name: str, rpm: int | None, tpm: int | None, concurrency: int | None
+    ) -> Verdict | None:
         now = time.time()
         bucket = int(now // BUCKET)
-        keys = [f"{PREFIX}rate:{name}:"]
-        answer = await self._cluster.call(self._take_rate(keys, [bucket, _BUCKETS, rpm, _TTL_MS]))
+        prefixes = [f"{PREFIX}rate:{name}:", f"{PREFIX}tokens:{name}:", _slots(name)]
+        limits = [rpm or 0, tpm or 0, concurrency or 0]
+        args: list[str | int] = [bucket, _BUCKETS, *limits, self._cluster.replica]
+        args += [f"{PREFIX}replica:", _TTL_MS]
+        answer = await self._cluster.call(self._admit(prefixes, args))
         if answer is None:
             return None
-        freed_bucket = int(answer)
-        return 0.0 if freed_bucket == 0 else max(0.0, freed_bucket * BUCKET - now)
-
-    async def tokens_wait(self, name: str, tpm: int) -> float | None:
-        now = time.time()
-        keys = [f"{PREFIX}tokens:{name}:"]
-        answer = await self._cluster.call(
-            self._tokens_wait(keys, [int(now // BUCKET), _BUCKETS, tpm])
-        )
-        if answer is None:
-            return None
-        freed_bucket = int(answer)
-        return 0.0 if freed_bucket == 0 else max(0.0, freed_bucket * BUCKET - now)
-
-    async def take_slot(self, name: str, limit: int) -> bool | None:
-        args: list[str | int] = [self._cluster.replica, limit, f"{PREFIX}replica:"]
-        answer = await self._cluster.call(self._take_slot([_slots(name)], args))
-        return None if answer is None else bool(answer)
+        refused, freed_bucket = (int(part) for part in answer)
+        wait = max(0.0, freed_bucket * BUCKET - now) if freed_bucket else 0.0
+        return Verdict(_REFUSED_BY[refused], wait)
 
     async def forget(self, names: list[str]) -> None:
         """At start: what an earlier run under this replica's id held is gone (a replica_id set

@@ -87,6 +87,7 @@ def slow_config(sims: list[Any], **extra: Any) -> dict[str, Any]:
                 entry("three-a-minute", "m-key", rpm=3),
                 entry("ten-tokens", "t-key", tpm=10),
                 entry("one-at-a-time", "o-key", concurrency=1),
+                entry("twice-a-minute-one-at-once", "w-key", rpm=2, concurrency=1),
             ]
         },
         **extra,
@@ -259,6 +260,17 @@ def test_a_replica_far_from_redis_settles_a_key_before_the_answer_ends() -> None
         assert chat(one, "a", headers=auth("f-key")).status_code == 200  # warm
         tokens = [chat(url, "a", headers=auth("t-key")) for url in (one, two, one, two)]
         in_turn = [chat(url, "a", headers=auth("o-key")) for url in (one, two, one, two)]
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            held = pool.submit(hold, two, "w-key")
+            time.sleep(0.6)
+            at_once = chat(one, "a", headers=auth("w-key"))
+            assert held.result().status_code == 200
+        twice = [chat(url, "a", headers=auth("w-key")) for url in (one, two)]
     assert [t.json()["usage"]["total_tokens"] for t in tokens[:3]] == [4, 4, 4]
     assert [t.status_code for t in tokens] == [200, 200, 200, 429], "10 tokens a minute in all"
     assert [r.status_code for r in in_turn] == [200] * 4, "one at a time, each after the last"
+    assert at_once.status_code == 429
+    assert "1 requests at once" in at_once.text
+    # Refused for one limit, counted against none: the held request and one more make two
+    assert [r.status_code for r in twice] == [200, 429]
+    assert "2 requests per minute" in twice[1].text

@@ -18,7 +18,7 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 from swapgate.config.settings import KeyConfig
 from swapgate.data.counts import PerSecond
@@ -27,18 +27,28 @@ from swapgate.errors import RateLimited
 WINDOW = 60.0  # what rpm counts over, in seconds
 
 
+Limit = Literal["rpm", "tpm", "concurrency"]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """An admission's answer: admitted (``refused_by`` None: counted, a slot taken if its key
+    has a concurrency), or the limit that refused it and the seconds until it would not."""
+
+    refused_by: Limit | None
+    wait: float = 0.0
+
+
+ADMITTED = Verdict(None)
+
+
 class SharedCounts(Protocol):
     """The cluster's counts (swapgate/cluster/key_counts.py); None: Redis gave no answer."""
 
-    async def take_rate(self, name: str, rpm: int) -> float | None:
-        """Count one request against ``rpm``: 0.0 if admitted, else the seconds until one is."""
-
-    async def take_slot(self, name: str, limit: int) -> bool | None:
-        """Take one of ``limit`` slots: whether one was free."""
-
-    async def tokens_wait(self, name: str, tpm: int) -> float | None:
-        """0.0 while the key's tokens in the last minute are under ``tpm``, else the seconds
-        until enough of them leave it."""
+    async def admit(
+        self, name: str, rpm: int | None, tpm: int | None, concurrency: int | None
+    ) -> Verdict | None:
+        """Admit one request under every limit given, all at once or none."""
 
     async def settle(self, name: str, tokens: int, slot: bool) -> None:
         """A request is over: count the ``tokens`` it spent, give back its slot if ``slot``."""
@@ -99,29 +109,21 @@ class KeyLimits:
         self._use: dict[str, _Use] = {}
 
     async def admit(self, key: KeyConfig) -> Admission:
-        """Admit a request of ``key``, or raise 429 ``rate_limited`` naming the key."""
+        """Admit a request of ``key``, or raise 429 ``rate_limited`` naming the key and the
+        limit it is at. With replicas, the cluster's counts decide (one Redis script for all
+        of the key's limits); this replica's own when Redis does not answer."""
         use = self._use.get(key.name) or self._use.setdefault(key.name, _Use())
         now = self._clock()
         use.forget(now)
-        if key.rpm is not None:
-            past = f"is at its limit of {key.rpm} requests per minute"
-            _refuse_for(key, past, await self._rate(key, use, now))
-        if key.tpm is not None:
-            _refuse_for(
-                key, f"spent its {key.tpm} tokens per minute", await self._tokens(key, use, now)
-            )
-        shared_slot = False
-        if key.concurrency is not None:
-            free = await self._shared.take_slot(key.name, key.concurrency) if self._shared else None
-            shared_slot = free is not None
-            if free is None:
-                free = use.inflight < key.concurrency
-            if not free:
-                raise RateLimited(
-                    f"the key {key.name!r} is at its limit of {key.concurrency} requests at "
-                    "once; retry when one of them ends",
-                    retry_after=1,
-                )
+        verdict = None
+        limited = key.rpm is not None or key.tpm is not None or key.concurrency is not None
+        if limited and self._shared is not None:
+            verdict = await self._shared.admit(key.name, key.rpm, key.tpm, key.concurrency)
+        shared_slot = verdict is not None and key.concurrency is not None
+        if verdict is None:
+            verdict = _own_verdict(key, use, now)
+        if verdict.refused_by is not None:
+            raise _refusal(key, verdict)
         if key.rpm is not None:
             if use.arrivals.maxlen != key.rpm:  # new, or its rpm changed with a reload
                 use.arrivals = deque(use.arrivals, maxlen=key.rpm)
@@ -129,31 +131,6 @@ class KeyLimits:
         use.minute.add(now, WINDOW)
         use.inflight += 1
         return Admission(key.name, shared_slot, key.tpm is not None, key.concurrency is not None)
-
-    async def _rate(self, key: KeyConfig, use: _Use, now: float) -> float:
-        assert key.rpm is not None
-        if self._shared is not None:
-            wait = await self._shared.take_rate(key.name, key.rpm)
-            if wait is not None:
-                return wait
-        if len(use.arrivals) < key.rpm:
-            return 0.0
-        return use.arrivals[-key.rpm] + WINDOW - now  # when the rpm-th latest leaves the minute
-
-    async def _tokens(self, key: KeyConfig, use: _Use, now: float) -> float:
-        assert key.tpm is not None
-        if self._shared is not None:
-            wait = await self._shared.tokens_wait(key.name, key.tpm)
-            if wait is not None:
-                return wait
-        total = use.tokens(now)
-        if total < key.tpm:
-            return 0.0
-        for when, tokens in use.spent:  # oldest first: until the rest are under tpm
-            total -= tokens
-            if total < key.tpm:
-                return when + WINDOW - now
-        return WINDOW
 
     async def release(self, admission: Admission, tokens: int = 0) -> None:
         """The request is over; ``tokens``: what it spent, as its engine reported."""
@@ -178,10 +155,33 @@ class KeyLimits:
         }
 
 
-def _refuse_for(key: KeyConfig, past: str, wait: float) -> None:
-    """429 ``rate_limited`` when ``wait`` seconds must pass before ``key``'s next request."""
-    if wait > 0:
-        raise RateLimited(
-            f"the key {key.name!r} {past}; retry in {math.ceil(wait)}s",
-            retry_after=max(1, math.ceil(wait)),
+def _own_verdict(key: KeyConfig, use: _Use, now: float) -> Verdict:
+    """The key's limits against this replica's own counts of its last minute."""
+    if key.rpm is not None and len(use.arrivals) >= key.rpm:
+        wait = use.arrivals[-key.rpm] + WINDOW - now  # when the rpm-th latest leaves the minute
+        if wait > 0:
+            return Verdict("rpm", wait)
+    if key.tpm is not None and (total := use.tokens(now)) >= key.tpm:
+        for when, tokens in use.spent:  # oldest first: until the rest are under tpm
+            total -= tokens
+            if total < key.tpm:
+                return Verdict("tpm", when + WINDOW - now)
+    if key.concurrency is not None and use.inflight >= key.concurrency:
+        return Verdict("concurrency", 1.0)
+    return ADMITTED
+
+
+def _refusal(key: KeyConfig, verdict: Verdict) -> RateLimited:
+    """429 ``rate_limited``: the key, the limit it is at, and when to retry."""
+    seconds = max(1, math.ceil(verdict.wait))
+    if verdict.refused_by == "concurrency":
+        return RateLimited(
+            f"the key {key.name!r} is at its limit of {key.concurrency} requests at once; "
+            "retry when one of them ends",
+            retry_after=1,
         )
+    if verdict.refused_by == "rpm":
+        past = f"is at its limit of {key.rpm} requests per minute"
+    else:
+        past = f"spent its {key.tpm} tokens per minute"
+    return RateLimited(f"the key {key.name!r} {past}; retry in {seconds}s", retry_after=seconds)
