@@ -61,11 +61,12 @@ class ResponseWriter:
         self.mode = "events" if event_stream else "body"
 
     def hold_end(self, before_end: Callable[[], Awaitable[None]]) -> None:
-        """Send the answer's end only once ``before_end`` is done: its key's tokens counted,
-        so that the client's next request, to any replica, sees them. The end is what a client
-        takes as the answer whole: a body's last chunk (its length may be known), an event
-        stream's last event. So the body holds back its latest chunk, and an event stream each
-        chunk that carries its last event; every other chunk goes out as it comes."""
+        """Send the answer's end only once ``before_end`` is done: its key settled (tokens
+        counted, slot back), so that the client's next request, to any replica, sees it. The
+        end is what a client takes as the answer whole: a body's last chunk (its length may be
+        known), an event stream's last event. So the body holds back its latest chunk, and an
+        event stream each chunk that carries its last event; every other chunk goes out as it
+        comes."""
         self._before_end = before_end
 
     async def write(self, chunk: bytes) -> None:

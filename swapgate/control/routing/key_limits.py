@@ -14,6 +14,7 @@ The counts live as long as the gateway: a reload changes the limits, not what is
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections import deque
 from collections.abc import Callable
@@ -107,6 +108,7 @@ class KeyLimits:
         self._clock = clock
         self._shared = shared
         self._use: dict[str, _Use] = {}
+        self._settling: set[asyncio.Future[None]] = set()  # referenced until done
 
     async def admit(self, key: KeyConfig) -> Admission:
         """Admit a request of ``key``, or raise 429 ``rate_limited`` naming the key and the
@@ -133,14 +135,21 @@ class KeyLimits:
         return Admission(key.name, shared_slot, key.tpm is not None, key.concurrency is not None)
 
     async def release(self, admission: Admission, tokens: int = 0) -> None:
-        """The request is over; ``tokens``: what it spent, as its engine reported."""
+        """The request is over; ``tokens``: what it spent, as its engine reported. The
+        cluster's count is settled even if the caller is cancelled meanwhile (its client went
+        away as its answer ended): a slot never given back would stay taken."""
         use = self._use[admission.name]
         use.inflight = max(0, use.inflight - 1)
         tokens = tokens if admission.counts_tokens else 0
         if tokens > 0:
             use.spend(self._clock(), tokens)
         if self._shared is not None and (tokens > 0 or admission.shared_slot):
-            await self._shared.settle(admission.name, tokens, admission.shared_slot)
+            settling = asyncio.ensure_future(
+                self._shared.settle(admission.name, tokens, admission.shared_slot)
+            )
+            self._settling.add(settling)
+            settling.add_done_callback(self._settling.discard)
+            await asyncio.shield(settling)
 
     def describe(self) -> dict[str, dict[str, int]]:
         """Each key's use on this replica, for /admin/state."""

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from swapgate.config.loading import load_config, parse_config
 from swapgate.config.settings import ConfigError, KeyConfig
-from swapgate.control.routing.key_limits import KeyLimits
+from swapgate.control.routing.key_limits import ADMITTED, KeyLimits, Verdict
 from swapgate.errors import BadRequest, ModelNotAllowed, RateLimited, Unauthorized
 from swapgate.proxy.auth import ClientAuth
 from tests.unit.fakes import FakeClock
@@ -278,3 +278,38 @@ def test_concurrent_requests_are_capped_and_a_slot_comes_back_when_one_ends() ->
 
 def test_expiry_accepts_a_date() -> None:
     assert key("k", "k", expires=date(2027, 6, 30)).expires == date(2027, 6, 30)
+
+
+class SlowRedis:
+    """The cluster's counts, each settle one slow round trip."""
+
+    def __init__(self) -> None:
+        self.settled: list[tuple[str, int, bool]] = []
+
+    async def admit(
+        self, name: str, rpm: int | None, tpm: int | None, concurrency: int | None
+    ) -> Verdict | None:
+        return ADMITTED
+
+    async def settle(self, name: str, tokens: int, slot: bool) -> None:
+        await asyncio.sleep(0.05)
+        self.settled.append((name, tokens, slot))
+
+
+def test_a_release_cancelled_on_its_way_still_gives_the_cluster_its_slot_back() -> None:
+    redis = SlowRedis()
+    limits = KeyLimits(FakeClock(), redis)
+    limited = key("pair", "p", concurrency=2, tpm=100)
+
+    async def run() -> None:
+        admitted = await limits.admit(limited)
+        releasing = asyncio.create_task(limits.release(admitted, 30))
+        await asyncio.sleep(0.01)
+        releasing.cancel()  # its client went away as its answer ended
+        with pytest.raises(asyncio.CancelledError):
+            await releasing
+        await asyncio.sleep(0.1)
+
+    asyncio.run(run())
+    assert redis.settled == [("pair", 30, True)]
+    assert limits.describe()["pair"]["in_flight"] == 0
