@@ -17,6 +17,8 @@ from swapgate.proxy.endpoints import OPENAI, Dialect
 # keep-alives alone ("pings": SSE comments or reasoning chunks; "whitespace"), or the
 # upstream's own body under way ("events": a stream; "body": anything else).
 BodyMode = Literal["pings", "whitespace", "events", "body"]
+# Enough of a stream's latest bytes to hold any dialect's last-event mark (``Dialect.last_event``)
+_LAST_EVENT_SPAN = 32
 
 
 class ResponseWriter:
@@ -36,6 +38,7 @@ class ResponseWriter:
         # Run before the answer's end goes out (``hold_end``), and the bytes held back for it
         self._before_end: Callable[[], Awaitable[None]] | None = None
         self._held = b""
+        self._seen = b""  # the latest bytes of the stream, for a last event split in two
 
     @property
     def started(self) -> bool:
@@ -71,18 +74,24 @@ class ResponseWriter:
 
     async def write(self, chunk: bytes) -> None:
         if self._before_end is not None and self.mode in ("events", "body"):
-            out, self._held = self._held, b""
-            if self.mode != "events" or self.dialect.last_event.search(chunk):
-                self._held = chunk
-            else:
-                out += chunk
-            chunk = out
+            chunk = self._hold(chunk)
             if not chunk:
                 return
         await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
         last = self.dialect.last_event
         if self.mode == "events" and chunk.endswith(b"\n\n") and last.search(chunk):
             self._last_event_out = True
+
+    def _hold(self, chunk: bytes) -> bytes:
+        """What goes out now of what was held and ``chunk``; the rest waits for the end. A
+        last event split across chunks is found with the end of the chunks before it."""
+        out, self._held = self._held, b""
+        seen = self._seen + chunk
+        self._seen = seen[-_LAST_EVENT_SPAN:]
+        if self.mode == "body" or self.dialect.last_event.search(seen):
+            self._held = chunk
+            return out
+        return out + chunk
 
     async def end(self, chunk: bytes = b"") -> None:
         if self._before_end is not None:

@@ -134,3 +134,15 @@ async def test_a_stream_that_breaks_after_its_held_last_event_still_sends_it() -
     assert wire.log[0] == (b"data: [DONE]\n\n", True), "the client has its whole answer"
     assert "counted" not in wire.log, "a failed answer's tokens are counted as it is released"
     assert writer.answered_in_full
+
+
+async def test_a_last_event_split_across_two_chunks_is_held_all_the_same() -> None:
+    wire = Wire()
+    writer = ResponseWriter(wire.send, [])
+    await writer.start(200, [], mode="events")
+    writer.hold_end(wire.count)
+    for chunk in (b'data: {"n": 1}\n\ndata: [DO', b"NE]\n\n"):
+        await writer.write(chunk)
+    assert wire.log == [(b'data: {"n": 1}\n\ndata: [DO', True)], "its end is not out"
+    await writer.end()
+    assert wire.log[1:] == ["counted", (b"NE]\n\n", False)]
