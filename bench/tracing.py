@@ -19,10 +19,9 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from bench.load import WrkResult, wrk
-from bench.procs import Proc, export, fixed_upstream, passthrough, swapgate_with
+from bench.procs import ROOT, Proc, export, fixed_upstream, passthrough, swapgate_with
 from bench.sections import replace_section
 
-ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 CONNECTIONS = 16
 NAMES = {

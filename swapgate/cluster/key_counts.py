@@ -107,7 +107,7 @@ class SharedCounts:
     ) -> Verdict | None:
         now = time.time()
         bucket = int(now // BUCKET)
-        prefixes = [f"{PREFIX}rate:{name}:", f"{PREFIX}tokens:{name}:", _slots(name)]
+        prefixes = [_rate(name), _tokens(name), _slots(name)]
         limits = [rpm or 0, tpm or 0, concurrency or 0]
         args: list[str | int] = [bucket, _BUCKETS, *limits, self._cluster.replica]
         args += [f"{PREFIX}replica:", _TTL_MS]
@@ -128,7 +128,7 @@ class SharedCounts:
         # A slot whose return Redis did not take (it was down) goes back with the next one;
         # tokens it did not take are not counted in the cluster (its own count has them).
         count = 1 + self._owed.pop(name, 0) if slot else 0
-        bucket = f"{PREFIX}tokens:{name}:{int(time.time() // BUCKET)}"
+        bucket = f"{_tokens(name)}{int(time.time() // BUCKET)}"
         args: list[str | int] = [self._cluster.replica, count, tokens, _TTL_MS]
         answer = await self._cluster.call(self._settle([_slots(name), bucket], args))
         if answer is None and count:
@@ -143,7 +143,7 @@ class SharedCounts:
         bucket = int(time.time() // BUCKET)
         pipe = self._cluster.redis.pipeline(transaction=False)  # one round trip for them all
         for name in rated:
-            pipe.mget([f"{PREFIX}rate:{name}:{bucket - i}" for i in range(_BUCKETS)])
+            pipe.mget([f"{_rate(name)}{bucket - i}" for i in range(_BUCKETS)])
         for name in slotted:
             pipe.hgetall(_slots(name))
         answers = await self._cluster.call(pipe.execute()) if rated or slotted else []
@@ -160,3 +160,13 @@ class SharedCounts:
 
 def _slots(name: str) -> str:
     return f"{PREFIX}slots:{name}"
+
+
+def _rate(name: str) -> str:
+    """The prefix of the key's request buckets (a bucket's number follows)."""
+    return f"{PREFIX}rate:{name}:"
+
+
+def _tokens(name: str) -> str:
+    """The prefix of the key's token buckets (a bucket's number follows)."""
+    return f"{PREFIX}tokens:{name}:"

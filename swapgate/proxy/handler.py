@@ -195,7 +195,7 @@ class ProxyEndpoint:
             raise
         finally:
             usage = ex.usage() if ex.tail else (None, None)
-            await self._release_key(ex)
+            await self._release_key(ex, usage)
             self._records.done(ex, ex.failed.status if ex.failed else writer.status, usage)
 
     async def _admit(
@@ -521,13 +521,15 @@ class ProxyEndpoint:
                 pass
         response.release()
 
-    async def _release_key(self, ex: Exchange) -> None:
+    async def _release_key(
+        self, ex: Exchange, usage: tuple[int | None, int | None] | None = None
+    ) -> None:
         """Give back the request's place under its key's limits, with the tokens its answer
-        spent: before the answer's end goes out where that matters (``settles_at_end``), else
-        once it is over."""
+        spent (``usage``, read from its tail when not given): before the answer's end goes out
+        where that matters (``settles_at_end``), else once it is over."""
         admission, ex.admission = ex.admission, None
         if admission is not None:
-            tokens_in, tokens_out = ex.usage() if ex.tail else (None, None)
+            tokens_in, tokens_out = usage or (ex.usage() if ex.tail else (None, None))
             await self._limits.release(admission, (tokens_in or 0) + (tokens_out or 0))
 
     async def _first_chunk(
