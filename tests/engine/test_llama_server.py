@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import hashlib
 import json
 import signal
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +25,13 @@ import openai
 import psutil
 import pytest
 
+from bench.redis import redis_server
 from testbed.engines import LlamaServerEngine, ensure_llama_server, tiny_weights
 from tests.e2e.nginx import nginx
 from tests.e2e.processes import Gateway, free_port, gateway, start, stop, wait_for
 from tests.e2e.processes import wait_until_serving as serving
 from tests.e2e.test_process import ENV, TOKEN, processes, stream_and_kill
+from tests.e2e.wire import slow_link
 from tests.engine.conftest import process_node
 
 pytestmark = pytest.mark.engine
@@ -291,3 +295,94 @@ def _alive(proc: psutil.Process) -> bool:
         return proc.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+AGENT_KEY = "agent-key"
+
+
+def turn(url: str, model: str, shape: str) -> tuple[str, int]:
+    """One turn of an agent with ``AGENT_KEY``, in ``shape``: its text and the tokens (in and
+    out) its answer reported to the client."""
+    prompt = "Say hello."
+    if shape == "messages":
+        with anthropic.Anthropic(base_url=url, api_key=AGENT_KEY, max_retries=0) as claude:
+            messages = [{"role": "user", "content": prompt}]
+            with claude.messages.stream(model=model, max_tokens=8, messages=messages) as stream:  # type: ignore[arg-type]
+                final = stream.get_final_message()
+        text = "".join(block.text for block in final.content if block.type == "text")
+        return text, final.usage.input_tokens + final.usage.output_tokens
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key=AGENT_KEY, max_retries=0, timeout=120)
+    with client:
+        if shape == "responses":
+            events = list(client.responses.create(model=model, input=prompt, stream=True))
+            done = next(e.response for e in events if e.type == "response.completed")
+            assert done.usage is not None
+            return done.output_text, done.usage.input_tokens + done.usage.output_tokens
+        chunks = list(
+            client.chat.completions.create(
+                model=model,
+                messages=[{"role": "user", "content": prompt}],
+                max_tokens=8,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
+        usage = chunks[-1].usage
+        assert usage is not None
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        return text, usage.prompt_tokens + usage.completion_tokens
+
+
+def test_agents_under_a_limited_key_on_redis_get_whole_answers_and_every_token_counted(
+    server: LlamaServerEngine, tmp_path: Path
+) -> None:
+    """Three agents at once under one key (3 at once, a tpm) across two models, each turn in
+    another shape and on the other of two replicas, one of them 0.3 s from Redis: each
+    answer's end waits for its key to be settled, so every answer is whole, no agent meets its
+    own last turn's slot, and the key counts exactly the tokens the clients were told."""
+    key = {
+        "name": "agents",
+        "sha256": hashlib.sha256(AGENT_KEY.encode()).hexdigest(),
+        "tpm": 1_000_000,
+        "concurrency": 3,
+    }
+    shapes = ("chat", "messages", "responses", "chat")
+    with ExitStack() as stack:
+        redis = stack.enter_context(redis_server())
+        far = stack.enter_context(slow_link(redis.port, delay=0.3))
+        router = stack.enter_context(Router(server, tmp_path))
+        config = {**router_config(router), "auth": {"keys": [key]}}
+        replicas = [
+            stack.enter_context(
+                gateway(
+                    config,
+                    {
+                        **ENV,
+                        "SWAPGATE_REDIS_URL": f"redis://127.0.0.1:{port}/0",
+                        "SWAPGATE_CLUSTER__REPLICA_ID": name,
+                    },
+                )
+            )
+            for name, port in (("far", far), ("near", redis.port))
+        ]
+
+        def agent(first: int) -> list[tuple[str, int]]:
+            return [
+                turn(replicas[n % 2].url, MODELS[(first + n) % 2], shape)
+                for n, shape in enumerate(shapes)
+            ]
+
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            turns = [t for answers in pool.map(agent, range(3)) for t in answers]
+        counted = []
+        for gw in replicas:
+            with gw.admin(TOKEN) as admin:
+                counted.append(admin.get("/admin/state").json()["keys"]["agents"])
+        refused = [
+            gw.metric("swapgate_key_requests_total", key="agents", status="429") for gw in replicas
+        ]
+    assert len(turns) == 12
+    assert all(text.strip() for text, _ in turns), turns
+    assert refused == [0, 0], "an agent's next turn never met its last one's slot"
+    assert sum(c["tokens_last_minute"] for c in counted) == sum(tokens for _, tokens in turns)
+    assert [c["in_flight"] for c in counted] == [0, 0]
