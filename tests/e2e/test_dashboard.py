@@ -449,25 +449,40 @@ def test_the_activity_table_shows_each_request_and_links_it_to_its_swap(
         warm = chat(gw.url, "a")
         assert (swapped.status_code, warm.status_code) == (200, 200)
 
-        def row(request_id: str) -> Any:
-            return browser.find_element(By.CSS_SELECTOR, f'tr[data-request="{request_id}"]')
+        def row(request_id: str) -> tuple[str, str | None]:
+            """Its row's placement and the swap it links (None: no link), read in one go
+            inside ``until``: the table redraws as the live view updates."""
 
-        first = until(browser, lambda p: row(swapped.headers["x-request-id"]))
-        assert first.find_element(By.CSS_SELECTOR, "[data-placement]").text == "swap"
-        second = until(browser, lambda p: row(warm.headers["x-request-id"]))
-        assert second.find_element(By.CSS_SELECTOR, "[data-placement]").text == "warm"
-        assert not second.find_elements(By.CSS_SELECTOR, "a[data-swap-link]")
-        link = first.find_element(By.CSS_SELECTOR, "a[data-swap-link]")
-        swap_id = link.get_attribute("data-swap-link")
+            def read(page: WebDriver) -> tuple[str, str | None]:
+                found = page.find_element(By.CSS_SELECTOR, f'tr[data-request="{request_id}"]')
+                links = found.find_elements(By.CSS_SELECTOR, "a[data-swap-link]")
+                placement = found.find_element(By.CSS_SELECTOR, "[data-placement]").text
+                return placement, links[0].get_attribute("data-swap-link") if links else None
+
+            answer: tuple[str, str | None] = until(browser, read)
+            return answer
+
+        placement, swap_id = row(swapped.headers["x-request-id"])
+        assert placement == "swap"
+        assert swap_id, "the swapped request links its swap"
+        placement, warm_link = row(warm.headers["x-request-id"])
+        assert placement == "warm"
+        assert warm_link is None
         click(browser, f'tr[data-request="{swapped.headers["x-request-id"]}"] a[data-swap-link]')
-        target = until(browser, lambda p: p.find_element(By.CSS_SELECTOR, "tr:target"))
-        assert target.get_attribute("data-swap") == swap_id
-        cells = [td.text for td in target.find_elements(By.TAG_NAME, "td")]
+
+        def target_row(page: WebDriver) -> tuple[str | None, list[str]]:
+            target = page.find_element(By.CSS_SELECTOR, "tr:target")
+            cells = [td.text for td in target.find_elements(By.TAG_NAME, "td")]
+            return target.get_attribute("data-swap"), cells
+
+        def traffic(page: WebDriver) -> list[str]:
+            series = page.find_element(By.CSS_SELECTOR, 'tr[data-series="(no key) · a"]')
+            return [td.text for td in series.find_elements(By.TAG_NAME, "td")[1:]]
+
+        target_swap, cells = until(browser, target_row)
+        assert target_swap == swap_id
         assert cells[1:3] == ["a", "gpu"], "the swap of a onto gpu"
-        traffic = until(
-            browser, lambda p: p.find_element(By.CSS_SELECTOR, 'tr[data-series="(no key) · a"]')
-        )
-        assert sum(int(td.text) for td in traffic.find_elements(By.TAG_NAME, "td")[1:]) == 2
+        assert sum(int(count) for count in until(browser, traffic)) == 2
 
 
 def test_with_a_trace_ui_each_request_links_its_trace(browser: WebDriver, tmp_path: Path) -> None:
