@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import queue
 import socket
 import threading
 import time
@@ -90,17 +91,35 @@ def _dechunk(data: bytes) -> bytes:
 
 @contextlib.contextmanager
 def slow_link(port: int, delay: float) -> Iterator[int]:
-    """A loopback port that relays to ``port``, each chunk a client sends ``delay`` seconds late
-    (the answers come back at once): a far Redis, say. Stops with its connections."""
+    """A loopback port that relays to ``port``, each chunk a client sends ``delay`` seconds
+    after it was sent (the answers come back at once): a far Redis, say. A latency, not a
+    bandwidth: chunks sent together arrive together. Stops with its connections."""
     listener = socket.create_server(("127.0.0.1", 0))
     sockets: list[socket.socket] = [listener]
 
     def pump(source: socket.socket, target: socket.socket, late: float) -> None:
+        if not late:
+            forward(source, target)
+            return
+        due: queue.Queue[tuple[float, bytes]] = queue.Queue()
+        threading.Thread(target=deliver, args=(due, target), daemon=True).start()
         with contextlib.suppress(OSError):
             while data := source.recv(65536):
-                time.sleep(late)
+                due.put((time.monotonic() + late, data))
+        due.put((0.0, b""))
+
+    def forward(source: socket.socket, target: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
                 target.sendall(data)
         with contextlib.suppress(OSError):
+            target.shutdown(socket.SHUT_WR)
+
+    def deliver(due: queue.Queue[tuple[float, bytes]], target: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while (item := due.get())[1]:
+                time.sleep(max(0.0, item[0] - time.monotonic()))
+                target.sendall(item[1])
             target.shutdown(socket.SHUT_WR)
 
     def accept() -> None:
