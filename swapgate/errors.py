@@ -23,9 +23,11 @@
     │   └── TooManyConnections      server.max_connections reached (connection layer)
     ├── ShuttingDown            503 shutting_down          told in-band when shutdown_grace ends
     ├── UpstreamTimeout         504 upstream_timeout
+    │   └── InstanceDown        504 instance_down          declared down while it held the request
     └── InternalError           500 internal_error         anything unforeseen, logged
     DriverError                 a control-plane call to an instance failed (poll, load, unload)
-    └── DriverTimeout               it sent no answer in time (busy, or gone)
+    ├── DriverTimeout               it sent no answer in time (busy, or gone)
+    └── DriverUnreachable           no connection to it (refused, reset, no route)
 
 Messages say what to do next and never carry keys or tokens.
 """
@@ -169,6 +171,13 @@ class SwapFailed(NoCapacity):
     code = "swap_failed"
 
 
+class ModelFailing(SwapFailed):
+    """The model's loads fail fleet-wide: answered at once until its next probe load
+    (docs/operations.md, "When part of the fleet breaks")."""
+
+    code = "model_failing"
+
+
 class TooManyConnections(NoCapacity):
     """More client connections than ``server.max_connections``: this one is answered and closed."""
 
@@ -183,6 +192,13 @@ class UpstreamTimeout(SwapgateError):
     code = "upstream_timeout"
 
 
+class InstanceDown(UpstreamTimeout):
+    """The instance was declared down while it held the request, before its first byte: it
+    may have run it, so it is not sent elsewhere."""
+
+    code = "instance_down"
+
+
 class InternalError(SwapgateError):
     """A fault of swapgate's own: the client gets this, the log gets the cause."""
 
@@ -193,6 +209,10 @@ class DriverError(Exception):
 
 class DriverTimeout(DriverError):
     """An instance's control API sent no answer in time: busy, or gone."""
+
+
+class DriverUnreachable(DriverError):
+    """No connection to an instance's control API: nothing listens, or it went away."""
 
 
 # What an engine says may name the machine's files and environment; clients see neither.

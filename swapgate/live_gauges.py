@@ -74,9 +74,12 @@ class LiveGauges(Collector):
     """The live-state gauges, read from the registry's snapshot at every scrape."""
 
     def __init__(
-        self, snapshot: Callable[[], Snapshot], queue_depths: Callable[[], dict[str, int]]
+        self,
+        snapshot: Callable[[], Snapshot],
+        queue_depths: Callable[[], dict[str, int]],
+        failing: Callable[[], dict[str, float]] = dict,
     ) -> None:
-        self._snapshot, self._queue_depths = snapshot, queue_depths
+        self._snapshot, self._queue_depths, self._failing = snapshot, queue_depths, failing
         # Per instance, its swapgate_model_warm lines and what they were written from
         self._warm: dict[str, tuple[tuple[object, ...], str]] = {}
 
@@ -109,7 +112,8 @@ class LiveGauges(Collector):
             [((i.name,), value(i)) for i in snap.instances] for value in _PER_INSTANCE
         ]
         queue: list[Sample] = [((m,), float(d)) for m, d in sorted(self._queue_depths().items())]
-        return [*each, queue]
+        failing: list[Sample] = [((m,), v) for m, v in self._failing().items()]
+        return [*each, queue, failing]
 
     def _warm_lines(
         self, inst: InstanceView, written: dict[str, tuple[tuple[object, ...], str]]
@@ -201,6 +205,7 @@ _LIVE: tuple[Family, ...] = (
     ("swapgate_inflight_requests", "Requests in flight to the instance", ("instance",)),
     ("swapgate_swaps_in_progress", "Swaps running on the instance", ("instance",)),
     ("swapgate_queue_depth", "Requests waiting for the model", ("model",)),
+    ("swapgate_model_failing", "1 while the model's loads fail fleet-wide", ("model",)),
 )
 _PER_INSTANCE: tuple[Callable[[InstanceView], float], ...] = (
     lambda inst: float(inst.up),

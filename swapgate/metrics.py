@@ -320,12 +320,15 @@ class Metrics:
         self.ttfb.labels(model, route).observe(seconds)
 
     def watch(
-        self, snapshot: Callable[[], Snapshot], queue_depths: Callable[[], dict[str, int]]
+        self,
+        snapshot: Callable[[], Snapshot],
+        queue_depths: Callable[[], dict[str, int]],
+        failing: Callable[[], dict[str, float]] = dict,
     ) -> None:
         """Export the live-state gauges at every scrape: the warm state of ``snapshot()``, the
-        queues of ``queue_depths()``: the registry's (swapgate/control/, which counts with
-        these metrics and so is not imported here)."""
-        self.registry.written.append(LiveGauges(snapshot, queue_depths))
+        queues of ``queue_depths()``, the models ``failing()``: the registry's
+        (swapgate/control/, which counts with these metrics and so is not imported here)."""
+        self.registry.written.append(LiveGauges(snapshot, queue_depths, failing))
 
     def exposition(self) -> bytes:
         """What ``/metrics`` serves: every metric in Prometheus's text format, the same as

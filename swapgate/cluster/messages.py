@@ -24,13 +24,25 @@ class SwapStarted:
 
 @dataclass(frozen=True, slots=True)
 class SwapDone:
-    """That swap ended: ``ok``, how many ``seconds`` it took, the ``backoff`` it left."""
+    """That swap ended: ``ok``, how many ``seconds`` it took, the ``backoff`` it left; a
+    failed one's ``error`` (the engine's words, as clients may read them) and whose fault it
+    was (``blame``: model or instance), which every replica counts towards the model's
+    failing (swapgate/control/faults/failing.py)."""
 
     instance: str
     model: str
     ok: bool
     seconds: float
     backoff: float
+    error: str = ""
+    blame: str = "model"
+
+
+@dataclass(frozen=True, slots=True)
+class Down:
+    """An instance refused a connection: down at once, on every replica."""
+
+    instance: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +73,7 @@ class Beat:
     inflight: dict[str, dict[str, int]]
 
 
-Event = SwapStarted | SwapDone | Evicted | Pinned | Drained | Beat
+Event = SwapStarted | SwapDone | Evicted | Pinned | Drained | Beat | Down
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +92,11 @@ def _fields(event: Event) -> dict[str, Any]:
     match event:
         case SwapStarted(instance, model, eta):
             return {"t": "swap", "i": instance, "m": model, "eta": eta}
-        case SwapDone(instance, model, ok, seconds, backoff):
-            return {"t": "done", "i": instance, "m": model, "ok": ok, "s": seconds, "b": backoff}
+        case SwapDone(instance, model, ok, seconds, backoff, error, blame):
+            done = {"t": "done", "i": instance, "m": model, "ok": ok, "s": seconds, "b": backoff}
+            return {**done, "e": error, "bl": blame} if not ok else done
+        case Down(instance):
+            return {"t": "down", "i": instance}
         case Evicted(instance, model):
             return {"t": "evict", "i": instance, "m": model}
         case Pinned(instance, model, until):
@@ -122,7 +137,10 @@ def _event(data: dict[str, Any]) -> Event | None:
         return SwapStarted(instance, model, float(data.get("eta", 0.0)))
     if kind == "done":
         seconds, backoff = float(data.get("s") or 0.0), float(data.get("b") or 0.0)
-        return SwapDone(instance, model, bool(data.get("ok")), seconds, backoff)
+        error, blame = str(data.get("e") or ""), str(data.get("bl") or "model")
+        return SwapDone(instance, model, bool(data.get("ok")), seconds, backoff, error, blame)
+    if kind == "down":
+        return Down(instance)
     if kind == "evict":
         return Evicted(instance, model)
     if kind == "pin":

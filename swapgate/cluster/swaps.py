@@ -10,6 +10,7 @@ runs) and the other replica's events say how it ends. What each replica tells th
     done   it ended (ok, seconds)     -> warm (or cold, in backoff); its time feeds every ETA
     evict  a model it unloaded        -> cold for everyone
     pin / drain                       -> an operator's pins and drains, also kept in Redis
+    down   an instance refused it     -> down for everyone, until a poll finds it back
     beat   every HEARTBEAT            -> its in-flight requests per instance and model
 
 A swap seen from here whose holder dies sends no ``done``: every ``RECHECK`` the replica asks
@@ -28,6 +29,7 @@ from typing import Protocol
 
 from swapgate.cluster.messages import (
     Beat,
+    Down,
     Drained,
     Event,
     Evicted,
@@ -39,6 +41,8 @@ from swapgate.cluster.messages import (
 from swapgate.cluster.store import Holder, Listener
 from swapgate.control.state.registry import Registry
 from swapgate.control.swaps.times import SwapTimes
+from swapgate.errors import shown_to_clients
+from swapgate.policy.backoff import Blame
 from swapgate.tasks import TaskSet, stop
 
 log = logging.getLogger("swapgate.cluster")
@@ -120,8 +124,14 @@ class SharedClaims:
         # The model's backoff here: the others keep it from loading there too.
         backoff = max(0.0, slot.backoff_until - self._registry.clock()) if slot else 0.0
         seconds = self.times.last(instance, model)
-        await self.cluster.publish(SwapDone(instance, model, ok, seconds, backoff))
+        failures = self._registry.failing.since(model, 0.0) if not ok else []
+        failure = [f for f in failures if f.instance == instance][-1:]
+        error, blame = (failure[0].error, failure[0].blame) if failure else ("", "model")
+        done = SwapDone(instance, model, ok, seconds, backoff, error, blame)
+        # The locks go first: a claim of this replica's own waiters, placed again as the swap
+        # ended, would meet them and mark a swap that nobody runs any more
         await self.cluster.release(instance)
+        await self.cluster.publish(done)
 
     async def may_trim(self) -> bool:
         """One replica trims an instance over capacity: the one that runs scheduled preloads."""
@@ -151,6 +161,12 @@ class SharedClaims:
                 self._pin(instance, model, until)
             case Drained(instance, on):
                 self._registry.operator.set_drained(instance, on, share=False)
+            case Down(instance):
+                if self._registry.is_up(instance):
+                    log.warning(
+                        "instance %s is down: it refused replica %s", instance, heard.replica
+                    )
+                    self._registry.polls.mark_down(instance, cut=False)
 
     def _mark(self, instance: str, model: str, eta: float | None = None, own: str = "") -> None:
         """Another replica swaps ``model`` on ``instance``: waiters here join it. ``own``:
@@ -165,6 +181,16 @@ class SharedClaims:
         instance, model = done.instance, done.model
         marked = self._marks.pop(instance, None)
         if done.ok:
+            self._registry.failing.succeeded(model)
+        elif done.error:  # counted here too: every replica knows the model failing
+            blame: Blame = "instance" if done.blame == "instance" else "model"
+            self._registry.failing.failed(model, instance, done.error, blame)
+        if marked is not None and marked != model:
+            # A mark made as that swap's holder changed (a claim that met its lock just
+            # before it ended): the swap it named is over, its waiters place again
+            self._registry.swap_marks.end_swap(instance, marked, ok=False)
+            marked = None
+        if done.ok:
             if done.seconds > 0:
                 self.times.record(instance, model, done.seconds)
             if marked == model:
@@ -172,8 +198,9 @@ class SharedClaims:
             else:
                 self._registry.swap_marks.warmed(instance, model)
         elif marked is not None:
+            failure = shown_to_clients(done.error) or "another replica's load failed"
             self._registry.swap_marks.end_swap(
-                instance, marked, False, done.backoff, failure="another replica's load failed"
+                instance, marked, False, done.backoff, failure=failure
             )
 
     def _unmark(self, instance: str) -> None:
@@ -185,9 +212,10 @@ class SharedClaims:
         """Marks whose holder is gone (died mid-swap, or Redis lost) go; waiters place again."""
         while True:
             await asyncio.sleep(RECHECK)
-            for instance in list(self._marks):
+            for instance, model in list(self._marks.items()):
                 holder = await self.cluster.holder(instance)
-                if holder is None or holder is False:
+                # Gone, or another swap holds it now: the one marked here ended unheard
+                if not isinstance(holder, Holder) or holder.model != model:
                     log.info("the swap on %s seen from here has no holder any more", instance)
                     self._unmark(instance)
 
@@ -241,6 +269,11 @@ class OperatorShares:
         self._tasks.spawn(
             self._tell_others("drains", instance, "1" if on else None, Drained(instance, on))
         )
+
+    def down(self, instance: str) -> None:
+        """``instance`` refused a connection here: the others mark it down too (not kept:
+        a replica that starts later polls it)."""
+        self._tasks.spawn(self._cluster.publish(Down(instance)))
 
     async def retell(self) -> None:
         """Tell again what Redis did not take."""

@@ -13,7 +13,7 @@ import httpx
 
 from swapgate.config.settings import InstanceKind
 from swapgate.data.warm import InstanceReport, Stage, WarmState
-from swapgate.errors import DriverError, DriverTimeout
+from swapgate.errors import DriverError, DriverTimeout, DriverUnreachable
 
 # A poll that takes longer than this says the instance is not healthy.
 POLL_TIMEOUT = httpx.Timeout(5.0)
@@ -148,6 +148,8 @@ class Driver(ABC):
             raise DriverTimeout(
                 f"{method} {path}: no answer in time ({type(exc).__name__})"
             ) from exc
+        except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            raise DriverUnreachable(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
         except httpx.HTTPError as exc:
             raise DriverError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
         return response

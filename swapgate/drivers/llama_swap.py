@@ -54,7 +54,9 @@ class LlamaSwapDriver(Driver):
 
     async def load(self, model: str) -> None:
         """The health request blocks while llama-swap starts the model: a 5xx is a failed
-        start (tried again twice), a 429 its ``concurrencyLimit`` (the health request counts
+        start, told at once when it carries the engine's words (its process exited: every try
+        starts it again, docs/operations.md "When part of the fleet breaks"), else tried again
+        twice; a 429 its ``concurrencyLimit`` (the health request counts
         as one of the model's requests: asked again after ``Retry-After``; ``swap_timeout``
         bounds it all)."""
         path = f"/upstream/{model}/health"
@@ -68,8 +70,9 @@ class LlamaSwapDriver(Driver):
                 await asyncio.sleep(retry_after(response.headers.get("retry-after")))
                 continue
             failures += 1
-            if status < 500 or failures >= LOAD_ATTEMPTS:  # 401, 404: no retry helps
-                raise DriverError(f"GET {path} answered {status}: {response.text[:300]}")
+            said = response.text.strip()
+            if status < 500 or said or failures >= LOAD_ATTEMPTS:  # 401, 404: no retry helps
+                raise DriverError(f"GET {path} answered {status}: {said[-600:]}")
             await asyncio.sleep(RETRY_PAUSE)
 
     async def unload(self, model: str) -> None:

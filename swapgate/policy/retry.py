@@ -3,8 +3,11 @@
 
 What happened is one ``Outcome``; the answer is the places to try, in order, of which the
 request takes the first it has not used up (``Attempts`` in swapgate/control/routing/failover.py
-applies it). Every request is sent at most once to another copy, once more to the same one, and
-once to its model's relay; nothing is tried again once bytes went out.
+applies it). Every request is sent at most once to another copy, once more to the same one,
+once to its model's relay, and placed again once, as a cold request, when its instance refused
+the connection (it is down: the request waits for a swap elsewhere, its queue or its relay,
+never a 502 while another instance could hold its model); nothing is tried again once bytes
+went out.
 
 The one question the rule cannot skip: did the upstream perhaps *run* the request? A connection
 that closed with no answer, or a 502/503 with no body, is what a proxy in front of an engine
@@ -42,6 +45,7 @@ class Next(enum.Enum):
     RELAY = "relay"  # the model's relay, if its fallback policy allows ``error``
     SAME = "same"  # the same instance once more
     WAIT = "wait"  # swapgate's queue, for room there or on another copy (backpressure)
+    PLACE = "place"  # placed again as a cold request: its instance is down (a swap elsewhere)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +64,10 @@ def after(outcome: Outcome) -> tuple[Next, ...]:
     match outcome.failure:
         case Failure.LIMITED:
             return (Next.WAIT,)
-        case Failure.REFUSED | Failure.KEY:
+        case Failure.REFUSED:
+            # Nothing listens there: it never reached the instance, which is down from now on
+            return (Next.OTHER, Next.PLACE)
+        case Failure.KEY:
             return (Next.OTHER, Next.RELAY)
         case Failure.REFUSAL:
             return (Next.OTHER, Next.RELAY, Next.SAME)

@@ -341,10 +341,13 @@ class ProxyEndpoint:
                 self._metrics.upstream_errors.labels(lease.name, _error_kind(exc)).inc()
                 failed_with = _failure(exc)
                 if failed_with is Failure.REFUSED and lease.kind == "instance":
-                    self._registry.polls.mark_down(lease.name)  # the next poll brings it back
+                    self._registry.polls.refused(lease.name)  # the next poll brings it back
                 failed = lease.route
-                if attempts.after(failed_with, _held(ex), request.replayable) is None:
+                place = attempts.after(failed_with, _held(ex), request.replayable)
+                if place is None:
                     raise
+                if place is Next.PLACE:
+                    lease = await attempts.place_again(progress)
                 assert attempts.lease is not None
                 lease = attempts.lease
                 said = "%s failed (%s); %s goes to %s"
@@ -437,16 +440,18 @@ class ProxyEndpoint:
             headers = upstream_headers(scope["headers"], ex.request_id, key, anthropic=messages)
             if ex.span is not None:
                 headers = traced_upstream(self.tracing, ex, lease, headers)
-            response = await self._client.open(
-                scope["method"], url, headers, body, lease.upstream.read_timeout
-            )
+            with self._registry.hangups.watch(lease.name):
+                response = await self._client.open(
+                    scope["method"], url, headers, body, lease.upstream.read_timeout
+                )
         else:
             headers = upstream_headers(scope["headers"], ex.request_id, key, upload.headers())
             if ex.span is not None:
                 headers = traced_upstream(self.tracing, ex, lease, headers)
-            response = await self._client.open(
-                scope["method"], url, headers, upload.stream(), lease.upstream.read_timeout
-            )
+            with self._registry.hangups.watch(lease.name):
+                response = await self._client.open(
+                    scope["method"], url, headers, upload.stream(), lease.upstream.read_timeout
+                )
         if response.status in AUTH_STATUS:
             response.close()
             refused = UpstreamRefusedKey(_refused_key(lease, response.status))

@@ -110,7 +110,8 @@ class Runtime:
         self.registry = Registry(
             settings.instances, catalog, clock, on_arrival=self.demand.arrived, shares=shares
         )
-        self.metrics.watch(self.registry.snapshot, self.registry.queues.depths)
+        registry = self.registry
+        self.metrics.watch(registry.snapshot, registry.queues.depths, registry.failing.gauge)
         self.metrics.watch_memory(self.registry.polls.measured)  # docs/memory.md, "Measured memory"
         self.scheduler: PreloadScheduler | None = None
         # The cached tier: the next models' weights in RAM ahead of their swap (docs/host-cache.md)

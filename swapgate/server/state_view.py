@@ -35,8 +35,14 @@ def describe_state(runtime: Runtime) -> dict[str, Any]:
                 # its weight files, and how much the page cache holds (control/memory/host_cache.py)
                 "weights": runtime.host_cache.describe(model),
                 "weights_tier": runtime.host_cache.tier(model),
+                # its loads fail fleet-wide: answered at once until its next probe
+                "failing": runtime.registry.failing.describe(model),
             }
             for model in models
+        },
+        "failing": {
+            model: runtime.registry.failing.describe(model)
+            for model in sorted(runtime.registry.failing.all())
         },
         "host_cache": {
             "budget": runtime.configured.settings.host_cache.budget,

@@ -28,6 +28,9 @@ class SimConfig:
     token_rate: float = 50.0
     max_tokens: int = 16
     fail_load_rate: float = 0.0
+    # Models whose engine exits at every start (a truncated GGUF, a context too large for the
+    # card), answered as llama-swap answers such a start
+    broken: tuple[str, ...] = ()
     crash_mid_stream_rate: float = 0.0
     hang_rate: float = 0.0
     # The next N requests answered 502 with no body, as a proxy in front of an engine answers
@@ -114,10 +117,19 @@ class Backend:
             seconds = self.config.load_time_of(model)
             log.info("loading %s (%.1fs)", model, seconds)
             await asyncio.sleep(seconds)
+            if model in self.config.broken:
+                del self.resident[model]
+                self.counters["load_failures"] += 1
+                raise LoadFailed(
+                    f"unable to start process: upstream command exited prematurely\n"
+                    f"llama_model_load: error loading model: tensor data of {model} is not"
+                    " within the file bounds (exit status 1)"
+                )
             if self.roll(self.config.fail_load_rate):
                 del self.resident[model]
                 self.counters["load_failures"] += 1
-                raise LoadFailed(f"simulated load failure of {model}")
+                # Each its own words, as a flaky start's are: no two read as the same error
+                raise LoadFailed(f"simulated load failure of {model} (load {self.loads[model]})")
             self.resident[model] = "ready"
 
     def unload(self, model: str) -> bool:

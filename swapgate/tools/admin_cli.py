@@ -187,11 +187,32 @@ def render_status(state: dict[str, Any]) -> str:
             )
     cluster = state.get("cluster")
     keys = render_keys(state.get("keys", {}), (cluster or {}).get("keys"))
+    failing = render_failing(state.get("failing") or {})
     return (
         table(rows)
+        + (f"\n\n{failing}" if failing else "")
         + (f"\n\n{keys}" if keys else "")
         + (f"\n\n{render_cluster(cluster)}" if cluster else "")
     )
+
+
+def render_failing(failing: dict[str, Any]) -> str:
+    """The models whose loads fail fleet-wide (docs/operations.md, "When part of the fleet
+    breaks"): answered at once until their next probe."""
+    if not failing:
+        return ""
+    rows = [("FAILING MODEL", "SINCE", "NEXT TRY IN", "FAILED PROBES", "LAST ERROR")]
+    for model, view in sorted(failing.items()):
+        rows.append(
+            (
+                model,
+                f"{view['since_seconds']:.0f}s ago",
+                f"{view['next_probe_in']:.0f}s",
+                str(view["failed_probes"]),
+                str(view["error"]).replace("\n", " | ")[:120],
+            )
+        )
+    return table(rows)
 
 
 def render_keys(keys: dict[str, Any], shared: dict[str, Any] | None) -> str:

@@ -155,6 +155,9 @@ def _sim_arguments(sim: argparse.ArgumentParser) -> None:
 def _sim_faults(sim: argparse.ArgumentParser) -> None:
     """How the simulator fails, leaks and decays, as engines do."""
     sim.add_argument("--fail-load-rate", type=float, default=0.0)
+    sim.add_argument(
+        "--broken", default="", help="comma-separated models whose engine exits at every start"
+    )
     sim.add_argument("--crash-mid-stream-rate", type=float, default=0.0)
     sim.add_argument("--hang-rate", type=float, default=0.0)
     sim.add_argument(
@@ -347,7 +350,7 @@ def _sim(args: argparse.Namespace) -> int:
     from swapgate.sim import SimConfig, run_sim, run_sim_fleet
 
     options = {k: v for k, v in vars(args).items() if k in SimConfig.__dataclass_fields__}
-    for name in ("models", "protocols"):
+    for name in ("models", "protocols", "broken"):
         options[name] = tuple(m.strip() for m in getattr(args, name).split(",") if m.strip())
     try:
         config = SimConfig(**options)

@@ -28,6 +28,7 @@ COLLECTED = {
     "swapgate_engine_diagnosis",
     "swapgate_load_progress_ratio",
     "swapgate_model_memory_bytes",
+    "swapgate_model_failing",
 }
 
 

@@ -8,6 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import parse_config
 from swapgate.control.state.registry import Registry
+from swapgate.data.snapshot import Snapshot
 from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.metrics import SWAP_BUCKETS, Metrics
 
@@ -38,6 +39,7 @@ EXTENDED = {
     "swapgate_engine_diagnosis": ("gauge", {"instance", "model", "state"}),
     "swapgate_ttft_drift_ratio": ("gauge", {"instance", "model"}),
     "swapgate_process_rss_slope_bytes_per_hour": ("gauge", {"instance", "model"}),
+    "swapgate_model_failing": ("gauge", {"model"}),
 }
 
 
@@ -47,7 +49,9 @@ def exposed() -> str:
     registry.polls.apply_report("gpu-a", InstanceReport({"a": WarmState.WARM}, None), 0)
     registry.queues.enter("a", 0.0)
     metrics = Metrics()
-    metrics.watch(registry.snapshot, registry.queues.depths)
+    for instance in ("gpu-a", "gpu-b"):  # a model broken on two instances: failing
+        registry.failing.failed("broken", instance, "exit status 1", "model")
+    metrics.watch(registry.snapshot, registry.queues.depths, registry.failing.gauge)
     labels = {
         "requests": ("a", "instance/gpu-a", "200"),
         "request_duration": ("a", "instance/gpu-a"),
@@ -86,6 +90,7 @@ def test_live_state_gauges_read_the_registry() -> None:
     assert 'swapgate_model_warm{instance="gpu-a",model="a"} 1.0' in text
     assert 'swapgate_instance_up{instance="gpu-a"} 1.0' in text
     assert 'swapgate_queue_depth{model="a"} 1.0' in text
+    assert 'swapgate_model_failing{model="broken"} 1.0' in text
 
 
 def test_swap_buckets_are_the_specs() -> None:
@@ -117,6 +122,7 @@ def test_the_extended_metrics_dashboards_name_exist_with_their_labels() -> None:
     metrics.placement_wait.labels("a", "swap").observe(1.0)
     metrics.swaps_avoided.labels("a").inc()
     metrics.watch_decay(lambda: [("gpu-a", "a", 1.1, 5.0e6, "healthy")], ["healthy"])
+    metrics.watch(lambda: Snapshot(0.0, ()), dict, lambda: {"broken": 1.0})
     families = {f.name: f for f in metrics.registry.collect()}
     for name, (kind, labels) in EXTENDED.items():
         family = families[name]

@@ -1,8 +1,8 @@
 """One request's tries (docs/architecture.md, "Failover"): the instance the router leased, then
 where swapgate/policy/retry.py says a failure before any byte reached the client goes next:
 another instance that has the model warm, the model's relay if its fallback policy allows
-``error``, the same instance once more, or swapgate's queue. Nothing is tried again once bytes
-went out.
+``error``, the same instance once more, swapgate's queue, or placed again as a cold request
+when its instance is down. Nothing is tried again once bytes went out.
 
 ``Attempts`` holds the one lease a request has at any time and gives it back exactly once, so
 the data plane never releases leases itself. When the swap its first lease waited for fails,
@@ -78,13 +78,18 @@ class Attempts:
         """The current lease failed with ``failure`` after holding the request ``held`` s: take
         the next place the retry rule names and this request has not used (the lease it holds
         then is ``lease``), or None, and the failure is the answer (the failed lease stays
-        held). ``Next.WAIT`` is not taken here: the caller lets the answer go, then awaits
-        ``wait_for_room``."""
+        held). ``Next.WAIT`` and ``Next.PLACE`` are not taken here: the caller lets the answer
+        go, then awaits ``wait_for_room`` or ``place_again``."""
         failed = self.lease
         assert failed is not None
         outcome = Outcome(failure, held, resendable, failed.kind == "relay")
         for place in retry.after(outcome):
             if place is Next.WAIT:
+                return place
+            if place is Next.PLACE:
+                if place in self._used:
+                    continue
+                self._used.add(place)
                 return place
             taken = self._take(place, failed) if place not in self._used else None
             if taken is not None:
@@ -103,6 +108,18 @@ class Attempts:
                 return self._router.relay(self._model, "error")
             case _:  # the same instance once more; its wait is counted already
                 return replace(failed, waited=0.0)
+
+    async def place_again(self, progress: Progress) -> Lease:
+        """The current lease's instance refused the connection (it is down now): give the
+        lease back and place the request again as a cold one, within its wait budget."""
+        down = self.lease
+        assert down is not None
+        self._router.release(down)
+        self.lease = None
+        self._router.clients.flying(self._ticket, False)
+        self.lease = await self._router.acquire(self._model, progress, self._want)
+        self._router.clients.flying(self._ticket, True)
+        return self.lease
 
     async def wait_for_room(self, progress: Progress, pause: float) -> Lease:
         """The current lease's instance refused it for its own concurrency limit (a 429):

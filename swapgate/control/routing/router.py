@@ -358,7 +358,7 @@ class Router:
     ) -> Lease:
         """A request that will not wait as long as ``model`` needs: its relay, if the model's
         fallback relays slow requests, else 503 at once (the swap it needs still starts)."""
-        if isinstance(decision, Swap):
+        if isinstance(decision, Swap) and self._registry.failing.of(model) is None:
             self._coordinator.start(decision.instance, model, decision.victims)
         relayed = self.relay(model, "slow", started)
         if relayed:

@@ -8,12 +8,14 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from swapgate.config.settings import FallbackPolicy
+from swapgate.control.faults.failing import FailingModels
 from swapgate.control.state.registry import Registry
 from swapgate.control.swaps.coordinator import SwapCoordinator
 from swapgate.data.lease import Lease, Progress
-from swapgate.errors import NoCapacity, SwapFailed
+from swapgate.errors import ModelFailing, NoCapacity, SwapFailed, shown_to_clients
 from swapgate.metrics import Metrics
 from swapgate.policy import pools
+from swapgate.policy.backoff import ATTEMPTS, LoadFailure
 from swapgate.policy.fallback import Reason, relay_reason
 from swapgate.policy.placement import Decision, Full, Join, Queue, Serve, Swap, Unavailable
 
@@ -50,6 +52,7 @@ class Waiting:
     patience: float
     fallback: FallbackPolicy
     want: Want
+    probing: bool = False  # it took its failing model's probe (control/faults/failing.py)
 
 
 class Routing(Protocol):
@@ -96,6 +99,9 @@ class Waiter:
         self._for_slot = False
         self._room_on: str | None = None  # where the starvation rule made room for it
         self._started_swap = False  # whether a swap it waits for was started by it
+        self._probing = (
+            wait.probing
+        )  # it tries its failing model once more (control/faults/failing.py)
 
     def step(self) -> Lease | None:
         router, model, started = self._router, self._wait.model, self._wait.started
@@ -104,6 +110,9 @@ class Waiter:
         if decision is None or isinstance(decision, Queue):  # queued now: placed again
             decision = router.place(model, want, started)
         self._first = None
+        relayed = self._when_loads_fail(decision)
+        if relayed is not None:
+            return relayed
         held = decision.instance if isinstance(decision, Join | Swap | Full) else None
         self._await_swap_on(held, isinstance(decision, Full))
         if isinstance(decision, Serve):
@@ -128,12 +137,32 @@ class Waiter:
         if state == "loading" and self._swaps.waking(decision.instance):
             state = "waking"
         self._progress.moved(decision.instance, state)
-        if isinstance(decision, Queue) and self._room_on is None:
+        if isinstance(decision, Queue) and self._room_on is None and not self._probing:
             if self._registry.clock() >= self._starving_at:
                 self._room_on = router.reserve_room(model, self.deadline, want=want)
             else:  # what only lower classes use makes room for it at once
                 self._room_on = router.reserve_room(model, self.deadline, want.priority, want)
         return None
+
+    def _when_loads_fail(self, decision: Decision) -> Lease | None:
+        """Its answer when its model's loads failed: ``ATTEMPTS`` of them since it arrived,
+        or one and its model is failing now; or, for a failing model, a load it may not try
+        (another probe is not due). The relay where its policy allows (else raises)."""
+        model, started = self._wait.model, self._wait.started
+        book = self._registry.failing
+        tried = book.since(model, started)
+        failing = book.of(model) is not None
+        needs_load = isinstance(decision, Swap | Queue)
+        if failing and isinstance(decision, Swap) and not tried and not self._probing:
+            # A probe only where room is free or idle now: it never queues for room
+            self._probing = book.take_probe(model)
+        refused = (needs_load and not self._probing) or isinstance(decision, Unavailable)
+        if len(tried) < ATTEMPTS and not (failing and (tried or refused)):
+            return None
+        relayed = self._router.relay(model, "error", started)
+        if relayed is not None:
+            return relayed
+        raise loads_failed(model, tried, book)
 
     def _await_swap_on(self, instance: str | None, for_slot: bool = False) -> None:
         if (self._swap_on, self._for_slot) == (instance, for_slot):
@@ -149,3 +178,22 @@ class Waiter:
         self._await_swap_on(None)
         if self._room_on is not None:  # served, relayed, timed out or gone: room not needed
             self._registry.swap_marks.unreserve(self._room_on, self._wait.model)
+
+
+def loads_failed(model: str, tried: list[LoadFailure], book: FailingModels) -> SwapFailed:
+    """The answer to a request whose model's loads failed: each of its attempts' errors, and
+    for a failing model (``ModelFailing``) when swapgate tries it again."""
+    attempts = "; ".join(f"on {f.instance}: {shown_to_clients(f.error, lines=3)}" for f in tried)
+    failing = book.of(model)
+    if failing is None:
+        return SwapFailed(
+            f"{model!r} failed to load {len(tried)} times ({attempts}); retry later",
+            retry_after=1,
+        )
+    wait = book.retry_after(model)
+    said = f"its load failed ({attempts})" if tried else f"its loads fail: {failing.error}"
+    return ModelFailing(
+        f"{model!r} is failing: {said}; swapgate tries it again in {wait}s, the operator"
+        " should look at its engine's log",
+        retry_after=wait,
+    )

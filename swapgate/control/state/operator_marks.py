@@ -10,11 +10,13 @@ from swapgate.control.state.live_state import LiveState
 
 class Shares(Protocol):
     """Told of what an operator set on this replica, for the others: a pin until ``until``
-    (monotonic; 0: unpinned), a drain on or off. Implemented in swapgate/cluster/swaps.py,
-    which control/ does not import (the arrows point from cluster/ to control/)."""
+    (monotonic; 0: unpinned), a drain on or off; and an instance that refused a connection
+    here (down at once, on every replica). Implemented in swapgate/cluster/swaps.py, which
+    control/ does not import (the arrows point from cluster/ to control/)."""
 
     def pinned(self, instance: str, model: str, until: float) -> None: ...
     def drained(self, instance: str, on: bool) -> None: ...
+    def down(self, instance: str) -> None: ...
 
 
 class OperatorMarks:

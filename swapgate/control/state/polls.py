@@ -15,18 +15,29 @@ import logging
 from collections.abc import Mapping
 
 from swapgate.config.sizes import human
+from swapgate.control.faults.hangups import Hangups
 from swapgate.control.state.live_state import LiveState
+from swapgate.control.state.operator_marks import Shares
 from swapgate.control.state.slots import InstanceSlot
 from swapgate.data.footprint import WARN_ABOVE, Footprint, Measured, above_declared
 from swapgate.data.warm import InstanceReport, WarmState
+from swapgate.policy import backoff
 
 log = logging.getLogger("swapgate.memory")
+faults_log = logging.getLogger("swapgate.faults")  # instances down, back, or flapping
+FLAPS_KEPT = 8  # the latest times an instance went down, for its flap hold
 SOURCES = {"gpu": "GPU memory its processes hold", "rss": "its process group's resident size"}
 
 
 class PollResults:
-    def __init__(self, live: LiveState) -> None:
+    def __init__(
+        self, live: LiveState, hangups: Hangups | None = None, shares: Shares | None = None
+    ) -> None:
+        """``hangups``: the requests waiting on an instance, ended when it goes down;
+        ``shares``: told of an instance that refused a connection, for the other replicas."""
         self._live = live
+        self._hangups = hangups or Hangups()
+        self._shares = shares
 
     def apply_report(self, name: str, report: InstanceReport, generation: int) -> None:
         """Take a poll's answer; its warm state only if no swap began or ended since it was sent,
@@ -38,6 +49,8 @@ class PollResults:
             if serves != inst.serves:  # most polls change nothing: what is known stays
                 inst.serves = serves
                 live.served_changed()
+        if not inst.up:
+            self._back_up(inst)
         inst.up = True
         inst.reported_capacity = report.capacity
         if report.sizes:
@@ -86,15 +99,44 @@ class PollResults:
             for model, figure in inst.measured.items()
         ]
 
-    def mark_down(self, name: str) -> None:
-        """Out of placement until a poll succeeds; what it had warm is unknown from now on."""
+    def mark_down(self, name: str, *, cut: bool = True) -> None:
+        """Out of placement until a poll succeeds; what it had warm is unknown from now on.
+        With ``cut`` (it stopped answering its polls: hung, perhaps), every request still
+        waiting on it for its first byte ends (control/faults/hangups.py); without (it
+        refused a connection: nothing listens), they fail by themselves and place again."""
         inst = self._live.instances[name]
         now = self._live.clock()
+        if inst.up:
+            inst.downs = [*inst.downs[-(FLAPS_KEPT - 1) :], now]
         inst.up = False
         inst.generation += 1
         for slot in inst.slots.values():
             slot.set_state(WarmState.COLD, now)
+        ended = self._hangups.cut(name) if cut else 0
+        if ended:
+            faults_log.warning("instance %s is down: %d requests waiting on it end", name, ended)
         self._live.changes.notify()
+
+    def refused(self, name: str) -> None:
+        """``name`` refused a connection: down at once, here and on every other replica."""
+        if self._live.instances[name].up and self._shares is not None:
+            self._shares.down(name)
+        self.mark_down(name, cut=False)
+
+    def _back_up(self, inst: InstanceSlot) -> None:
+        """An instance answers again: one that keeps going down is held out of placement
+        for a while that grows (swapgate/policy/backoff.py)."""
+        now = self._live.clock()
+        hold = backoff.flap_hold(inst.downs, now)
+        if hold:
+            inst.backoff_until = max(inst.backoff_until, now + hold)
+            faults_log.warning(
+                "instance %s is back, but went down %d times lately: held out of placement "
+                "for %.0fs",
+                inst.config.name,
+                len(inst.downs),
+                hold,
+            )
 
 
 def _take_readings(

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable
 
 from swapgate.config.catalog import Catalog
 from swapgate.config.settings import InstanceConfig
+from swapgate.control.faults.failing import FailingModels
+from swapgate.control.faults.hangups import Hangups
 from swapgate.control.state.changes import Changes
 from swapgate.control.state.clients import Clients
 from swapgate.control.state.copies import Copies
@@ -53,6 +55,9 @@ class Registry:
         self.queues = Queues(clock, on_arrival)  # arrivals, and the requests waiting now
         self.clients = Clients(clock)  # who sends them: closed loops (agents) and the rest
         self.peer_load = PeerLoad()  # other replicas' requests in flight (their heartbeats)
+        self.failing = FailingModels(
+            clock
+        )  # models whose loads fail fleet-wide (control/faults/failing.py)
         # Where each model is warm, loading or asleep: what a request looks up (copies.py)
         self.copies = Copies()
         slots = {
@@ -60,7 +65,8 @@ class Registry:
         }
         self.copies.rebuild(slots)
         self._live = LiveState(slots, catalog, clock, self.changes, self.queues)
-        self.polls = PollResults(self._live)
+        self.hangups = Hangups()  # requests waiting on an instance for its first byte
+        self.polls = PollResults(self._live, self.hangups, shares)
         self.swap_marks = SwapMarks(self._live)
         self.traffic = Traffic(self._live)
         self.operator = OperatorMarks(self._live, shares)

@@ -85,6 +85,7 @@ class InstanceSlot:
     warned: dict[str, float] = field(default_factory=dict)  # measured above declared: the load
     reported_capacity: int | None = None  # what its backend said it runs at once
     pulse: Pulse = field(default_factory=Pulse)  # when its answers last moved
+    downs: list[float] = field(default_factory=list)  # when it last went down: its flaps
     # Where each model has a copy: the registry's, shared by its instances; its own if alone
     copies: Copies = field(default_factory=Copies, repr=False, compare=False)
 

@@ -26,11 +26,13 @@ from swapgate.control.swaps.load_progress import LoadProgress
 from swapgate.control.swaps.steps import Steps
 from swapgate.control.swaps.swaplog import SwapLog, eviction_reason
 from swapgate.control.swaps.times import Kind, SwapTimes
+from swapgate.data.snapshot import AWAKE
 from swapgate.data.warm import Stage, WarmState
 from swapgate.drivers import Driver
-from swapgate.errors import DriverError, shown_to_clients
+from swapgate.errors import DriverError, DriverTimeout, DriverUnreachable, shown_to_clients
 from swapgate.metrics import Metrics
-from swapgate.policy.backoff import WINDOW, Backoff
+from swapgate.policy import backoff
+from swapgate.policy.backoff import WINDOW, Backoff, Blame
 from swapgate.policy.placement import Policy, overflow
 from swapgate.tasks import stop
 
@@ -85,6 +87,7 @@ class SwapCoordinator:
         self._swap_timeout = swap_timeout
         self._flights: dict[str, Flight] = {}  # by instance
         self._backoff = Backoff(self._clock, backoff_window)
+        registry.failing.window = backoff_window
         self._eviction = eviction
         self.log = SwapLog(tracing=tracing)  # the last swaps, for operators; their spans
         # How far each running load has got, as a real figure (control/swaps/load_progress.py)
@@ -200,7 +203,7 @@ class SwapCoordinator:
         self.times.sizes = catalog.weight_bytes()  # a reload may name other weights
         self.times.expected = expected_swap
         self._eviction = eviction
-        self._backoff.window = backoff_window
+        self._backoff.window = self._registry.failing.window = backoff_window
 
     async def aclose(self) -> None:
         await stop(*(flight.task for flight in self._flights.values()))
@@ -226,6 +229,7 @@ class SwapCoordinator:
         log.info("swap start: %s on %s (evicting %s)", model, instance, list(victims) or "none")
         self.log.enter(instance)  # its span, in the swap's own task: its kv saves its children
         warm, error = False, ""
+        blame: Blame = "model"
         try:
             await steps.save(instance, victims)  # within kv_keep's own save_timeout
             async with asyncio.timeout(self._swap_timeout):
@@ -238,6 +242,7 @@ class SwapCoordinator:
             result = "timeout" if isinstance(exc, TimeoutError) else "failed"
             log.warning("swap %s: %s on %s: %s", result, model, instance, exc or "swap_timeout")
             error = str(exc) or "swap_timeout"
+            blame = _blame(self._registry, instance, model, exc)
         except asyncio.CancelledError:
             self._registry.swap_marks.end_swap(instance, model, ok=False)  # no backoff
             raise
@@ -249,7 +254,7 @@ class SwapCoordinator:
             result = "ok" if wanted else "abandoned"
         finally:
             self._registry.swap_marks.reopen_after_eviction(instance)
-        return self._record(instance, model, result, self._clock() - started, warm, error)
+        return self._record(instance, model, result, self._clock() - started, warm, error, blame)
 
     async def _load(self, instance: str, model: str, driver: Driver) -> tuple[bool, bool]:
         """Load ``model``: (warm, wanted). Unwanted once every request that waited for it went
@@ -320,12 +325,16 @@ class SwapCoordinator:
         self._metrics.process_recycles.labels(instance, model).inc()
         return self._settle(instance, model, ok=True)
 
-    def _settle(self, instance: str, model: str, ok: bool, error: str = "") -> bool:
+    def _settle(
+        self, instance: str, model: str, ok: bool, error: str = "", blame: Blame = "model"
+    ) -> bool:
         """The registry and the backoff learn how a swap (or restart) ended: a failure backs
-        off the model there, and the whole instance when another of its models failed lately."""
+        off the model there, and the whole instance when another of its models failed lately;
+        the model's failures fleet-wide may make it failing (control/faults/failing.py)."""
         marks = self._registry.swap_marks
         if ok:
             self._backoff.succeeded(instance, model)
+            self._registry.failing.succeeded(model)
             marks.end_swap(instance, model, ok=True)
             return ok
         verdict = self._backoff.failed(instance, model)
@@ -333,13 +342,21 @@ class SwapCoordinator:
             said = "%s backs off for %.0fs: two or more of its models failed to load within %.0fs"
             log.warning(said, instance, verdict.instance, self._backoff.window)
         failure = shown_to_clients(error)
+        self._registry.failing.failed(model, instance, error, blame)
         marks.end_swap(
             instance, model, False, verdict.model, whole=verdict.instance, failure=failure
         )
         return ok
 
     def _record(
-        self, instance: str, model: str, result: str, elapsed: float, warm: bool, error: str = ""
+        self,
+        instance: str,
+        model: str,
+        result: str,
+        elapsed: float,
+        warm: bool,
+        error: str = "",
+        blame: Blame = "model",
     ) -> bool:
         """A swap ended: its log entry, its metrics and its time, then ``_settle``."""
         flight = self._flights.get(instance)
@@ -351,7 +368,7 @@ class SwapCoordinator:
         if result == "abandoned" and not warm:  # stopped, not failed: no backoff
             self._registry.swap_marks.end_swap(instance, model, ok=False)
         else:
-            self._settle(instance, model, warm, error)
+            self._settle(instance, model, warm, error, blame)
         if result == "abandoned" and warm:
             self._registry.swap_marks.mark_abandoned(instance, model)
         self._metrics.swap_duration.labels(instance, model, result, tier).observe(elapsed)
@@ -362,3 +379,14 @@ class SwapCoordinator:
             self.times.record(instance, model, elapsed, kind, tier)
             log.info("swap done (%s): %s on %s in %.2fs", kind, model, instance, elapsed)
         return warm
+
+
+def _blame(registry: Registry, instance: str, model: str, exc: Exception) -> Blame:
+    """Whose fault a failed load is: the instance's, or the model's (policy/backoff.py)."""
+    view = registry.snapshot((instance,)).instance(instance)
+    others = any(m != model and v.state in AWAKE for m, v in view.models.items())
+    unreachable = isinstance(exc, DriverUnreachable)
+    timed_out = isinstance(exc, TimeoutError | DriverTimeout)
+    return backoff.blame(
+        str(exc), unreachable=unreachable, timed_out=timed_out, others_resident=others
+    )

@@ -112,14 +112,19 @@ def model_listing(
         if choose is not None:  # a selector: it answers from one of these
             extra["choose"] = {"from": list(choose.targets), "strategy": choose.strategy}
         targets = choose.targets if choose else [model]
-        warmest = status({state for t in targets for state in states.get(t, {}).values()})
+        warmest: dict[str, Any] = {
+            "value": status({state for t in targets for state in states.get(t, {}).values()})
+        }
+        failing = registry.failing.of(model)
+        if failing is not None and warmest["value"] != "loaded":
+            warmest = {"value": "failing", "reason": failing.error}
         entries.append(
             {
                 "id": name,
                 "object": "model",
                 "created": created,
                 "owned_by": "swapgate",
-                "status": {"value": warmest},
+                "status": warmest,
                 **facts.get(model, {}),
                 "swapgate": extra,
             }

@@ -350,8 +350,14 @@ function drawModels() {
         return bar;
       }));
     const job = (state.jobs || []).find((j) => j.model === name && j.next_run);
+    // Its loads fail fleet-wide: answered at once until its next probe (docs/operations.md)
+    const failing = info.failing
+      ? el("div", { class: "small error", "data-failing": name, title: info.failing.error },
+        "failing: " + info.failing.error + " · next try in " + Math.round(info.failing.next_probe_in) + "s")
+      : null;
     return el("div", { class: "card", "data-model": name },
       el("strong", {}, name),
+      failing,
       el("div", { class: "small" }, "queue " + info.queue + " · warm on " + (info.warm_on.join(", ") || "none")),
       bars,
       el("div", { class: "small" }, "peaks " + (demand.peaks.map(slotTime).join(", ") || "none learned") +

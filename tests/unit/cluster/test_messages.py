@@ -8,6 +8,7 @@ import pytest
 
 from swapgate.cluster.messages import (
     Beat,
+    Down,
     Drained,
     Event,
     Evicted,
@@ -23,6 +24,9 @@ EVENTS: list[Event] = [
     SwapStarted("gpu-1", "qwen", 12.5),
     SwapDone("gpu-1", "qwen", True, 11.2, 0.0),
     SwapDone("gpu-1", "qwen", False, 0.0, 5.0),
+    SwapDone("gpu-1", "qwen", False, 0.0, 5.0, "exit status 1: bad magic", "model"),
+    SwapDone("gpu-1", "qwen", False, 0.0, 5.0, "connection refused", "instance"),
+    Down("gpu-4"),
     Evicted("gpu-2", "llama"),
     Pinned("gpu-2", "llama", 1_800_000_000.0),
     Drained("gpu-3", True),

@@ -286,3 +286,69 @@ async def test_only_the_leading_replica_puts_what_is_over_capacity_to_sleep(lead
     assert driver.calls == ([("unload", "x")] if leading else [])
     evictions = [e for e in fake.published if e["t"] == "evict"]
     assert len(evictions) == (1 if leading else 0), "the others learn of it"
+
+
+async def test_a_mark_whose_instance_another_swap_holds_now_is_given_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The mark of a swap that ended unheard (its claim met the lock as it was released) goes
+    once another swap holds that instance: its waiters do not wait for it until max_wait."""
+    monkeypatch.setattr(cluster_swaps, "RECHECK", 0.02)
+    swaps, registry, fake, _ = replica()
+    await swaps.connect()
+    swaps.apply(heard({"t": "swap", "i": "gpu-1", "m": "x", "eta": 20.0, "r": "r2"}))
+    fake.taken["gpu-1"] = Holder("r2", "gpu-1", "y")  # x's swap ended; y's runs there now
+    assert await eventually(lambda: registry.swapping("gpu-1") is None)
+    assert state(registry, "gpu-1", "x") == "cold"
+    swaps.apply(heard({"t": "swap", "i": "gpu-2", "m": "x", "eta": 20.0, "r": "r2"}))
+    # A done of another model on the marked instance ends the mark too
+    swaps.apply(heard({"t": "done", "i": "gpu-2", "m": "y", "ok": True, "s": 1.0, "r": "r2"}))
+    assert registry.swapping("gpu-2") is None
+    assert state(registry, "gpu-2", "x") == "cold"
+    assert state(registry, "gpu-2", "y") == "warm"
+    await swaps.aclose()
+
+
+async def test_a_swap_gives_its_locks_back_before_it_tells_how_it_ended() -> None:
+    swaps, _registry, fake, _ = replica()
+    order: list[str] = []
+    release, publish = fake.release, fake.publish
+
+    async def releasing(instance: str) -> None:
+        order.append("release")
+        await release(instance)
+
+    async def publishing(event: Event) -> bool:
+        order.append(type(event).__name__)
+        return await publish(event)
+
+    fake.release, fake.publish = releasing, publishing  # type: ignore[method-assign]
+    assert swaps.start("gpu-1", "x")
+    assert await swaps.wait("gpu-1")
+    assert order == ["SwapStarted", "release", "SwapDone"]
+
+
+async def test_failed_loads_heard_from_others_count_towards_failing() -> None:
+    _swaps, registry, _fake, _ = replica()
+    said = "exit status 1: bad magic"
+    for instance in ("gpu-1", "gpu-2"):
+        done = {"t": "done", "i": instance, "m": "x", "ok": False, "s": 0.0, "b": 5.0}
+        _swaps.apply(heard({**done, "e": said, "bl": "model", "r": "r2"}))
+    failing = registry.failing.of("x")
+    assert failing is not None
+    assert said in failing.error
+    _swaps.apply(heard({"t": "done", "i": "gpu-1", "m": "x", "ok": True, "s": 1.0, "r": "r2"}))
+    assert registry.failing.of("x") is None, "one load that worked clears it"
+
+
+async def test_an_instance_refused_here_is_down_on_the_others_too() -> None:
+    swaps, registry, fake, _ = replica()
+    registry.polls.apply_report("gpu-1", InstanceReport({"x": WarmState.WARM}, None), 0)
+    registry.polls.refused("gpu-1")
+    assert await eventually(lambda: {"t": "down", "i": "gpu-1"} in fake.published)
+    other, theirs, _, _ = replica()
+    theirs.polls.apply_report("gpu-1", InstanceReport({"x": WarmState.WARM}, None), 0)
+    other.apply(heard({"t": "down", "i": "gpu-1", "r": "r1"}))
+    assert not theirs.is_up("gpu-1")
+    assert state(theirs, "gpu-1", "x") == "cold", "its warm models count nowhere"
+    await swaps.aclose()

@@ -7,14 +7,14 @@ import pytest
 from swapgate.policy.retry import MAY_HAVE_RUN, Failure, Next, Outcome, after
 
 QUICK, SLOW = 0.01, MAY_HAVE_RUN + 2.0
-OTHER, RELAY, SAME, WAIT = Next.OTHER, Next.RELAY, Next.SAME, Next.WAIT
+OTHER, RELAY, SAME, WAIT, PLACE = Next.OTHER, Next.RELAY, Next.SAME, Next.WAIT, Next.PLACE
 
 
 @pytest.mark.parametrize(
     ("outcome", "places"),
     [
-        # It never reached the upstream: another copy, then the relay
-        (Outcome(Failure.REFUSED, QUICK, True), (OTHER, RELAY)),
+        # It never reached the upstream (down): another warm copy, else placed again as cold
+        (Outcome(Failure.REFUSED, QUICK, True), (OTHER, PLACE)),
         (Outcome(Failure.KEY, QUICK, True), (OTHER, RELAY)),
         # An engine alive that said why (a 503 "loading"): elsewhere, else here once more
         (Outcome(Failure.REFUSAL, SLOW, True), (OTHER, RELAY, SAME)),

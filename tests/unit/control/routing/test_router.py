@@ -180,7 +180,7 @@ async def test_failover_without_a_relay_keeps_the_failed_lease_until_released() 
     w.warm("x", "a")  # y has nothing warm: no other instance to try
     attempts = Attempts(w.router, "a")
     first = await attempts.first(Progress())
-    assert attempts.after(Failure.REFUSED, 0.0, True) is None
+    assert attempts.after(Failure.KEY, 0.0, True) is None
     assert attempts.lease == first
     attempts.release()
     attempts.release()  # once only
