@@ -93,7 +93,8 @@ class FakeDriver(Driver):
 class HeldDriver(FakeDriver):
     """A backend whose loads last until the test ends them (``finish``: loaded, failed, or
     crashed with any exception) or leaves them hanging; it keeps what it has loaded, which its
-    polls report (``down``: they fail), and tells ``on_unload`` of each unload as it begins."""
+    polls report (``down``: they fail), and tells ``on_load`` and ``on_unload`` of each load
+    and unload as it begins."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -101,6 +102,7 @@ class HeldDriver(FakeDriver):
         self.loading: dict[str, asyncio.Future[None]] = {}
         self.down = False
         self.on_unload: Callable[[str], None] = lambda model: None
+        self.on_load: Callable[[str], None] = lambda model: None
 
     async def state(self) -> InstanceReport:
         if self.down:
@@ -109,6 +111,7 @@ class HeldDriver(FakeDriver):
 
     async def load(self, model: str) -> None:
         self.calls.append(("load", model))
+        self.on_load(model)
         assert model not in self.loading, f"a second load of {model} while one runs"
         ended = self.loading[model] = asyncio.get_running_loop().create_future()
         try:

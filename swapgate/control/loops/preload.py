@@ -13,6 +13,7 @@ from swapgate.control.state.registry import Registry
 from swapgate.control.swaps.coordinator import SwapCoordinator
 from swapgate.data.snapshot import Snapshot
 from swapgate.data.warm import WarmState
+from swapgate.policy.backoff import ATTEMPTS
 from swapgate.policy.placement import Policy, Swap, Unavailable, place
 
 
@@ -61,7 +62,10 @@ class Preloader:
     async def _make_warm(
         self, model: str, wanted: int, instance: str | None, deadline: float
     ) -> str | None:
-        """None once ``model`` is warm on ``wanted`` instances, else why not."""
+        """None once ``model`` is warm on ``wanted`` instances, else why not. A model whose
+        loads fail is tried as a request tries it: ``ATTEMPTS`` loads at most, and a failing
+        one only as its probe (swapgate/control/faults/failing.py)."""
+        book, since, probing = self._registry.failing, self._clock(), [False]
 
         def step() -> _Outcome | None:
             snap = self._registry.snapshot()
@@ -71,6 +75,13 @@ class Preloader:
             decision = place(model, _without(snap, warm, instance), self._policy)
             if isinstance(decision, Unavailable):
                 return _Outcome(decision.reason)
+            tried, failing = book.since(model, since), book.of(model)
+            if len(tried) >= ATTEMPTS or (failing is not None and tried):
+                return _Outcome(f"{model!r} failed to load: {tried[-1].error}")
+            if isinstance(decision, Swap) and failing is not None and not probing[0]:
+                if not book.take_probe(model):
+                    return _Outcome(f"{model!r} is failing: {failing.error}")
+                probing[0] = True
             if isinstance(decision, Swap):
                 self._coordinator.start(decision.instance, model, decision.victims)
             return None

@@ -9,10 +9,13 @@ A hypothesis state machine drives the real router, swap coordinator, queues, reg
 preloader and placement, with a fake clock (which is also the event loop's: ``ClockLoop``) and
 fake backends whose loads end when a step says: loaded, failed, crashed, or left to hang past
 ``swap_timeout``. Fleets: 1-16 instances of capacity 1-4, with or without memory limits and
-sized models, pools, selectors, max_concurrency, per-model max_wait, either eviction rule, and
-clients in lockstep (the agent rule) or none. Steps: arrivals alone or several in one turn of
-the loop, completions, cancellations, loads' ends, instances going down and coming back, polls,
-pins, drains, preloads, reloads and time passing. ``make fuzz`` runs many more examples
+sized models, pools, selectors, max_concurrency, per-model max_wait, either eviction rule,
+clients in lockstep (the agent rule) or none, relays, and maybe a model whose every load fails.
+Steps: arrivals alone or several in one turn of the loop, completions, cancellations, loads'
+ends, instances going down (failed polls, or a refused connection) and coming back, polls,
+pins, drains, preloads, reloads and time passing. A model whose loads fail is loaded once at a
+time while failing, and only as its probe; no request waits on after its load attempts.
+``make fuzz`` runs many more examples
 (``SWAPGATE_FUZZ_EXAMPLES``).
 """
 
@@ -44,9 +47,10 @@ from swapgate.control.loops.preload import Preloader, PreloadResult
 from swapgate.control.routing.failover import Attempts
 from swapgate.control.routing.router import Router, policy_for
 from swapgate.data.lease import Lease, Progress
-from swapgate.data.snapshot import InstanceView
+from swapgate.data.snapshot import InstanceView, Snapshot
 from swapgate.data.warm import WarmState
 from swapgate.errors import DriverError, InternalError, SwapgateError
+from swapgate.policy import backoff
 from tests.unit.fakes import ClockLoop, FakeClock, HeldDriver, world
 
 T = TypeVar("T")
@@ -81,6 +85,7 @@ class Fleet:
     cancels_loads: bool  # a load cancelled is stopped (process instances) or goes on by itself
     # What each backend has loaded when swapgate starts: the fleet is full from the first step
     loaded: dict[str, list[str]] = field(default_factory=dict)
+    broken: str | None = None  # a model whose every load fails, on every instance
 
 
 @st.composite
@@ -107,6 +112,9 @@ def model_settings(draw: st.DrawFn, serving: list[str]) -> dict[str, Any]:
         conf["max_concurrency"] = draw(st.integers(1, 2))
     if draw(st.integers(0, 3)) == 0:
         conf["max_wait"] = draw(st.sampled_from(["3s", "30s"]))
+    if draw(st.integers(0, 3)) == 0:  # its relay, for some of its waits (docs/configuration.md)
+        conf["relay"] = "hosted"
+        conf["fallback"] = draw(st.sampled_from(["error", "slow", "swap"]))
     if len(serving) >= 2 and draw(st.booleans()):
         short = draw(st.lists(st.sampled_from(serving), min_size=1, unique=True))
         long = draw(st.lists(st.sampled_from(serving), min_size=1, unique=True))
@@ -152,10 +160,16 @@ def fleets(draw: st.DrawFn) -> Fleet:
             strategy = draw(st.sampled_from(["warm", "first"]))
             model_confs[f"s{k}"] = {"choose": {"from": targets, "strategy": strategy}}
             selectors.append(f"s{k}")
-    config = {"instances": confs, "models": model_confs, "routing": draw(routing())}
+    config = {
+        "instances": confs,
+        "models": model_confs,
+        "routing": draw(routing()),
+        "relays": {"hosted": {"url": "https://relay.example/v1"}},
+    }
     loaded = {c["name"]: draw(already_loaded(c, model_confs)) for c in confs}
     names = models + tuple(selectors)
-    return Fleet(config, models, names, agents, draw(st.booleans()), loaded)
+    broken = draw(st.none() | st.sampled_from(models))
+    return Fleet(config, models, names, agents, draw(st.booleans()), loaded, broken)
 
 
 @st.composite
@@ -256,6 +270,7 @@ class FleetStates(RuleBasedStateMachine):
             driver.cancels_loads = fleet.cancels_loads
             driver.loaded = set(fleet.loaded.get(name, ()))
             driver.on_unload = functools.partial(self._unloading, name)
+            driver.on_load = functools.partial(self._loading, name)
         self.poller = Poller(self.registry, self.drivers, self.metrics, 5.0)
         # Drawn from at every step: made once (a strategy made anew each draw costs more
         # than the step it draws for)
@@ -381,6 +396,8 @@ class FleetStates(RuleBasedStateMachine):
         left alone hangs until the clock passes swap_timeout."""
         name, model = data.draw(st.sampled_from(self._loads()))
         error: BaseException | None = None
+        if model == self.fleet.broken:
+            outcome = "failed"  # its engine exits at every start
         if outcome == "failed":
             error = DriverError("the engine exited while loading")
         elif outcome == "crashed":
@@ -388,12 +405,31 @@ class FleetStates(RuleBasedStateMachine):
         self.drivers[name].finish(model, error)
         self.loop.settle()
 
+    @precondition(lambda self: self.fleet.broken is not None)
+    @rule(data=st.data())
+    def ask_broken(self, data: st.DataObject) -> None:
+        """A request for the model that cannot load (as often as for all the rest)."""
+        _, priority, client, budget, tokens = data.draw(self.asks)
+        assert self.fleet.broken is not None
+        self.ask(self.fleet.broken, priority, client, budget, tokens)
+        self.loop.settle()
+
+    @precondition(lambda self: any(m == self.fleet.broken for _, m in self._loads()))
+    @rule()
+    def broken_load_fails(self) -> None:
+        """The broken model's engine exits as it starts."""
+        for name, model in self._loads():
+            if model == self.fleet.broken:
+                self.drivers[name].finish(model, DriverError("the engine exited while loading"))
+        self.loop.settle()
+
     @precondition(lambda self: len(self._loads()) > 1)
     @rule()
     def loads_end_together(self) -> None:
-        """Every running load ends well in one turn of the loop."""
+        """Every running load ends (well, but the broken model's) in one turn of the loop."""
         for name, model in self._loads():
-            self.drivers[name].finish(model)
+            failed = DriverError("the engine exited while loading")
+            self.drivers[name].finish(model, failed if model == self.fleet.broken else None)
         self.loop.settle()
 
     @rule(seconds=st.sampled_from([0.05, 0.3, 1.0, 4.0, 15.0, 90.0]))
@@ -410,6 +446,13 @@ class FleetStates(RuleBasedStateMachine):
         self.drivers[name].down = down
         for _ in range(DOWN_AFTER if down else 1):
             self.loop.run_until_complete(self.poller.poll(name))
+        self.loop.settle()
+
+    @rule(data=st.data())
+    def refuse(self, data: st.DataObject) -> None:
+        """An instance refuses a request's connection (it died): down at once, until a poll
+        finds it back."""
+        self.registry.polls.refused(data.draw(self.instances))
         self.loop.settle()
 
     @rule(data=st.data(), action=st.sampled_from(OPERATIONS))
@@ -462,6 +505,30 @@ class FleetStates(RuleBasedStateMachine):
         elif view.inflight or view.pinned_until > snap.now or view.waiting > view.for_slot:
             self.problems.append(f"{model} unloaded from {instance} as it was {view}")
 
+    def _loading(self, instance: str, model: str) -> None:
+        """A load begins: of a model failing, only as its one probe, taken at this instant
+        (docs/operations.md, "When part of the fleet breaks")."""
+        failing = self.registry.failing.of(model)
+        if failing is None:
+            return
+        self.seen.add("a failing model was probed")
+        due = self.clock() + backoff.probe_delay(failing.failed_probes + 1)
+        if abs(failing.next_probe - due) > 1e-6:
+            self.problems.append(f"{model} loaded on {instance} while failing, not as its probe")
+
+    def _check_faults(self, snap: Snapshot) -> None:
+        """A failing model loads on one instance at most; no request waits on after its
+        model's loads failed ``ATTEMPTS`` times, or once when it is failing."""
+        book = self.registry.failing
+        for model in book.all():
+            self.seen.add("a model was failing")
+            loading = [i.name for i in snap.instances if i.state_of(model) is WarmState.LOADING]
+            assert len(loading) <= 1, f"failing {model} loads on {loading}"
+        for request in self._waiting():
+            tried = book.since(request.model, request.arrived)
+            assert len(tried) < backoff.ATTEMPTS, f"{request} waits on after {tried}"
+            assert not (tried and book.of(request.model)), f"{request} waits for failing model"
+
     def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         self.problems.append(f"the event loop was told: {context}")
 
@@ -500,6 +567,7 @@ class FleetStates(RuleBasedStateMachine):
             assert len(held) <= view.capacity, f"{name}'s backend holds {held}: {view}"
             taken = sum(view.sizes.get(m, 0) for m in held)
             assert view.memory is None or taken <= view.memory, f"{name}'s backend: {held}"
+        self._check_faults(snap)
         for request in self.requests:
             if request.task.done():
                 self._check_ended(request)
@@ -569,6 +637,8 @@ class FleetStates(RuleBasedStateMachine):
             self.seen.add("a model was evicted")
         if any(_leased(r.task) for r in self.requests):
             self.seen.add("a request was served")
+        if any(_leased(r.task) and r.task.result().kind == "relay" for r in self.requests):
+            self.seen.add("a request was relayed")
         if currently_in_test_context():  # not in the step-by-step tests below
             for seen in sorted(self.seen):
                 event(seen)
