@@ -1,5 +1,15 @@
 """Reconciles warm state and health from every instance each ``routing.poll_interval``, and at
-once whenever an instance announces a change (llama-server's router)."""
+once whenever an instance announces a change (llama-server's router).
+
+An instance is declared down after ``DOWN_AFTER`` failed polls in a row, each bounded by the
+drivers' poll timeout (5 s). The second is not left to the next interval: a failed poll, or a
+request whose connection to the instance failed (``PollResults.suspect``), has it asked again
+``CONFIRM_AFTER`` later. A hung instance is so declared down within an interval and two poll
+timeouts (at most 11 s with the default 5 s interval) instead of two intervals and two timeouts
+(20 s), and a dead one at the first request it refuses (docs/operations.md, "When part of the
+fleet breaks"). Polling more often would cost every instance a request each time; this costs
+one only where something failed.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +26,7 @@ from swapgate.metrics import Metrics
 log = logging.getLogger("swapgate.poller")
 # One failed poll is forgiven (a busy server may miss one); this many in a row take it down.
 DOWN_AFTER = 2
+CONFIRM_AFTER = 1.0  # seconds from a failure that makes an instance suspect to its next poll
 
 
 class Reports(Protocol):
@@ -83,6 +94,8 @@ class Poller:
         if was_up and failures >= DOWN_AFTER:
             self._registry.polls.mark_down(name)
             log.warning("instance %s is down: %s", name, exc)
+        elif was_up:
+            self._registry.polls.suspect(name)  # asked again soon, not at the next interval
         elif not was_up:
             log.debug("instance %s still down: %s", name, exc)
 
@@ -91,9 +104,17 @@ class Poller:
         async with asyncio.TaskGroup() as group:
             for name in self._drivers:
                 group.create_task(self._follow(name), name=f"follow {name}")
+                group.create_task(self._confirm(name), name=f"confirm {name}")
             while True:
                 await asyncio.sleep(self._interval)
                 await self.poll_all()
+
+    async def _confirm(self, name: str) -> None:
+        """Poll ``name`` again ``CONFIRM_AFTER`` after each failure that made it suspect."""
+        while True:
+            await self._registry.polls.suspected(name)
+            await asyncio.sleep(CONFIRM_AFTER)
+            await self.poll(name)
 
     async def _follow(self, name: str) -> None:
         async for _ in self._drivers[name].changes():

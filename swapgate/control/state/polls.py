@@ -11,6 +11,7 @@ load, with the fix.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 
@@ -38,6 +39,8 @@ class PollResults:
         self._live = live
         self._hangups = hangups or Hangups()
         self._shares = shares
+        # Instances a failed request or poll made suspect: the poller asks them again soon
+        self._suspects: dict[str, asyncio.Event] = {}
 
     def apply_report(self, name: str, report: InstanceReport, generation: int) -> None:
         """Take a poll's answer; its warm state only if no swap began or ended since it was sent,
@@ -122,6 +125,23 @@ class PollResults:
         if self._live.instances[name].up and self._shares is not None:
             self._shares.down(name)
         self.mark_down(name, cut=False)
+
+    def suspect(self, name: str) -> None:
+        """A request to ``name`` failed by its connection, or a poll of it did: the poller
+        asks it again soon instead of at its next interval (control/loops/poller.py)."""
+        self._suspicion(name).set()
+
+    async def suspected(self, name: str) -> None:
+        """Returns once ``name`` is suspect (and is no longer, until told again)."""
+        event = self._suspicion(name)
+        await event.wait()
+        event.clear()
+
+    def _suspicion(self, name: str) -> asyncio.Event:
+        event = self._suspects.get(name)
+        if event is None:
+            event = self._suspects[name] = asyncio.Event()
+        return event
 
     def _back_up(self, inst: InstanceSlot) -> None:
         """An instance answers again: one that keeps going down is held out of placement

@@ -1,14 +1,20 @@
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
+
+import pytest
 
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import parse_config
+from swapgate.control.loops import poller as poller_module
 from swapgate.control.loops.poller import Poller
 from swapgate.control.state.registry import Registry
 from swapgate.data.warm import InstanceReport, WarmState
 from swapgate.errors import DriverError, DriverTimeout
 from swapgate.metrics import Metrics
+from tests.unit.fakes import eventually
 
 
 class Flaky:
@@ -105,3 +111,43 @@ async def test_an_engine_that_a_poll_would_interrupt_is_not_polled_while_it_serv
     registry.traffic.end_request("x", "a")
     await poller.poll("x")
     assert driver.asked == 2, "polled again once nothing is in flight"
+
+
+async def test_a_failed_poll_is_confirmed_soon_not_at_the_next_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hung instance is down after its poll timeout twice, not two intervals: the second
+    poll follows the first failure by CONFIRM_AFTER (docs/operations.md)."""
+    monkeypatch.setattr(poller_module, "CONFIRM_AFTER", 0.01)
+    registry, driver, poller = busy_instance()
+    poller._interval = 3600.0  # the next round would never come within the test
+    await poller.poll("x")
+    running = asyncio.create_task(poller.run())
+    try:
+        driver.failing = DriverTimeout
+        await poller.poll("x")  # the round's poll fails: suspect
+        assert registry.is_up("x")
+        assert await eventually(lambda: not registry.is_up("x"))
+        assert driver.asked == 3
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+
+
+async def test_a_request_that_failed_by_its_connection_has_its_instance_polled_soon(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(poller_module, "CONFIRM_AFTER", 0.01)
+    registry, driver, poller = busy_instance()
+    poller._interval = 3600.0
+    await poller.poll("x")
+    running = asyncio.create_task(poller.run())
+    try:
+        registry.polls.suspect("x")  # as the data plane does after a closed connection
+        assert await eventually(lambda: driver.asked == 2)
+        assert registry.is_up("x"), "it answered: up, as it was"
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
