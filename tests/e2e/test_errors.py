@@ -109,13 +109,21 @@ def test_unknown_paths_and_methods_answer_in_openai_shape(gw) -> None:
     _assert_error(httpx.get(f"{gw.url}/v1/chat/completions"), 405, "method_not_allowed")
 
 
-def test_an_unreachable_upstream_is_502() -> None:
+def test_the_only_upstream_unreachable_is_503_saying_it_is_down() -> None:
+    """Its refusal takes it down at once and the request is placed again as a cold one; with
+    no other instance, placement's answer: it is down, retry later (docs/operations.md,
+    "When part of the fleet breaks")."""
     with simulator(load_time=0.1) as sim:
         config = {"instances": [instance("gpu-a", sim)], "routing": {"poll_interval": "1h"}}
         with gateway(config) as gw:
             _assert_still_serving(gw)  # "a" is warm now
             sim.kill()
-            message = _assert_error(_post(gw, json=GOOD), 502, "upstream_error")
-            assert "cannot connect" in message
+            response = _post(gw, json=GOOD)
+            message = _assert_error(response, 503, "no_capacity")
+            assert "gpu-a is down" in message
+            assert response.headers["retry-after"]
             # The instance is out of placement until a poll sees it again: no second attempt.
             _assert_error(_post(gw, json=GOOD), 503, "no_capacity")
+            assert (
+                gw.metric("swapgate_upstream_errors_total", instance="gpu-a", kind="connect") == 1
+            )

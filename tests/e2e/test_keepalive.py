@@ -228,7 +228,8 @@ def test_a_swap_that_fails_after_the_commit_gives_a_non_streaming_client_an_erro
 def test_the_opt_out_header_waits_silently_and_keeps_real_status_codes(failing) -> None:
     gw, _ = failing
     response = wire.post(gw.url, CHAT, _body("a", stream=True), {"x-swapgate-keepalive": "off"})
-    assert response.first_byte_after > 0.3 * 3, "nothing was sent while the loads failed"
+    # One load (its failure carries the engine's words: not tried again), nothing sent meanwhile
+    assert response.first_byte_after > 0.3, "nothing was sent while the load failed"
     assert response.status == 503
     assert json.loads(response.body)["error"]["code"] == "swap_failed"
     assert response.headers["retry-after"]

@@ -106,12 +106,9 @@ def test_a_killed_instance_fails_over_and_readiness_follows() -> None:
             victim, survivor = (one, two) if warm_on == "instance/gpu-a" else (two, one)
             victim.kill()
 
-            # No other instance has "a" warm, so the request in flight gets the error
-            # (docs/architecture.md); the dead instance is out of placement at once, and the next
-            # one swaps elsewhere.
-            with pytest.raises(openai.APIStatusError) as failure:
-                client.chat.completions.create(model="a", messages=MESSAGES)
-            assert failure.value.status_code == 502
+            # No other instance has "a" warm: the dead one is out of placement at once, and the
+            # request that met its refusal is placed again as a cold one, a swap elsewhere
+            # (docs/operations.md, "When part of the fleet breaks"): never a 502.
             raw = client.chat.completions.with_raw_response.create(model="a", messages=MESSAGES)
             assert raw.parse().choices[0].message.content
             assert raw.headers["x-swapgate-route"] != warm_on
