@@ -53,6 +53,8 @@ class Replicas(Protocol):
     """What a replica asks of the shared state: swapgate/cluster/store.py's ``Cluster``, or the
     unit tests' fake."""
 
+    replica: str  # this replica's name, as its claims and events carry it
+
     async def start(self, listener: Listener) -> None: ...
     async def aclose(self) -> None: ...
     async def claim(self, instance: str, model: str) -> Holder | None: ...
@@ -81,6 +83,7 @@ class SharedClaims:
         self._shares = shares
         self._own: set[str] = set()  # instances where a swap of this replica's runs
         self._marks: dict[str, str] = {}  # instance -> model another replica is swapping there
+        self._releasing: set[asyncio.Future[None]] = set()  # its locks on their way back
         self._tasks = TaskSet()  # events on their way to Redis
         self._recheck: asyncio.Task[None] | None = None
 
@@ -97,12 +100,19 @@ class SharedClaims:
     # -- this replica's swaps ------------------------------------------------------------------
 
     async def claim(self, instance: str, model: str) -> bool:
+        if self._releasing:  # its own locks of swaps just ended go first: it would meet them
+            await asyncio.wait(set(self._releasing))
         holder = await self.cluster.claim(instance, model)
         if holder is None:
             self._own.add(instance)
             eta = self.times.eta(instance, model)
             await self.cluster.publish(SwapStarted(instance, model, eta))
             return True
+        if holder.replica == self.cluster.replica:
+            # Its own swap of the model, elsewhere: running (its waiters see it here), or
+            # ended while this claim was on its way (its locks go back): nothing to join
+            self._registry.swap_marks.end_swap(instance, model, ok=False)
+            return False
         log.info(
             "%s on %s: replica %s swaps %s on %s; its waiters here join that swap",
             model,
@@ -128,9 +138,15 @@ class SharedClaims:
         failure = [f for f in failures if f.instance == instance][-1:]
         error, blame = (failure[0].error, failure[0].blame) if failure else ("", "model")
         done = SwapDone(instance, model, ok, seconds, backoff, error, blame)
-        # The locks go first: a claim of this replica's own waiters, placed again as the swap
-        # ended, would meet them and mark a swap that nobody runs any more
-        await self.cluster.release(instance)
+        # The locks go first, and this replica's next claims wait for them: a claim of its own
+        # waiters, placed again as the swap ended, would meet them and mark a swap that nobody
+        # runs any more
+        releasing = asyncio.ensure_future(self.cluster.release(instance))
+        self._releasing.add(releasing)
+        try:
+            await asyncio.shield(releasing)
+        finally:
+            releasing.add_done_callback(self._releasing.discard)
         await self.cluster.publish(done)
 
     async def may_trim(self) -> bool:

@@ -340,10 +340,8 @@ class ProxyEndpoint:
                     raise ConnectionAbortedError("the client went away during its upload") from exc
                 self._metrics.upstream_errors.labels(lease.name, _error_kind(exc)).inc()
                 failed_with = _failure(exc)
-                if lease.kind == "instance" and failed_with is Failure.REFUSED:
-                    self._registry.polls.refused(lease.name)  # down; a poll brings it back
-                elif lease.kind == "instance":
-                    self._registry.polls.suspect(lease.name)  # asked again soon
+                if lease.kind == "instance":
+                    self._registry.polls.lost(lease.name, refused=failed_with is Failure.REFUSED)
                 failed = lease.route
                 place = attempts.after(failed_with, _held(ex), request.replayable)
                 if place is None:

@@ -26,7 +26,7 @@ TOKEN = "llama-swap-faults-admin"
 MODELS = {"gemma-a": 1024, "broken": 1024}
 # Its engine exits as it starts, saying why (llama-server's words for a file cut short)
 SAYS = "llama_model_load: error loading model: tensor data is not within the file bounds"
-BROKEN = {"cmd": f"sh -c 'echo \"{SAYS}\" >&2; exit 1'"}
+BROKEN: dict[str, object] = {"cmd": f"sh -c 'echo \"{SAYS}\" >&2; exit 1'"}
 HELLO = [{"role": "user", "content": "Say hello."}]
 
 

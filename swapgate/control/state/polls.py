@@ -126,6 +126,14 @@ class PollResults:
             self._shares.down(name)
         self.mark_down(name, cut=False)
 
+    def lost(self, name: str, *, refused: bool) -> None:
+        """A request's connection to ``name`` failed: ``refused`` (nothing listens), it is down
+        at once; else (closed or reset with no answer) it is polled again soon."""
+        if refused:
+            self.refused(name)
+        else:
+            self.suspect(name)
+
     def suspect(self, name: str) -> None:
         """A request to ``name`` failed by its connection, or a poll of it did: the poller
         asks it again soon instead of at its next interval (control/loops/poller.py)."""

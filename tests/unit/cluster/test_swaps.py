@@ -33,6 +33,8 @@ from tests.unit.fakes import FakeDriver, eventually
 class FakeReplicas:
     """Records what the replica tells the others; ``taken`` says who holds which instance."""
 
+    replica = "here"
+
     def __init__(self) -> None:
         self.taken: dict[str, Holder] = {}
         self.published: list[dict[str, Any]] = []
