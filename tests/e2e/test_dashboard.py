@@ -516,3 +516,23 @@ def test_with_a_trace_ui_each_request_links_its_trace(browser: WebDriver, tmp_pa
         )
         assert link.get_attribute("data-trace-link") == client_trace
         assert link.get_attribute("href") == f"http://traces.example/trace/{client_trace}"
+
+
+def test_a_failing_model_shows_on_its_card_with_its_next_try(browser: WebDriver) -> None:
+    with (
+        simulator(models=("a", "broken"), load_time=0.1, broken="broken") as one,
+        simulator(models=("a", "broken"), load_time=0.1, broken="broken") as two,
+    ):
+        config = {"instances": [instance("gpu-1", one), instance("gpu-2", two)]}
+        with gateway(config, env=ENV) as gw:
+            refused = chat(gw.url, "broken")  # its load fails on both: failing
+            assert refused.json()["error"]["code"] == "model_failing"
+            log_in(browser, gw)
+            until(browser, live)
+            note = until(
+                browser, lambda p: p.find_element(By.CSS_SELECTOR, '[data-failing="broken"]')
+            )
+            assert "failing: " in note.text
+            assert "exited prematurely" in note.text
+            assert "next try in" in note.text
+            assert not browser.find_elements(By.CSS_SELECTOR, '[data-failing="a"]')
