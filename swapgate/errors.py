@@ -143,7 +143,10 @@ class UpstreamError(SwapgateError):
 
 
 class UpstreamUnreachable(UpstreamError):
-    pass
+    """The connection failed before any byte was sent; ``host_down``: refused or no route (the
+    instance is not there), not this side's trouble (out of descriptors or ports)."""
+
+    host_down = False
 
 
 class UpstreamClosed(UpstreamUnreachable):

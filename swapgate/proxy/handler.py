@@ -341,7 +341,7 @@ class ProxyEndpoint:
                 self._metrics.upstream_errors.labels(lease.name, _error_kind(exc)).inc()
                 failed_with = _failure(exc)
                 if lease.kind == "instance":
-                    self._registry.polls.lost(lease.name, refused=failed_with is Failure.REFUSED)
+                    self._registry.polls.lost(lease.name, refused=_host_down(exc))
                 failed = lease.route
                 place = attempts.after(failed_with, _held(ex), request.replayable)
                 if place is None:
@@ -688,6 +688,10 @@ def _failure(exc: UpstreamError) -> Failure:
     if isinstance(exc, UpstreamClosed):
         return Failure.UNREAD if exc.unread else Failure.CLOSED
     return Failure.REFUSED
+
+
+def _host_down(exc: UpstreamError) -> bool:
+    return isinstance(exc, UpstreamUnreachable) and exc.host_down
 
 
 def _status_failure(response: UpstreamResponse) -> Failure | None:

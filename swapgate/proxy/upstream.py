@@ -20,6 +20,10 @@ Headers = Sequence[tuple[str, str]]
 Body = bytes | AsyncIterable[bytes]  # an upload streams through
 RawHeaders = list[tuple[bytes, bytes]]
 CONNECT_TIMEOUT = 10.0
+# A connection that failed so says the instance is not there: down at once. Anything else
+# (out of descriptors, out of local ports, a connect timeout) may be this side's or a moment's
+# trouble: the instance is polled again soon instead (docs/operations.md).
+HOST_DOWN = frozenset({errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH})
 # A reset, or a pipe closed before the request was written: the upstream never read it all
 UNREAD = frozenset({errno.ECONNRESET, errno.EPIPE})
 # Idle pooled connections are dropped sooner than servers drop them (uvicorn, under vLLM, after
@@ -129,7 +133,9 @@ class UpstreamClient:
                 method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout
             )
         except aiohttp.ClientConnectorError as exc:
-            raise UpstreamUnreachable(f"cannot connect to {url}: {exc.strerror}") from exc
+            unreachable = UpstreamUnreachable(f"cannot connect to {url}: {exc.strerror}")
+            unreachable.host_down = exc.errno in HOST_DOWN
+            raise unreachable from exc
         except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
             raise UpstreamTimeout(f"{url} sent no answer in time") from exc
         except aiohttp.ClientError as exc:

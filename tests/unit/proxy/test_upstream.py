@@ -6,11 +6,14 @@ answer there on a new connection."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import socket
 import struct
 import time
 
-from swapgate.errors import UpstreamClosed
+import pytest
+
+from swapgate.errors import UpstreamClosed, UpstreamUnreachable
 from swapgate.policy.retry import Failure, Next, Outcome, after
 from swapgate.proxy.upstream import UpstreamClient, UpstreamResponse
 
@@ -131,3 +134,31 @@ async def test_a_peeked_body_is_still_given_whole_by_chunks() -> None:
     finally:
         await client.aclose()
         server.close()
+
+
+async def test_a_refused_connection_says_the_host_is_down_a_local_failure_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Refused: the instance is not there (down at once). Out of descriptors: this side's
+    trouble, which must not take a healthy instance down (docs/operations.md)."""
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    port = listening.getsockname()[1]
+    listening.close()  # nothing listens there now
+    client = UpstreamClient(idle_timeout=5.0)
+    await client.start()
+    try:
+        with pytest.raises(UpstreamUnreachable) as refused:
+            await client.open("POST", f"http://127.0.0.1:{port}/v1/x", [], b"{}")
+        assert refused.value.host_down
+
+        def out_of_descriptors(*args: object, **kwargs: object) -> socket.socket:
+            raise OSError(errno.EMFILE, "Too many open files")
+
+        monkeypatch.setattr(socket, "socket", out_of_descriptors)
+        with pytest.raises(UpstreamUnreachable) as local:
+            await client.open("POST", f"http://127.0.0.1:{port}/v1/x", [], b"{}")
+        assert not local.value.host_down
+    finally:
+        monkeypatch.undo()
+        await client.aclose()
