@@ -99,6 +99,7 @@ class HeldDriver(FakeDriver):
     def __init__(self) -> None:
         super().__init__()
         self.loaded: set[str] = set()
+        self.asleep: set[str] = set()  # put to sleep, as vLLM's sleep mode keeps them (sleeps)
         self.loading: dict[str, asyncio.Future[None]] = {}
         self.down = False
         self.on_unload: Callable[[str], None] = lambda model: None
@@ -107,7 +108,13 @@ class HeldDriver(FakeDriver):
     async def state(self) -> InstanceReport:
         if self.down:
             raise DriverError("connection refused")
-        return InstanceReport(dict.fromkeys(self.loaded, WarmState.WARM), None)
+        asleep = dict.fromkeys(self.asleep - self.loaded, WarmState.ASLEEP)
+        return InstanceReport({**asleep, **dict.fromkeys(self.loaded, WarmState.WARM)}, None)
+
+    def sleeps(self) -> None:
+        """From now on as vLLM's sleep mode: an unloaded model stays asleep, and a load of it
+        wakes it (docs/configuration.md, ``kind: vllm-sleep``)."""
+        self.evicts_to = WarmState.ASLEEP
 
     async def load(self, model: str) -> None:
         self.calls.append(("load", model))
@@ -131,6 +138,8 @@ class HeldDriver(FakeDriver):
         self.calls.append(("unload", model))
         self.on_unload(model)
         self.loaded.discard(model)
+        if self.evicts_to is WarmState.ASLEEP:
+            self.asleep.add(model)
 
 
 class ClockLoop(asyncio.SelectorEventLoop):

@@ -10,7 +10,9 @@ preloader and placement, with a fake clock (which is also the event loop's: ``Cl
 fake backends whose loads end when a step says: loaded, failed, crashed, or left to hang past
 ``swap_timeout``. Fleets: 1-16 instances of capacity 1-4, with or without memory limits and
 sized models, pools, selectors, max_concurrency, per-model max_wait, either eviction rule,
-clients in lockstep (the agent rule) or none, relays, and maybe a model whose every load fails.
+clients in lockstep (the agent rule) or none, relays, backends that keep what they unload
+asleep (vLLM's sleep mode, waking it for its next load), and maybe a model whose every load
+fails.
 Steps: arrivals alone or several in one turn of the loop, completions, cancellations, loads'
 ends, instances going down (failed polls, or a refused connection) and coming back, polls,
 pins, drains, preloads, reloads and time passing. A model whose loads fail is loaded once at a
@@ -86,6 +88,7 @@ class Fleet:
     # What each backend has loaded when swapgate starts: the fleet is full from the first step
     loaded: dict[str, list[str]] = field(default_factory=dict)
     broken: str | None = None  # a model whose every load fails, on every instance
+    sleeps: bool = False  # its backends keep what they unload asleep (vLLM's sleep mode)
 
 
 @st.composite
@@ -169,7 +172,8 @@ def fleets(draw: st.DrawFn) -> Fleet:
     loaded = {c["name"]: draw(already_loaded(c, model_confs)) for c in confs}
     names = models + tuple(selectors)
     broken = draw(st.none() | st.sampled_from(models))
-    return Fleet(config, models, names, agents, draw(st.booleans()), loaded, broken)
+    sleeps = draw(st.booleans())
+    return Fleet(config, models, names, agents, draw(st.booleans()), loaded, broken, sleeps)
 
 
 @st.composite
@@ -271,6 +275,8 @@ class FleetStates(RuleBasedStateMachine):
             driver.loaded = set(fleet.loaded.get(name, ()))
             driver.on_unload = functools.partial(self._unloading, name)
             driver.on_load = functools.partial(self._loading, name)
+            if fleet.sleeps:
+                driver.sleeps()
         self.poller = Poller(self.registry, self.drivers, self.metrics, 5.0)
         # Drawn from at every step: made once (a strategy made anew each draw costs more
         # than the step it draws for)
@@ -639,6 +645,8 @@ class FleetStates(RuleBasedStateMachine):
             self.seen.add("a request was served")
         if any(_leased(r.task) and r.task.result().kind == "relay" for r in self.requests):
             self.seen.add("a request was relayed")
+        if any(d.asleep & {m for c, m in d.calls if c == "load"} for d in self.drivers.values()):
+            self.seen.add("a model asleep was woken")
         if currently_in_test_context():  # not in the step-by-step tests below
             for seen in sorted(self.seen):
                 event(seen)
