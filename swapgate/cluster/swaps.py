@@ -134,9 +134,8 @@ class SharedClaims:
         # The model's backoff here: the others keep it from loading there too.
         backoff = max(0.0, slot.backoff_until - self._registry.clock()) if slot else 0.0
         seconds = self.times.last(instance, model)
-        failures = self._registry.failing.since(model, 0.0) if not ok else []
-        failure = [f for f in failures if f.instance == instance][-1:]
-        error, blame = (failure[0].error, failure[0].blame) if failure else ("", "model")
+        failure = self._registry.failing.last(model, instance) if not ok else None
+        error, blame = (failure.error, failure.blame) if failure else ("", "model")
         done = SwapDone(instance, model, ok, seconds, backoff, error, blame)
         # The locks go first, and this replica's next claims wait for them: a claim of its own
         # waiters, placed again as the swap ended, would meet them and mark a swap that nobody

@@ -165,6 +165,15 @@ class ClockLoop(asyncio.SelectorEventLoop):
         timers = (h for h in self._scheduled if not h.cancelled() and h.when() < due)
         return not self._ready and next(timers, None) is None
 
+    def shut(self) -> None:
+        """Cancel whatever still runs on it, let it end, and close it."""
+        pending = asyncio.all_tasks(self)
+        for task in pending:
+            task.cancel()
+        if pending:
+            self.run_until_complete(asyncio.wait(pending))
+        self.close()
+
     def settle(self, turns: int = 10_000) -> None:
         """Run until nothing is left to run now; a loop still busy after ``turns`` turns never
         settles (something wakes itself forever)."""

@@ -112,6 +112,12 @@ class FailingModels:
         record = self._models.get(model)
         return [f for f in record.failures if f.at >= started] if record is not None else []
 
+    def last(self, model: str, instance: str) -> LoadFailure | None:
+        """The latest failed load of ``model`` on ``instance`` still kept."""
+        record = self._models.get(model)
+        failures = record.failures if record is not None else []
+        return next((f for f in reversed(failures) if f.instance == instance), None)
+
     def all(self) -> dict[str, Failing]:
         return {m: r.failing for m, r in self._models.items() if r.failing is not None}
 

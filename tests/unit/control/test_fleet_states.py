@@ -676,12 +676,7 @@ class FleetStates(RuleBasedStateMachine):
         loop = self.loop
         if self.built:
             loop.run_until_complete(self.coordinator.aclose())
-        pending = asyncio.all_tasks(loop)
-        for task in pending:
-            task.cancel()
-        if pending:
-            loop.run_until_complete(asyncio.wait(pending))
-        loop.close()
+        loop.shut()
 
 
 FleetStates.TestCase.settings = FLEETS

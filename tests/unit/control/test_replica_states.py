@@ -289,12 +289,7 @@ class TwoReplicas(RuleBasedStateMachine):
                     loop.run_until_complete(side.coordinator.aclose())
                     loop.run_until_complete(side.claims.aclose())
         finally:
-            pending = asyncio.all_tasks(loop)
-            for task in pending:
-                task.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.wait(pending))
-            loop.close()
+            loop.shut()
 
 
 async def _round_trip() -> None:

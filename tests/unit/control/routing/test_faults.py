@@ -60,12 +60,18 @@ def up(w: World, *warm: tuple[str, str]) -> None:
         w.warm(name, *(m for i, m in warm if i == name))
 
 
+def broken(monkeypatch: pytest.MonkeyPatch, count: int = 3) -> tuple[World, FakeClock]:
+    """``count`` instances up whose loads of "bad" fail, on a fake clock the waiters follow."""
+    recheck_at_once(monkeypatch)
+    clock = FakeClock()
+    w = world(fleet(count=count), clock=clock, driver=BrokenModel)
+    return w, clock
+
+
 async def test_a_model_that_cannot_load_costs_two_loads_then_is_answered_at_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    recheck_at_once(monkeypatch)
-    clock = FakeClock()
-    w = world(fleet(), clock=clock, driver=BrokenModel)
+    w, _ = broken(monkeypatch)
     up(w)
     with pytest.raises(ModelFailing) as first:
         await w.router.acquire("bad")
@@ -90,9 +96,7 @@ async def test_a_model_that_cannot_load_costs_two_loads_then_is_answered_at_once
 async def test_one_probe_at_a_time_after_a_growing_delay_and_one_success_clears_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    recheck_at_once(monkeypatch)
-    clock = FakeClock()
-    w = world(fleet(), clock=clock, driver=BrokenModel)
+    w, clock = broken(monkeypatch)
     up(w)
     with pytest.raises(ModelFailing):
         await w.router.acquire("bad")
@@ -121,9 +125,7 @@ async def test_one_probe_at_a_time_after_a_growing_delay_and_one_success_clears_
 async def test_no_healthy_model_is_evicted_for_a_failing_one_while_in_use(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    recheck_at_once(monkeypatch)
-    clock = FakeClock()
-    w = world(fleet(count=2), clock=clock, driver=BrokenModel)
+    w, clock = broken(monkeypatch, count=2)
     up(w, ("i0", "ok"), ("i1", "other"))
     with pytest.raises(ModelFailing):
         await w.router.acquire("bad")
