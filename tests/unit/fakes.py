@@ -5,18 +5,22 @@ state (registry, swap coordinator, router, preloader) wired from a config, with 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import parse_config
 from swapgate.config.settings import Settings
 from swapgate.control.loops.preload import Preloader
+from swapgate.control.memory.kv import KvKeeper
 from swapgate.control.routing.router import Router, policy_for
 from swapgate.control.state import changes
 from swapgate.control.state.registry import Registry
@@ -68,6 +72,7 @@ class FakeDriver(Driver):
         self.delay, self.fail = delay, fail
         self.loadable = True
         self.calls: list[tuple[str, str]] = []
+        self.url, self._headers = "http://fake", {}
 
     async def check_loadable(self, model: str) -> None:
         if not self.loadable:
@@ -215,19 +220,87 @@ def world(
     delay: float = 0.05,
     clock: Callable[[], float] | None = None,
     driver: Callable[[], FakeDriver] | None = None,
+    keeper: KvKeeper | None = None,
 ) -> World:
     """``clock``: a ``FakeClock`` for tests of timing rules; the real one otherwise;
-    ``driver``: makes each instance's driver (a ``FakeDriver`` with loads of ``delay``)."""
+    ``driver``: makes each instance's driver (a ``FakeDriver`` with loads of ``delay``);
+    ``keeper``: saves the conversations of ``kv_keep`` instances before their unloads."""
     settings = parse_config(config)
     catalog = Catalog(settings)
     registry = Registry(settings.instances, catalog, clock or time.monotonic)
     drivers = {inst.name: (driver or (lambda: FakeDriver(delay)))() for inst in settings.instances}
     metrics = Metrics()
     times = SwapTimes(settings.routing.expected_swap)
+    for name, made in drivers.items():
+        made.url = next(i.url for i in settings.instances if i.name == name)
     coordinator = SwapCoordinator(
-        registry, dict(drivers), catalog, times, metrics, settings.routing.swap_timeout
+        registry,
+        dict(drivers),
+        catalog,
+        times,
+        metrics,
+        settings.routing.swap_timeout,
+        keeper=keeper,
     )
     policy = policy_for(settings, times, registry.names)
     router = Router(settings, registry, coordinator, catalog, metrics, policy=policy)
     preloader = Preloader(registry, coordinator, policy, settings.routing.swap_timeout)
     return World(settings, registry, coordinator, router, preloader, drivers, metrics)
+
+
+@dataclass
+class Save:
+    """A slot's save an engine is writing: held until the test ends it."""
+
+    started: float
+    path: Path  # where the engine writes it
+    ended: asyncio.Future[bool]  # True: written; False: the engine failed
+
+
+class SlotServers:
+    """The llama-servers behind ``kv_keep`` instances, as their slot API answers swapgate's
+    ``KvKeeper`` (docs/kv-keep.md): ``slots`` slots each, ``GET /props`` naming the model,
+    restores at once, and each save held in ``saving`` until the test ends it (``end``) or
+    leaves it to ``kv_keep.save_timeout``. ``folder``: where the engines write what they save."""
+
+    def __init__(self, clock: FakeClock, folder: Path, slots: int = 2) -> None:
+        self.clock, self.folder, self.slots = clock, folder, slots
+        self.saving: dict[tuple[str, str, int], Save] = {}  # (instance, model, slot)
+        self.began: list[tuple[str, str, int]] = []  # every save asked for, in order
+        self.saved: list[tuple[str, str, str]] = []  # (instance, model, file), in order
+        self.restored: list[tuple[str, str, str]] = []
+
+    def client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(transport=httpx.MockTransport(self._answer))
+
+    def end(self, where: tuple[str, str, int], written: bool) -> None:
+        self.saving[where].ended.set_result(written)
+
+    async def _answer(self, request: httpx.Request) -> httpx.Response:
+        # http://INSTANCE/upstream/MODEL/slots[/N?action=...] or .../props, as llama-swap's
+        instance, path = request.url.host, request.url.path.split("/")
+        model, what = path[2], path[3:]
+        if what == ["props"]:
+            return httpx.Response(200, json={"model_path": f"/models/{model}.gguf", "n_ctx": 4096})
+        if what == ["slots"]:
+            return httpx.Response(200, json=[{"id": n} for n in range(self.slots)])
+        slot, action = int(what[1]), request.url.params["action"]
+        name = json.loads(request.content)["filename"]
+        if action == "restore":
+            self.restored.append((instance, model, name))
+            return httpx.Response(200, json={"id_slot": slot})
+        where = (instance, model, slot)
+        assert where not in self.saving, f"slot {slot} of {model} on {instance} saved twice"
+        ended = asyncio.get_running_loop().create_future()
+        save = Save(self.clock(), self.folder / instance / name, ended)
+        self.saving[where] = save
+        self.began.append(where)
+        try:
+            written = await save.ended
+        finally:
+            del self.saving[where]
+        if not written:
+            return httpx.Response(500, json={"error": {"message": "failed to save the slot"}})
+        save.path.write_bytes(b"kv" * 100)
+        self.saved.append((instance, model, name))
+        return httpx.Response(200, json={"id_slot": slot, "n_saved": 1})

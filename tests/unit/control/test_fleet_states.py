@@ -11,12 +11,16 @@ fake backends whose loads end when a step says: loaded, failed, crashed, or left
 ``swap_timeout``. Fleets: 1-16 instances of capacity 1-4, with or without memory limits and
 sized models, pools, selectors, max_concurrency, per-model max_wait, either eviction rule,
 clients in lockstep (the agent rule) or none, relays, backends that keep what they unload
-asleep (vLLM's sleep mode, waking it for its next load), and maybe a model whose every load
+asleep (vLLM's sleep mode, waking it for its next load), instances that save their
+conversations before an unload (``kv_keep``: the real ``KvKeeper`` over fake slot servers whose
+saves end when a step says, or run out of ``save_timeout``), and maybe a model whose every load
 fails.
 Steps: arrivals alone or several in one turn of the loop, completions, cancellations, loads'
 ends, instances going down (failed polls, or a refused connection) and coming back, polls,
 pins, drains, preloads, reloads and time passing. A model whose loads fail is loaded once at a
-time while failing, and only as its probe; no request waits on after its load attempts.
+time while failing, and only as its probe; no request waits on after its load attempts; no
+model is unloaded while its conversations are being saved, and no save outlasts
+``save_timeout``.
 ``make fuzz`` runs many more examples
 (``SWAPGATE_FUZZ_EXAMPLES``).
 """
@@ -27,8 +31,11 @@ import asyncio
 import copy
 import functools
 import os
+import shutil
+import tempfile
 from collections.abc import Coroutine, Generator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from hypothesis import HealthCheck, currently_in_test_context, event, settings
@@ -46,14 +53,18 @@ from swapgate.config.loading import parse_config
 from swapgate.config.settings import Settings
 from swapgate.control.loops.poller import DOWN_AFTER, Poller
 from swapgate.control.loops.preload import Preloader, PreloadResult
+from swapgate.control.memory.kv import KvKeeper
+from swapgate.control.memory.kv.book import Claim
+from swapgate.control.memory.kv.turns import TurnSlots
 from swapgate.control.routing.failover import Attempts
 from swapgate.control.routing.router import Router, policy_for
 from swapgate.data.lease import Lease, Progress
 from swapgate.data.snapshot import InstanceView, Snapshot
 from swapgate.data.warm import WarmState
 from swapgate.errors import DriverError, InternalError, SwapgateError
+from swapgate.metrics import Metrics
 from swapgate.policy import backoff
-from tests.unit.fakes import ClockLoop, FakeClock, HeldDriver, world
+from tests.unit.fakes import ClockLoop, FakeClock, HeldDriver, SlotServers, world
 
 T = TypeVar("T")
 # Issue 63's crash (an empty reduction in placement, reached once a fleet of capacity above one
@@ -74,6 +85,8 @@ TOKENS = st.sampled_from([10, 500, 5000])  # the prompt's size: the pool it goes
 OPERATIONS = ("pin", "unpin", "drain", "undrain", "preload", "reload")
 # Longer than any max_wait or swap_timeout here: past it, every wait and hanging load has ended
 LONG_AFTER = 1000.0
+SAVE_TIMEOUT = 2.0  # kv_keep's: a save left hanging ends after it
+KV_DIR = "{kv}"  # where a kv_keep instance's engine saves, in the example's own folder
 
 
 @dataclass(frozen=True)
@@ -89,6 +102,7 @@ class Fleet:
     loaded: dict[str, list[str]] = field(default_factory=dict)
     broken: str | None = None  # a model whose every load fails, on every instance
     sleeps: bool = False  # its backends keep what they unload asleep (vLLM's sleep mode)
+    keeps: tuple[str, ...] = ()  # the instances that save conversations (kv_keep)
 
 
 @st.composite
@@ -173,7 +187,14 @@ def fleets(draw: st.DrawFn) -> Fleet:
     names = models + tuple(selectors)
     broken = draw(st.none() | st.sampled_from(models))
     sleeps = draw(st.booleans())
-    return Fleet(config, models, names, agents, draw(st.booleans()), loaded, broken, sleeps)
+    keeps: list[str] = []
+    if draw(st.booleans()):
+        keeps = draw(st.lists(st.sampled_from([c["name"] for c in confs]), min_size=1, unique=True))
+    for conf in confs:
+        if conf["name"] in keeps:
+            conf["kv_keep"] = {"dir": f"{KV_DIR}/{conf['name']}", "save_timeout": SAVE_TIMEOUT}
+    cancels = draw(st.booleans())
+    return Fleet(config, models, names, agents, cancels, loaded, broken, sleeps, tuple(keeps))
 
 
 @st.composite
@@ -195,6 +216,15 @@ def already_loaded(
     return taken
 
 
+def _in_folder(config: dict[str, Any], folder: str) -> dict[str, Any]:
+    """``config`` with its kv_keep folders under ``folder``."""
+    config = copy.deepcopy(config)
+    for conf in config["instances"]:
+        if "kv_keep" in conf:
+            conf["kv_keep"]["dir"] = conf["kv_keep"]["dir"].format(kv=folder)
+    return config
+
+
 def _gib(size: str | None) -> int | None:
     return None if size is None else int(size.removesuffix("GiB"))
 
@@ -211,6 +241,7 @@ class Request:
     max_wait: float = float("inf")  # known once its Want is
     pool: frozenset[str] | None = None  # the instances it may use (None: any)
     attempts: Attempts | None = None  # with a client key: it opens and closes its ticket
+    claim: Claim | None = None  # its engine slot on a kv_keep instance
     cancelled: bool = False
     released: bool = False
 
@@ -259,15 +290,25 @@ class FleetStates(RuleBasedStateMachine):
         self.problems: list[str] = []  # what went wrong inside a task, said at the next check
         self.seen: set[str] = set()  # what the example went through, for the statistics
         self.rooms: dict[str, str | None] = {}  # the model the room on each instance is for
+        self.probed: dict[str, float] = {}  # each failing model's probe its last load took
         self.broken = False  # a check failed: teardown only cleans up
         self.built = False
+        self.keeper: KvKeeper | None = None
+        self.slots = TurnSlots(None)
 
     # --- the fleet -------------------------------------------------------------------------
 
     @initialize(fleet=fleets())
     def build(self, fleet: Fleet) -> None:
         self.fleet, self.config = fleet, fleet.config
-        w = world(fleet.config, clock=self.clock, driver=HeldDriver)
+        if fleet.keeps:  # the slot servers save into a folder of the example's own
+            self.folder = tempfile.mkdtemp(prefix="swapgate-kv-")
+            self.config = _in_folder(fleet.config, self.folder)
+            self.engines = SlotServers(self.clock, Path(self.folder))
+            self.kv_client = self.engines.client()
+            self.keeper = KvKeeper(self.kv_client, Metrics(), self.clock)
+            self.slots = TurnSlots(self.keeper)
+        w = world(self.config, clock=self.clock, driver=HeldDriver, keeper=self.keeper)
         self.registry, self.coordinator, self.metrics = w.registry, w.coordinator, w.metrics
         self.drivers = {n: d for n, d in w.drivers.items() if isinstance(d, HeldDriver)}
         for name, driver in self.drivers.items():
@@ -287,7 +328,19 @@ class FleetStates(RuleBasedStateMachine):
         self._configure(w.settings)
         for name in self.drivers:  # up, with what its backend has loaded
             self.loop.run_until_complete(self.poller.poll(name))
+        if self.keeper is not None:
+            self.loop.run_until_complete(self._served_before(self.keeper))
         self.built = True
+
+    async def _served_before(self, keeper: KvKeeper) -> None:
+        """A turn of a conversation served on each model a kv_keep instance holds: the fleet
+        was in use before the example's first step, so its first evictions save."""
+        for name in self.fleet.keeps:
+            for model in self.drivers[name].loaded:
+                server = keeper.server(name, self.drivers[name].url, model)
+                claim = await keeper.prepare(name, model, f"earlier-{model}", None, server)
+                assert claim is not None
+                await keeper.finish(claim)
 
     def _configure(self, settings: Settings) -> None:
         """The parts a config builds, as the runtime builds them at a start and a reload."""
@@ -302,6 +355,8 @@ class FleetStates(RuleBasedStateMachine):
             settings, self.registry, self.coordinator, catalog, self.metrics, policy=policy
         )
         self.preloader = Preloader(self.registry, self.coordinator, policy, r.swap_timeout)
+        if self.keeper is not None:
+            self.keeper.configure(settings.instances)
 
     # --- requests --------------------------------------------------------------------------
 
@@ -351,13 +406,21 @@ class FleetStates(RuleBasedStateMachine):
         want = router.want(model, payload, budget, priority, client=client)
         request.max_wait = want.budget if want.budget is not None else router.max_wait(model)
         request.pool = want.pool.instances if want.pool is not None else None
-        if not self.fleet.agents:
-            return await router.acquire(model, Progress(), want)
-        attempts = request.attempts = Attempts(router, model, want)
+        attempts = request.attempts = Attempts(router, model, want) if self.fleet.agents else None
+        lease: Lease | None = None
         try:
-            return await attempts.first(Progress())
+            if attempts is None:
+                lease = await router.acquire(model, Progress(), want)
+            else:
+                lease = await attempts.first(Progress())
+            # A turn of its client's conversation: its slot on a kv_keep instance
+            lease, request.claim = await self.slots.claim(lease, f"{client}-{model}", client)
+            return lease
         except BaseException:
-            attempts.release()
+            if attempts is not None:
+                attempts.release()
+            elif lease is not None:
+                router.release(lease)
             raise
 
     def _held(self) -> list[Request]:
@@ -375,6 +438,8 @@ class FleetStates(RuleBasedStateMachine):
     def _release(self, request: Request) -> None:
         """Its answer is over: its lease goes back."""
         request.released = True
+        if request.claim is not None:
+            self.loop.create_task(self.slots.free(request.claim))
         if request.attempts is not None:
             request.attempts.release()
         else:
@@ -436,6 +501,14 @@ class FleetStates(RuleBasedStateMachine):
         for name, model in self._loads():
             failed = DriverError("the engine exited while loading")
             self.drivers[name].finish(model, failed if model == self.fleet.broken else None)
+        self.loop.settle()
+
+    @precondition(lambda self: self.keeper is not None and self.engines.saving)
+    @rule(data=st.data(), written=st.booleans())
+    def save_ends(self, data: st.DataObject, written: bool) -> None:
+        """A kv_keep instance's engine ends a slot's save: written, or failed. One left alone
+        runs out of save_timeout."""
+        self.engines.end(data.draw(st.sampled_from(sorted(self.engines.saving))), written)
         self.loop.settle()
 
     @rule(seconds=st.sampled_from([0.05, 0.3, 1.0, 4.0, 15.0, 90.0]))
@@ -510,17 +583,26 @@ class FleetStates(RuleBasedStateMachine):
             self.problems.append(f"{model} unloaded from {instance}, where it never was")
         elif view.inflight or view.pinned_until > snap.now or view.waiting > view.for_slot:
             self.problems.append(f"{model} unloaded from {instance} as it was {view}")
+        if instance in self.fleet.keeps:
+            self.seen.add("a model left an instance that keeps conversations")
+        if self.keeper is not None and any(w[:2] == (instance, model) for w in self.engines.saving):
+            self.problems.append(f"{model} unloaded from {instance} while its slots were saved")
 
     def _loading(self, instance: str, model: str) -> None:
-        """A load begins: of a model failing, only as its one probe, taken at this instant
-        (docs/operations.md, "When part of the fleet breaks")."""
+        """A load begins: of a model failing, only as its one probe, taken at this instant or,
+        on a kv_keep instance, before its victims' conversations were saved (docs/operations.md,
+        "When part of the fleet breaks")."""
         failing = self.registry.failing.of(model)
         if failing is None:
             return
         self.seen.add("a failing model was probed")
         due = self.clock() + backoff.probe_delay(failing.failed_probes + 1)
-        if abs(failing.next_probe - due) > 1e-6:
+        taken_ago = due - failing.next_probe
+        saves = SAVE_TIMEOUT * 4 if instance in self.fleet.keeps else 0.0  # up to 4 victims
+        once = self.probed.get(model) != failing.next_probe
+        if not (-1e-6 <= taken_ago <= saves + 1e-6 and once):
             self.problems.append(f"{model} loaded on {instance} while failing, not as its probe")
+        self.probed[model] = failing.next_probe
 
     def _check_faults(self, snap: Snapshot) -> None:
         """A failing model loads on one instance at most; no request waits on after its
@@ -560,8 +642,13 @@ class FleetStates(RuleBasedStateMachine):
                 self.seen.add("the starvation rule made room")
                 self._check_room(view)  # as it made it: a reload may change capacity later
             self.rooms[name] = view.reserved_for
-            assert view.resident <= view.capacity, f"{name} past its capacity: {view}"
-            assert view.memory is None or view.used <= view.memory, f"{name} past memory: {view}"
+            # A swap's victims count until they are unloaded: on a kv_keep instance, while
+            # their conversations are saved, beside the model loading for them
+            leaving = [m for m, v in view.models.items() if v.closing] if view.evicting else []
+            resident = view.resident - len(leaving)
+            used = view.used - sum(view.sizes.get(m, 0) for m in leaving)
+            assert resident <= view.capacity, f"{name} past its capacity: {view}"
+            assert view.memory is None or used <= view.memory, f"{name} past memory: {view}"
             swapping = self.registry.swapping(name)
             assert self.coordinator.busy(name) == (swapping is not None), (
                 f"{name}: the registry says it swaps {swapping}, the coordinator disagrees"
@@ -574,6 +661,9 @@ class FleetStates(RuleBasedStateMachine):
             taken = sum(view.sizes.get(m, 0) for m in held)
             assert view.memory is None or taken <= view.memory, f"{name}'s backend: {held}"
         self._check_faults(snap)
+        if self.keeper is not None:
+            for where, save in self.engines.saving.items():
+                assert snap.now - save.started <= SAVE_TIMEOUT + 1e-6, f"{where} saves on"
         for request in self.requests:
             if request.task.done():
                 self._check_ended(request)
@@ -647,6 +737,16 @@ class FleetStates(RuleBasedStateMachine):
             self.seen.add("a request was relayed")
         if any(d.asleep & {m for c, m in d.calls if c == "load"} for d in self.drivers.values()):
             self.seen.add("a model asleep was woken")
+        if self.keeper is not None:
+            self.seen.add("a fleet kept conversations")
+            if any(r.claim for r in self.requests):
+                self.seen.add("a turn went to its slot")
+            if self.engines.began:
+                self.seen.add("a model's conversations were being saved")
+            if self.engines.saved:
+                self.seen.add("a conversation was saved before its model left")
+            if self.engines.restored:
+                self.seen.add("a saved conversation was restored")
         if currently_in_test_context():  # not in the step-by-step tests below
             for seen in sorted(self.seen):
                 event(seen)
@@ -676,6 +776,9 @@ class FleetStates(RuleBasedStateMachine):
         loop = self.loop
         if self.built:
             loop.run_until_complete(self.coordinator.aclose())
+        if self.keeper is not None:
+            loop.run_until_complete(self.kv_client.aclose())
+            shutil.rmtree(self.folder, ignore_errors=True)
         loop.shut()
 
 
@@ -695,9 +798,10 @@ def started(
     """A machine on this fleet, its backends holding ``loaded``, ready for steps."""
     names = tuple(sorted({m for conf in instances for m in conf["models"]}))
     confs = [{"url": f"http://{c['name']}", **c} for c in instances]
+    keeps = tuple(c["name"] for c in confs if "kv_keep" in c)
     config = {"instances": confs, "models": models or {}, "routing": routing}
     machine = FleetStates()
-    machine.build(Fleet(config, names, names, False, False, loaded or {}))
+    machine.build(Fleet(config, names, names, False, False, loaded or {}, keeps=keeps))
     return machine
 
 
@@ -848,4 +952,91 @@ def test_a_preload_does_not_pin_a_model_as_it_leaves() -> None:
     machine.clock.advance(6)  # ... in the turn the preload's swap_timeout passes
     machine.loop.settle()
     assert preload.result().instances == ()
+    check(machine)
+
+
+KEEPS = {"dir": f"{KV_DIR}/i0", "save_timeout": SAVE_TIMEOUT}
+
+
+def test_a_conversation_is_saved_before_its_model_leaves_and_restored_when_it_returns() -> None:
+    """On a kv_keep instance the victim stays loaded until its slots are saved; the turn that
+    brings it back gets its conversation restored."""
+    machine = started(
+        [{"name": "i0", "models": ["m0", "m1"], "kv_keep": KEEPS}],
+        loaded={"i0": ["m0"]},
+        min_residency=0,
+        max_wait="60s",
+    )
+    first = machine.ask("m0", client="agent-1")
+    machine.loop.settle()
+    assert first.claim is not None, "a turn on a kv_keep instance goes to a slot"
+    machine._release(first)
+    machine.loop.settle()
+    machine.ask("m1")
+    machine.loop.settle()
+    machine.clock.advance(1)
+    machine.loop.settle()
+    driver, engines = machine.drivers["i0"], machine.engines
+    # Its two conversations (agent-1's and one from before) are saved one after the other
+    for _ in range(2):
+        assert driver.calls == [], "m0 unloaded before its conversations were saved"
+        (saving,) = engines.saving
+        engines.end(saving, written=True)
+        machine.loop.settle()
+    assert driver.calls == [("unload", "m0"), ("load", "m1")]
+    driver.finish("m1")
+    machine.loop.settle()
+    for request in machine._held():
+        machine._release(request)
+    back = machine.ask("m0", client="agent-1")
+    machine.loop.settle()
+    for saving in list(engines.saving):  # m1's turn, left to save_timeout
+        assert saving[:2] == ("i0", "m1")
+    machine.clock.advance(SAVE_TIMEOUT)
+    machine.loop.settle()
+    driver.finish("m0")
+    machine.loop.settle()
+    assert _leased(back.task)
+    assert [(i, m) for i, m, _ in engines.restored] == [("i0", "m0")]
+    (restored,) = [name for _, _, name in engines.restored]
+    assert restored in [name for _, _, name in engines.saved]
+    assert "earlier" not in restored
+    check(machine)
+
+
+def test_a_failing_models_probe_saves_its_victims_conversations_first() -> None:
+    """The probe of a model that failed to load evicts an idle model from a kv_keep instance:
+    its conversations are saved first, and the probe is still the one load of it."""
+    machine = started(
+        [{"name": "i0", "models": ["m0", "m1"], "kv_keep": KEEPS}],
+        loaded={"i0": ["m0"]},
+        min_residency=0,
+        max_wait="60s",
+    )
+    driver, engines = machine.drivers["i0"], machine.engines
+    for _ in range(2):  # m1 fails twice with the same words, past its backoff: failing
+        machine.ask("m1")
+        machine.loop.settle()
+        for saving in list(engines.saving):
+            engines.end(saving, written=True)
+        machine.loop.settle()
+        driver.finish("m1", DriverError("the engine exited while loading"))
+        machine.loop.settle()
+        machine.clock.advance(backoff.FIRST)
+    assert machine.registry.failing.of("m1") is not None
+    served = machine.ask("m0", client="agent-1")
+    machine.loop.settle()
+    driver.finish("m0")
+    machine.loop.settle()
+    machine._release(served)
+    machine.clock.advance(backoff.probe_delay(1))
+    machine.loop.settle()
+    machine.ask("m1")  # its probe: m0 is idle
+    machine.loop.settle()
+    assert [w[:2] for w in engines.saving] == [("i0", "m0")]
+    machine.clock.advance(1)
+    machine.loop.settle()
+    engines.end(next(iter(engines.saving)), written=True)
+    machine.loop.settle()
+    assert driver.calls[-2:] == [("unload", "m0"), ("load", "m1")]
     check(machine)
