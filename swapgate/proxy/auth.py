@@ -160,6 +160,11 @@ class AdminAuth:
         self._token = token.encode() if token else None
         self._viewer = viewer.encode() if viewer else None
 
+    @property
+    def on(self) -> bool:
+        """Whether the admin API is on (its token set)."""
+        return self._token is not None
+
     def check(self, headers: Sequence[tuple[bytes, bytes]], path: str, *, write: bool) -> None:
         if self._token is None and (write or self._viewer is None):
             raise PathNotFound(

@@ -16,18 +16,21 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from swapgate.errors import SwapgateError
-from swapgate.proxy.translate import anthropic
+from swapgate.proxy.translate import anthropic, ollama
 
-Api = Literal["openai", "anthropic", "responses"]  # the APIs a client may speak
+Api = Literal["openai", "anthropic", "responses", "ollama"]  # the APIs a client may speak
+PingKind = Literal["comment", "ping", "ndjson"]
 
 
 class Dialect:
     """OpenAI's: errors are ``{"error": {...}}``, in-band one ``data:`` event
     (docs/operations.md)."""
 
-    ping_kind: ClassVar[Literal["comment", "ping"]] = "comment"
+    ping_kind: ClassVar[PingKind] = "comment"
     # What only a stream's last event holds: a client may hang up once it has it (Codex does)
     last_event: ClassVar[re.Pattern[bytes]] = re.compile(rb"data: \[DONE\]")
+    event_end: ClassVar[bytes] = b"\n\n"  # how each of its stream's events ends
+    sse: ClassVar[bool] = True  # its streams are Server-Sent Events (comments are safe)
 
     def error_body(self, exc: SwapgateError) -> bytes:
         return exc.body()
@@ -67,7 +70,7 @@ class AnthropicDialect(Dialect):
     """Anthropic's: ``{"type": "error", "error": {"type", "message"}}``; its own keep-alive
     event, ``ping``, which its SDK skips (the comment before it says what swapgate waits for)."""
 
-    ping_kind: ClassVar[Literal["comment", "ping"]] = "ping"
+    ping_kind: ClassVar[PingKind] = "ping"
     last_event: ClassVar[re.Pattern[bytes]] = re.compile(rb"message_stop")
 
     def error_body(self, exc: SwapgateError) -> bytes:
@@ -80,7 +83,35 @@ class AnthropicDialect(Dialect):
         return f': swapgate {status}\nevent: ping\ndata: {{"type": "ping"}}\n\n'.encode()
 
 
+class OllamaDialect(Dialect):
+    """Ollama's: errors are ``{"error": "..."}``; a stream is NDJSON, which has no comments, so
+    its keep-alive is a line with nothing in it (an empty ``content``, or ``response`` for
+    generate, ``done: false``), which the ollama libraries hand on as an empty piece of the
+    answer; an error after the 200 is one ``{"error": ...}`` line, which they raise as
+    ``ResponseError``."""
+
+    ping_kind: ClassVar[PingKind] = "ndjson"
+    last_event: ClassVar[re.Pattern[bytes]] = re.compile(rb'"done":true')
+    event_end: ClassVar[bytes] = b"\n"
+    sse: ClassVar[bool] = False
+
+    def __init__(self, field: Literal["message", "response"] = "message") -> None:
+        self._field = field
+
+    def error_body(self, exc: SwapgateError) -> bytes:
+        return ollama.error_body(exc.message)
+
+    def error_event(self, exc: SwapgateError) -> bytes:
+        return ollama.error_body(exc.message) + b"\n"
+
+    def ping(self, status: str) -> bytes:
+        empty: object = {"role": "assistant", "content": ""} if self._field == "message" else ""
+        line = {"created_at": ollama.now_text(), self._field: empty, "done": False}
+        return json.dumps(line, separators=(",", ":")).encode() + b"\n"
+
+
 OPENAI, RESPONSES, ANTHROPIC = Dialect(), ResponsesDialect(), AnthropicDialect()
+OLLAMA_CHAT, OLLAMA_GENERATE = OllamaDialect("message"), OllamaDialect("response")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +123,7 @@ class Endpoint:
     chat: bool = False  # keep-alives may be reasoning chunks
     json_answer: bool = True  # a non-streaming answer is JSON: leading whitespace is safe
     multipart: bool = False  # an upload: streamed through, ``model`` read from its form
+    streams_unless_told: bool = False  # streamed unless ``"stream": false`` (Ollama's)
 
 
 ENDPOINTS = {
@@ -107,5 +139,12 @@ ENDPOINTS = {
         Endpoint("/v1/images/generations", "images"),
         Endpoint("/v1/audio/speech", "speech", json_answer=False),  # audio bytes
         Endpoint("/v1/audio/transcriptions", "transcriptions", multipart=True),
+        # Ollama's API (swapgate/proxy/translate/ollama.py), translated to OpenAI's upstream
+        Endpoint("/api/chat", "ollama_chat", OLLAMA_CHAT, "ollama", streams_unless_told=True),
+        Endpoint(
+            "/api/generate", "ollama_generate", OLLAMA_GENERATE, "ollama", streams_unless_told=True
+        ),
+        Endpoint("/api/embed", "ollama_embed", OLLAMA_CHAT, "ollama"),
+        Endpoint("/api/embeddings", "ollama_embeddings", OLLAMA_CHAT, "ollama"),
     )
 }

@@ -18,16 +18,18 @@ from swapgate.errors import SwapgateError
 from swapgate.metrics import UNKNOWN
 from swapgate.policy.idle_timeout import Asked
 from swapgate.proxy.endpoints import Endpoint
-from swapgate.proxy.translate.translated import Translated
+from swapgate.proxy.translate.translated import Translation
 
 if TYPE_CHECKING:  # the SDK is imported only when tracing is on (swapgate/tracing/)
     from opentelemetry.trace import Span
 
 _PLACED: dict[str, Placement] = {"swap": "swap", "queued": "queued", "full": "full"}
 TAIL = 4096  # bytes of the answer kept for its usage, which engines send last
-# OpenAI's usage (prompt/completion_tokens), Anthropic's and Responses' (input/output_tokens)
-_TOKENS = re.compile(rb'"(prompt|input|completion|output)_tokens"\s*:\s*(\d+)')
-_IN = frozenset((b"prompt", b"input"))
+# OpenAI's and Anthropic's counts, and Ollama's (``prompt_eval_count``, ``eval_count``)
+_TOKENS = re.compile(
+    rb'"(prompt|input|completion|output)_tokens"\s*:\s*(\d+)|"(prompt_eval|eval)_count"\s*:\s*(\d+)'
+)
+_IN = frozenset((b"prompt", b"input", b"prompt_eval"))
 
 
 @dataclass(slots=True)
@@ -44,7 +46,7 @@ class Exchange:
     waited: float = 0.0
     failed: SwapgateError | None = None  # an error told in-band, after a committed 200
     # A Messages request as chat completions, for an upstream that does not speak Messages
-    translation: Translated | None = None
+    translation: Translation | None = None
     want: Want | None = None  # its pool and wait budget (docs/operations.md)
     # Keep-alives committed the 200 before the upstream answered: its x-swapgate-wait-ms is
     # the wait until then, and a stream tells the whole wait in a last comment.
@@ -75,7 +77,8 @@ class Exchange:
     def usage(self) -> tuple[int | None, int | None]:
         """The tokens in and out its engine reported (the last usage in its answer's tail)."""
         tokens_in = tokens_out = None
-        for kind, count in _TOKENS.findall(_usage(self.tail)):  # one pass; the last counts
+        for named, number, ollama, counted in _TOKENS.findall(_usage(self.tail)):  # the last counts
+            kind, count = (named, number) if named else (ollama, counted)
             if kind in _IN:
                 tokens_in = int(count)
             else:
@@ -153,4 +156,6 @@ def _usage(tail: bytes) -> bytes:
     before ``_tokens"``): an answer without one costs a byte scan, not a regular
     expression over 4 KiB on the event loop."""
     at = tail.find(b'_tokens"')
+    if at < 0:
+        at = tail.find(b'_count"')
     return tail[max(0, at - 16) :] if at >= 0 else b""

@@ -73,7 +73,7 @@ from swapgate.proxy.keepalive import (
 from swapgate.proxy.records import OPERATIONS, RequestRecords, traced_upstream
 from swapgate.proxy.request import Request, read_request, with_fields
 from swapgate.proxy.request_id import request_id
-from swapgate.proxy.translate.translated import CHAT_PATH, Translated
+from swapgate.proxy.translate.translated import translation
 from swapgate.proxy.upload import PLAIN_FORMATS
 from swapgate.proxy.upstream import UpstreamClient, UpstreamResponse
 from swapgate.proxy.writer import ON_DISCONNECT, BodyMode, ResponseWriter, until_disconnect
@@ -425,7 +425,8 @@ class ProxyEndpoint:
             speaks = False  # llama-server's Messages endpoint drops id_slot: its chat keeps it
         ex.translation = None if speaks else request.translation
         if ex.translation is not None:
-            path, body = CHAT_PATH, ex.translation.request(lease.upstream_model)
+            path = ex.translation.path
+            body = ex.translation.request(lease.upstream_model, ex.waited)
         elif lease.upstream_model != ex.model:
             body = request.renamed(lease.upstream_model)
         if lease.slot is not None and request.upload is None:
@@ -511,7 +512,7 @@ class ProxyEndpoint:
             log.warning("%s failed mid-answer for %s: %s", lease.route, ex.request_id, exc)
             await self._report_failure(ex, writer, exc)
             return
-        if ex.committed_early and writer.mode == "events":
+        if ex.committed_early and writer.mode == "events" and writer.dialect.sse:
             # the header went out with the wait so far; an SSE comment, which parsers skip
             last += b": swapgate waited %d ms\n\n" % round(ex.waited * 1000)
         if tail:
@@ -668,7 +669,9 @@ def shape(request: Request, rules: Mapping[str, Params], endpoint: Endpoint, mod
     request.change(rule.apply if rule is not None else None)
     if endpoint.protocol != "openai":
         into_chat = rule.into_chat(endpoint.protocol) if rule is not None else None
-        request.translation = Translated(endpoint, request.payload, model, into_chat)
+        request.translation = translation(
+            endpoint, request.payload, model, request.stream, into_chat
+        )
 
 
 def _held(ex: Exchange) -> float:

@@ -42,7 +42,7 @@ def no_figure(instance: str, model: str) -> Figure | None:
     return None
 
 
-Kind = Literal["comment", "ping", "reasoning", "whitespace"]
+Kind = Literal["comment", "ping", "ndjson", "reasoning", "whitespace"]
 T = TypeVar("T", bytes, str)
 OPT_OUT_HEADER = b"x-swapgate-keepalive"
 PROGRESS_HEADER = b"x-swapgate-progress"  # off | reasoning: what this request is told
@@ -55,6 +55,7 @@ _VERBS = {
 _CONTENT_TYPES = {
     "comment": b"text/event-stream",
     "ping": b"text/event-stream",
+    "ndjson": b"application/x-ndjson",  # Ollama's streams
     "reasoning": b"text/event-stream",
     "whitespace": b"application/json",
 }
@@ -150,8 +151,7 @@ class Pinger:
         if self.plan.kind == "reasoning":
             await self._tell_progress()
         while True:
-            plain = b"\n" if self.plan.kind == "whitespace" else b": swapgate waiting\n\n"
-            await self._writer.write(self._or_plain(self.ping, plain))
+            await self._writer.write(self._or_plain(self.ping, self._plain()))
             self._counter.inc()
             await asyncio.sleep(self.plan.interval)
 
@@ -205,6 +205,14 @@ class Pinger:
         if state == "waiting":
             return f"{self._model} on {instance} reads the prompt…"
         return f"Finding a place for {self._model}…"
+
+    def _plain(self) -> bytes:
+        """A keep-alive that reads nothing of the live state."""
+        if self.plan.kind == "whitespace":
+            return b"\n"
+        if self.plan.kind == "ndjson":
+            return self._writer.dialect.ping("waiting")
+        return b": swapgate waiting\n\n"
 
     def ping(self) -> bytes:
         if self.plan.kind == "whitespace":

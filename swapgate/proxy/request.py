@@ -11,7 +11,7 @@ from starlette.types import Message, Receive
 
 from swapgate.errors import BadRequest, RequestTooLarge
 from swapgate.proxy.endpoints import Endpoint
-from swapgate.proxy.translate.translated import Translated
+from swapgate.proxy.translate.translated import Translation
 from swapgate.proxy.upload import Upload
 
 
@@ -25,6 +25,8 @@ async def read_request(
         return Request({}, b"", upload.fields["model"], stream, upload)
     body = await read_body(receive, limit)
     payload, model, stream = parse_request(body)
+    if endpoint.streams_unless_told:
+        stream = payload.get("stream") is not False
     return Request(payload, body, model, stream)
 
 
@@ -38,7 +40,7 @@ class Request:
     model: str  # as the client named it
     stream: bool
     upload: Upload | None = None
-    translation: Translated | None = None
+    translation: Translation | None = None
     sent: dict[str, Any] | None = None  # the client's body, once a model's params changed it
 
     def rename(self, model: str) -> None:

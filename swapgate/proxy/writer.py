@@ -79,7 +79,7 @@ class ResponseWriter:
                 return
         await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
         last = self.dialect.last_event
-        if self.mode == "events" and chunk.endswith(b"\n\n") and last.search(chunk):
+        if self.mode == "events" and chunk.endswith(self.dialect.event_end) and last.search(chunk):
             self._last_event_out = True
 
     def _hold(self, chunk: bytes) -> bytes:

@@ -32,7 +32,8 @@ from swapgate.proxy.endpoints import ENDPOINTS
 from swapgate.server.event_stream import EventStream
 from swapgate.server.openapi import install as install_contract
 from swapgate.server.routes.admin import admin_routes
-from swapgate.server.routes.public import public_routes
+from swapgate.server.routes.ollama import LOAD_PATHS, OllamaFront, ollama_routes
+from swapgate.server.routes.public import Listing, public_routes
 from swapgate.server.routes.ui import dashboard_routes
 from swapgate.server.runtime import Runtime
 
@@ -49,13 +50,16 @@ class SwapgateApp:
         self.api = api
         self.runtime = runtime
         self._endpoint = runtime.endpoint
+        self._ollama = OllamaFront(runtime, runtime.endpoint)  # a prompt-less load or unload
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.api(scope, receive, send)
             return
         try:
-            if scope["method"] == "POST" and scope["path"] in PROXIED:
+            if scope["method"] == "POST" and scope["path"] in LOAD_PATHS:
+                await self._ollama(scope, receive, send)
+            elif scope["method"] == "POST" and scope["path"] in PROXIED:
                 await self._endpoint(scope, receive, send)
             else:
                 await _answered(self.api, scope, receive, send)
@@ -112,7 +116,9 @@ def create_app(settings: Settings, config_path: str | Path | None = None) -> Swa
     # Also routed here, so FastAPI answers other methods on these paths with 405.
     for path in PROXIED_PATHS:
         app.router.routes.append(Route(path, runtime.endpoint, methods=["POST"]))
-    app.include_router(public_routes(runtime))
+    listing = Listing(runtime)
+    app.include_router(public_routes(runtime, listing))
+    app.include_router(ollama_routes(runtime, listing))
     app.include_router(admin_routes(runtime))
     app.include_router(dashboard_routes(runtime, events))
     _install_error_handlers(app, runtime.metrics)

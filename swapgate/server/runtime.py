@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from swapgate.activity.captures import Captures
 from swapgate.activity.log import ActivityLog
 from swapgate.config.catalog import Catalog
@@ -344,6 +346,11 @@ class Runtime:
 
     def _upcoming(self) -> list[tuple[float, str]]:
         return self.scheduler.upcoming() if self.scheduler is not None else []
+
+    @property
+    def control_client(self) -> httpx.AsyncClient:
+        """The control plane's one HTTP client (swapgate/drivers/http.py)."""
+        return self._control
 
     def spawn(self, work: Coroutine[Any, Any, object]) -> None:
         """Keep a fire-and-forget task alive until it ends (``?wait=false`` preloads)."""

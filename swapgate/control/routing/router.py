@@ -52,7 +52,7 @@ _WAKING = frozenset({WarmState.LOADING, WarmState.ASLEEP})
 LIMIT_KEPT = 60.0
 log = logging.getLogger("swapgate.router")
 # The APIs swapgate translates to chat completions for an instance that does not speak them
-TRANSLATED = frozenset({"anthropic", "responses"})
+TRANSLATED = frozenset({"anthropic", "responses", "ollama"})
 # How a request found its model (swapgate_placements_total), by its first decision
 _PLACEMENT = {
     Serve: "warm",

@@ -1,25 +1,27 @@
-"""An Anthropic Messages or OpenAI Responses request served by an upstream that speaks only
-chat completions.
+"""An Anthropic Messages, OpenAI Responses or Ollama request served by an upstream that speaks
+only OpenAI's API.
 
 The request goes to ``/v1/chat/completions`` as chat (``count_tokens`` as a one-token chat
 whose usage counts the prompt), and the answer comes back in the client's API: a stream event
 by event as its chunks arrive, a JSON body (or an upstream's error) once it is whole. What is
 carried and what is dropped is swapgate/proxy/translate/anthropic.py's and responses.py's, listed in
-docs/compatibility.md.
+docs/compatibility.md. Ollama's requests go to chat, completions or embeddings
+(``OllamaTranslated``; swapgate/proxy/translate/ollama.py).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from swapgate.errors import UpstreamError
 from swapgate.policy import pools
 from swapgate.proxy.endpoints import Endpoint
-from swapgate.proxy.translate import anthropic, responses
+from swapgate.proxy.translate import anthropic, ollama, responses
 from swapgate.proxy.translate.anthropic_stream import StreamTranslator
 from swapgate.proxy.translate.chat_stream import ChatStreamReader
+from swapgate.proxy.translate.ollama_stream import OllamaStream
 from swapgate.proxy.translate.responses_stream import ResponsesStream
 
 CHAT_PATH = "/v1/chat/completions"
@@ -29,7 +31,42 @@ HEADER = (b"x-swapgate-translated", b"chat-completions")
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
 
 
+class Translation(Protocol):
+    """A request in one API sent upstream in OpenAI's, and its answer brought back."""
+
+    path: str  # where it goes upstream
+
+    def request(self, upstream_model: str, waited: float = 0.0) -> bytes:
+        """The upstream's body; ``waited``: seconds the request waited for its model."""
+
+    def answer_headers(
+        self, status: int, event_stream: bool, headers: list[tuple[bytes, bytes]]
+    ) -> list[tuple[bytes, bytes]]: ...
+
+    @property
+    def finished(self) -> bool: ...
+
+    def feed(self, chunk: bytes) -> bytes: ...
+
+    def close(self) -> bytes: ...
+
+
+def translation(
+    endpoint: Endpoint,
+    payload: dict[str, Any],
+    model: str,
+    stream: bool,
+    adjust: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> Translation:
+    """The translation of ``endpoint``'s request (a 400 now for a body it cannot carry)."""
+    if endpoint.protocol == "ollama":
+        return OllamaTranslated(endpoint, payload, model, stream, adjust)
+    return Translated(endpoint, payload, model, adjust)
+
+
 class Translated:
+    path = CHAT_PATH
+
     def __init__(
         self,
         endpoint: Endpoint,
@@ -57,7 +94,7 @@ class Translated:
         self._whole: list[bytes] = []
         self._size = 0
 
-    def request(self, upstream_model: str) -> bytes:
+    def request(self, upstream_model: str, waited: float = 0.0) -> bytes:
         return json.dumps({**self._chat, "model": upstream_model}, separators=(",", ":")).encode()
 
     def answer_headers(
@@ -114,3 +151,82 @@ class Translated:
         else:
             translated = anthropic.from_chat(answer, self._model)
         return json.dumps(translated, separators=(",", ":")).encode()
+
+
+class OllamaTranslated:
+    """An Ollama request (``/api/chat``, ``/api/generate``, ``/api/embed``,
+    ``/api/embeddings``) sent as OpenAI's; its answer as Ollama's JSON or NDJSON lines."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        payload: dict[str, Any],
+        model: str,
+        stream: bool,
+        adjust: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
+        self._kind = _OLLAMA_KINDS[endpoint.label]
+        self.path = ollama.upstream_path(self._kind, payload)
+        self._body = ollama.to_openai(self._kind, payload, stream)
+        if adjust is not None:
+            self._body = adjust(self._body)
+        self._model = model
+        self._times = ollama.Times()
+        self._stream: OllamaStream | None = None
+        self._status = 0
+        self._whole: list[bytes] = []
+        self._size = 0
+
+    def request(self, upstream_model: str, waited: float = 0.0) -> bytes:
+        self._times.send(waited)
+        return json.dumps({**self._body, "model": upstream_model}, separators=(",", ":")).encode()
+
+    def answer_headers(
+        self, status: int, event_stream: bool, headers: list[tuple[bytes, bytes]]
+    ) -> list[tuple[bytes, bytes]]:
+        self._status = status
+        streaming = event_stream and 200 <= status < 300
+        if streaming:
+            self._stream = OllamaStream(self._kind, self._model, self._times)
+        kept = [(k, v) for k, v in headers if k.lower() not in (b"content-type", b"content-length")]
+        kind = b"application/x-ndjson" if streaming else b"application/json; charset=utf-8"
+        return [*kept, (b"content-type", kind), HEADER]
+
+    @property
+    def finished(self) -> bool:
+        return self._stream is not None and self._stream.done
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self._stream is not None:
+            return self._stream.feed(chunk)
+        self._size += len(chunk)
+        if self._size > MAX_ANSWER_BYTES:
+            raise UpstreamError(f"the upstream's answer exceeds {MAX_ANSWER_BYTES} bytes")
+        self._whole.append(chunk)
+        return b""
+
+    def close(self) -> bytes:
+        if self._stream is not None:
+            return self._stream.close()
+        body = b"".join(self._whole)
+        if not 200 <= self._status < 300:
+            return ollama.error_from_upstream(self._status, body)
+        try:
+            answer = json.loads(body)
+        except ValueError:
+            raise UpstreamError("the upstream's answer is not JSON") from None
+        if not isinstance(answer, dict):
+            raise UpstreamError("the upstream's answer is not a JSON object")
+        if self._kind in ("embed", "embeddings"):
+            made = ollama.from_embeddings(self._kind, answer, self._model, self._times)
+        else:
+            made = ollama.from_chat(self._kind, answer, self._model, self._times)
+        return json.dumps(made, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+_OLLAMA_KINDS: dict[str, ollama.Kind] = {
+    "ollama_chat": "chat",
+    "ollama_generate": "generate",
+    "ollama_embed": "embed",
+    "ollama_embeddings": "embeddings",
+}

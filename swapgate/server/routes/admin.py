@@ -64,7 +64,7 @@ def admin_routes(runtime: Runtime) -> APIRouter:
     async def unload(body: UnloadRequest) -> dict[str, Any]:
         model = _known_model(runtime, body.model)
         _known_instance(runtime, body.instance)
-        return {"model": model, "unloaded": await _unload(runtime, model, body.instance)}
+        return {"model": model, "unloaded": await unload_model(runtime, model, body.instance)}
 
     @router.post("/instances/{name}/drain")
     async def drain(name: str) -> dict[str, Any]:
@@ -114,7 +114,9 @@ def _known_instance(runtime: Runtime, name: str | None) -> None:
         raise PathNotFound(f"no instance named {name!r}; known: {runtime.registry.names()}")
 
 
-async def _unload(runtime: Runtime, model: str, only: str | None) -> list[str]:
+async def unload_model(runtime: Runtime, model: str, only: str | None = None) -> list[str]:
+    """Unload ``model`` from every instance holding it (or ``only`` that one): a ``Conflict``
+    while a copy serves or its instance swaps. Returns the instances it left."""
     snap = runtime.registry.snapshot()
     holders = [
         i

@@ -17,10 +17,23 @@ from swapgate.server.model_facts import EngineFacts, Facts, declared
 from swapgate.server.runtime import Runtime
 
 
-def public_routes(runtime: Runtime) -> APIRouter:
+class Listing:
+    """Every model as ``/v1/models`` lists it, with what engines said of their warm copies;
+    shared by the routes that list models (``/v1/models``, ``/models``, Ollama's)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self.engine_facts = EngineFacts()  # what engines said of their warm models
+        self._facts = _Listed()
+
+    async def entries(self) -> list[dict[str, Any]]:
+        runtime = self._runtime
+        await _learn(runtime, self.engine_facts)
+        return model_listing(runtime, self._facts.of(runtime, self.engine_facts))
+
+
+def public_routes(runtime: Runtime, listing: Listing) -> APIRouter:
     router = APIRouter()
-    engine_facts = EngineFacts()  # what engines said of their warm models
-    facts = _Listed()
 
     # Claude Code sends HEAD / before its first request: a 404 there reads as a wrong base URL.
     # HEAD is left out of the OpenAPI document, where it would repeat GET's operation id.
@@ -46,9 +59,8 @@ def public_routes(runtime: Runtime) -> APIRouter:
         """The models the caller's key may use (docs/keys.md)."""
         auth, resolve = runtime.configured.auth, runtime.configured.catalog.resolve
         caller = auth.check(request.headers.raw)
-        await _learn(runtime, engine_facts)
-        listing = model_listing(runtime, facts.of(runtime, engine_facts))
-        allowed = [e for e in listing if auth.allows(caller, e["id"], resolve(e["id"]))]
+        entries = await listing.entries()
+        allowed = [e for e in entries if auth.allows(caller, e["id"], resolve(e["id"]))]
         return {"object": "list", "data": allowed}
 
     @router.get("/healthz")
