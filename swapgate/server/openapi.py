@@ -1,12 +1,12 @@
 """The gateway's OpenAPI document (``GET /openapi.json``, docs/compatibility.md, "The contract").
 
-FastAPI describes the routes it serves: the admin API, ``/v1/models``, health. The proxied
-``/v1`` endpoints are a pure ASGI callable outside FastAPI (proxy/handler.py), so this module
-describes them: the OpenAI, Responses and Anthropic request shapes (their required fields, and
-the fields swapgate itself reads; anything else goes to the engine as sent), the headers
-swapgate reads and adds,
-and each error status with the body its dialect gives. Every operation documents the errors it
-can answer with, in swapgate's own shape, instead of FastAPI's 422 (swapgate answers 400).
+FastAPI describes the routes it serves: the admin API, ``/v1/models``, health, Ollama's catalog.
+The proxied endpoints are a pure ASGI callable outside FastAPI (proxy/handler.py), so this
+module describes them: the OpenAI, Responses, Anthropic and Ollama request shapes (their
+required fields, and the fields swapgate itself reads; anything else goes to the engine as
+sent), the headers swapgate reads and adds, and each error status with the body its dialect
+gives. Every operation documents the errors it can answer with, in swapgate's own shape,
+instead of FastAPI's 422 (swapgate answers 400).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from swapgate.proxy.endpoints import ENDPOINTS, Endpoint
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 _ANTHROPIC_ERROR = {"$ref": "#/components/schemas/AnthropicError"}
+_OLLAMA_ERROR = {"$ref": "#/components/schemas/OllamaError"}
 _REASONS = {
     400: "The request is malformed or names no model; the message says which field",
     401: "No key, or a key swapgate does not know",
@@ -48,6 +49,14 @@ _ROUTE_ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("post", "/admin/jobs/{name}/run"): (404, 503),
     ("get", "/admin/captures/{request_id}"): (404,),
     ("get", "/ui/{name}"): (404,),
+    ("get", "/api/tags"): (401,),
+    ("get", "/api/ps"): (401,),
+    ("post", "/api/show"): (401, 403, 404),
+    ("post", "/api/pull"): (401, 403, 404, 503),
+    ("get", "/models"): (401,),
+    ("get", "/props"): (401, 403, 404),
+    ("post", "/models/load"): (401, 403, 404, 503),
+    ("post", "/models/unload"): (401, 403, 404, 409),
 }
 _ADMIN_ERRORS = (401, 403)
 
@@ -109,8 +118,10 @@ def _own_errors(method: str, path: str, operation: dict[str, Any]) -> None:
     codes = (400, 500, *_ROUTE_ERRORS.get((method, path), ()))
     if path.startswith("/admin/"):
         codes += _ADMIN_ERRORS
+    ollama = path.startswith("/api/")  # Ollama's routes answer in its shape but a fault's 500
     for code in sorted(set(codes)):
-        responses.setdefault(str(code), _error_response(code, _ERROR))
+        shape = _OLLAMA_ERROR if ollama and code != 500 else _ERROR
+        responses.setdefault(str(code), _error_response(code, shape))
 
 
 def _present(schema: dict[str, Any]) -> dict[str, Any]:
@@ -139,7 +150,7 @@ def _error_response(code: int, schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _proxied(endpoint: Endpoint) -> dict[str, Any]:
-    error = _ANTHROPIC_ERROR if endpoint.protocol == "anthropic" else _ERROR
+    error = {"anthropic": _ANTHROPIC_ERROR, "ollama": _OLLAMA_ERROR}.get(endpoint.protocol, _ERROR)
     ok = _answer(endpoint)
     ok["headers"] = {
         name: {"schema": {"type": "string"}, "description": text}
@@ -184,6 +195,8 @@ def _answer(endpoint: Endpoint) -> dict[str, Any]:
         content["text/plain"] = {"schema": {"type": "string"}}
     if endpoint.label in _STREAMS:
         content["text/event-stream"] = {"schema": {"type": "string"}}
+    if endpoint.streams_unless_told:  # Ollama's: NDJSON lines unless "stream": false
+        content["application/x-ndjson"] = {"schema": {"type": "string"}}
     return {"description": description, "content": content}
 
 
@@ -199,6 +212,10 @@ _SUMMARIES = {
     "images": "OpenAI image generation",
     "speech": "OpenAI text to speech",
     "transcriptions": "OpenAI transcription: a multipart upload, streamed through",
+    "ollama_chat": "Ollama chat (NDJSON unless stream is false), translated to chat completions",
+    "ollama_generate": "Ollama generate, translated to chat (raw: completions)",
+    "ollama_embed": "Ollama embed, translated to embeddings",
+    "ollama_embeddings": "Ollama's older embeddings endpoint, translated to embeddings",
 }
 
 
@@ -241,6 +258,26 @@ _COMPONENTS: dict[str, Any] = {
             }
         },
     },
+    "OllamaError": {
+        "title": "OllamaError",
+        "type": "object",
+        "required": ["error"],
+        "properties": {"error": {"type": "string"}},
+    },
+    "OllamaChatRequest": _body(
+        [],
+        {"messages": _MESSAGES, "tools": _MESSAGES, "options": {"type": "object"}},
+        "OllamaChatRequest",
+    ),
+    "OllamaGenerateRequest": _body(
+        [],
+        {"prompt": {"type": "string"}, "system": {"type": "string"}, "raw": {"type": "boolean"}},
+        "OllamaGenerateRequest",
+    ),
+    "OllamaEmbedRequest": _body(["input"], {"input": _TEXT_OR_PARTS}, "OllamaEmbedRequest"),
+    "OllamaEmbeddingsRequest": _body(
+        ["prompt"], {"prompt": {"type": "string"}}, "OllamaEmbeddingsRequest"
+    ),
     "AnthropicError": {
         "title": "AnthropicError",
         "type": "object",
@@ -308,4 +345,8 @@ _BODIES = {
     "images": "ImageRequest",
     "speech": "SpeechRequest",
     "transcriptions": "TranscriptionRequest",
+    "ollama_chat": "OllamaChatRequest",
+    "ollama_generate": "OllamaGenerateRequest",
+    "ollama_embed": "OllamaEmbedRequest",
+    "ollama_embeddings": "OllamaEmbeddingsRequest",
 }

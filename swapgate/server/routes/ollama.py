@@ -25,10 +25,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
+from swapgate import __version__
 from swapgate.control.loops.preload import PreloadResult
 from swapgate.data.warm import WarmState
 from swapgate.errors import BadRequest, ModelNotFound, SwapgateError
@@ -52,6 +53,25 @@ _CAPABILITIES = {
     "reasoning": "thinking",
 }
 PROPS_TIMEOUT = httpx.Timeout(5.0)
+# The body these routes read, for the OpenAPI document (they parse it themselves, so that a bad
+# one is answered in Ollama's shape)
+NAMED: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["model"],
+                    "properties": {
+                        "model": {"type": "string", "minLength": 1},
+                        "stream": {"type": "boolean"},
+                    },
+                }
+            }
+        },
+    }
+}
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -64,44 +84,59 @@ def _shaped(exc: SwapgateError) -> JSONResponse:
     return response
 
 
-def ollama_routes(runtime: Runtime, listing: Listing) -> APIRouter:
-    router = APIRouter()
+class _Access:
+    """What a caller may see and use: the models its key allows."""
 
-    async def allowed(request: Request) -> list[dict[str, Any]]:
-        auth, resolve = runtime.configured.auth, runtime.configured.catalog.resolve
+    def __init__(self, runtime: Runtime, listing: Listing) -> None:
+        self._runtime, self.listing = runtime, listing
+
+    async def allowed(self, request: Request) -> list[dict[str, Any]]:
+        auth, resolve = self._runtime.configured.auth, self._runtime.configured.catalog.resolve
         caller = auth.check(request.headers.raw)
-        entries = await listing.entries()
+        entries = await self.listing.entries()
         return [e for e in entries if auth.allows(caller, e["id"], resolve(e["id"]))]
 
-    def model_of(request: Request, body: dict[str, Any]) -> str:
+    def model_of(self, request: Request, body: dict[str, Any]) -> str:
+        """The configured model ``body`` names, which the caller's key may use."""
         name = body.get("model") or body.get("name")
         if not isinstance(name, str) or not name:
             raise BadRequest("send the model's name in 'model'", param="model")
+        runtime = self._runtime
         auth, catalog = runtime.configured.auth, runtime.configured.catalog
         model = catalog.known(name, runtime.registry.known_models())
         auth.check_model(auth.check(request.headers.raw), model)
         return model
 
+
+def ollama_routes(runtime: Runtime, listing: Listing) -> APIRouter:
+    router = APIRouter()
+    access = _Access(runtime, listing)
+    _catalog_routes(router, runtime, access)
+    _pull_routes(router, runtime, access)
+    _router_routes(router, runtime, access)
+    return router
+
+
+def _catalog_routes(router: APIRouter, runtime: Runtime, access: _Access) -> None:
+    """What Ollama's clients read of the models: the list, one model, the loaded ones."""
+
     @router.get("/api/version")
     async def version() -> dict[str, str]:
-        from swapgate import __version__
-
         return {"version": OLLAMA_VERSION, "swapgate": __version__}
 
     @router.get("/api/tags")
     async def tags(request: Request) -> Response:
         try:
-            entries = await allowed(request)
+            entries = await access.allowed(request)
         except SwapgateError as exc:
             return _shaped(exc)
         return JSONResponse({"models": [_tag(runtime, e) for e in entries]})
 
-    @router.post("/api/show")
+    @router.post("/api/show", openapi_extra=NAMED)
     async def show(request: Request) -> Response:
         try:
-            body = await _json(request)
-            model = model_of(request, body)
-            entries = {e["id"]: e for e in await listing.entries()}
+            model = access.model_of(request, await _json(request))
+            entries = {e["id"]: e for e in await access.listing.entries()}
         except SwapgateError as exc:
             return _shaped(exc)
         return JSONResponse(_shown(runtime, entries.get(model, {"id": model})))
@@ -109,16 +144,20 @@ def ollama_routes(runtime: Runtime, listing: Listing) -> APIRouter:
     @router.get("/api/ps")
     async def ps(request: Request) -> Response:
         try:
-            names = {e["id"] for e in await allowed(request)}
+            names = {e["id"] for e in await access.allowed(request)}
         except SwapgateError as exc:
             return _shaped(exc)
         return JSONResponse({"models": _running(runtime, names)})
 
-    @router.post("/api/pull")
+
+def _pull_routes(router: APIRouter, runtime: Runtime, access: _Access) -> None:
+    """A pull loads a configured model; what would change the models is refused."""
+
+    @router.post("/api/pull", openapi_extra=NAMED)
     async def pull(request: Request) -> Response:
         try:
             body = await _json(request)
-            model = model_of(request, body)
+            model = access.model_of(request, body)
         except ModelNotFound as exc:
             return _error(404, f"{exc.message}. {FROM_CONFIG}")
         except SwapgateError as exc:
@@ -145,32 +184,18 @@ def ollama_routes(runtime: Runtime, listing: Listing) -> APIRouter:
     ):
         router.add_api_route(path, refused, methods=[method], include_in_schema=False)
 
-    _router_routes(router, runtime, listing, model_of)
-    return router
 
-
-def _router_routes(
-    router: APIRouter,
-    runtime: Runtime,
-    listing: Listing,
-    model_of: Callable[[Request, dict[str, Any]], str],
-) -> None:
+def _router_routes(router: APIRouter, runtime: Runtime, access: _Access) -> None:
     """llama.cpp's router mode, as its clients read it."""
 
     @router.get("/models")
     async def models(request: Request) -> dict[str, Any]:
-        auth, resolve = runtime.configured.auth, runtime.configured.catalog.resolve
-        caller = auth.check(request.headers.raw)
-        entries = await listing.entries()
-        data = [e for e in entries if auth.allows(caller, e["id"], resolve(e["id"]))]
-        return {"object": "list", "data": data}
+        return {"object": "list", "data": await access.allowed(request)}
 
     @router.get("/props")
-    async def props(request: Request, model: str | None = None) -> dict[str, Any]:
-        if model is None:
-            raise BadRequest("name the model: GET /props?model=NAME", param="model")
-        known = model_of(request, {"model": model})
-        entries = {e["id"]: e for e in await listing.entries()}
+    async def props(request: Request, model: str = Query(min_length=1)) -> dict[str, Any]:
+        known = access.model_of(request, {"model": model})
+        entries = {e["id"]: e for e in await access.listing.entries()}
         return await _props(runtime, known, entries.get(known, {}))
 
     def admin(request: Request) -> None:
@@ -180,20 +205,20 @@ def _router_routes(
         if admin_auth.on:
             admin_auth.check(request.headers.raw, request.url.path, write=True)
 
-    @router.post("/models/load")
+    @router.post("/models/load", openapi_extra=NAMED)
     async def load(request: Request) -> JSONResponse:
         admin(request)
-        model = model_of(request, await _json(request))
+        model = access.model_of(request, await _json(request))
         result = await runtime.configured.preloader.preload(model)
         if not result.ok:
             body = {"success": False, "error": {"message": result.error or "not loaded"}}
             return JSONResponse(body, status_code=503)
         return JSONResponse({"success": True, "model": model, "instances": list(result.instances)})
 
-    @router.post("/models/unload")
+    @router.post("/models/unload", openapi_extra=NAMED)
     async def unload(request: Request) -> dict[str, Any]:
         admin(request)
-        model = model_of(request, await _json(request))
+        model = access.model_of(request, await _json(request))
         return {"success": True, "model": model, "instances": await unload_model(runtime, model)}
 
 

@@ -47,7 +47,8 @@ def public_routes(runtime: Runtime, listing: Listing) -> APIRouter:
             "what": "a model-swapping gateway: one OpenAI-compatible API in front of many "
             "inference servers",
             "api": "/v1 (chat/completions, completions, embeddings, responses, messages, "
-            "models, ...)",
+            "models, ...); Ollama's /api (chat, generate, embed, tags, show, ps, pull); "
+            "llama.cpp's router /models and /props",
             "health": {"alive": "/healthz", "ready": "/readyz"},
             "metrics": metrics.path if metrics.enabled else None,
             "admin": "/admin (with the admin token)",

@@ -25,7 +25,9 @@ def test_every_proxied_endpoint_is_described_with_its_dialects_errors() -> None:
     for path, endpoint in ENDPOINTS.items():
         operation = paths[path]["post"]
         error = operation["responses"]["503"]["content"]["application/json"]["schema"]["$ref"]
-        wanted = "AnthropicError" if endpoint.protocol == "anthropic" else "Error"
+        wanted = {"anthropic": "AnthropicError", "ollama": "OllamaError"}.get(
+            endpoint.protocol, "Error"
+        )
         assert error.endswith("/" + wanted), path
         assert "Retry-After" in operation["responses"]["503"]["headers"]
         assert operation["requestBody"]["required"] is True
