@@ -680,6 +680,24 @@ def ensure_openai_js(say: bool = True) -> Path:
     return root / "node_modules" / "openai"
 
 
+# Ollama's own JavaScript library: a node script drives swapgate's Ollama API with it
+OLLAMA_JS = "ollama@0.6.4"
+
+
+def ensure_ollama_js(say: bool = True) -> Path:
+    """The ollama library for JavaScript, installed from npm once per machine: the folder whose
+    ``node_modules`` a script run there imports it from."""
+    root = cache_root() / f"ollama-js-{OLLAMA_JS.rsplit('@', 1)[1]}"
+    _once(
+        root,
+        "the ollama library for JavaScript (npm)",
+        say,
+        lambda: _npm_install(root, OLLAMA_JS),
+        "~5 s",
+    )
+    return root
+
+
 def _npm_install(root: Path, *specs: str) -> None:
     npm = shutil.which("npm")
     if npm is None:

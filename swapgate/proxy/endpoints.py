@@ -87,8 +87,8 @@ class OllamaDialect(Dialect):
     """Ollama's: errors are ``{"error": "..."}``; a stream is NDJSON, which has no comments, so
     its keep-alive is a line with nothing in it (an empty ``content``, or ``response`` for
     generate, ``done: false``), which the ollama libraries hand on as an empty piece of the
-    answer; an error after the 200 is one ``{"error": ...}`` line, which they raise as
-    ``ResponseError``."""
+    answer; an error after the 200 is one ``{"error": ...}`` line, which the Python library
+    raises as ``ResponseError`` and the JavaScript one as an ``Error``."""
 
     ping_kind: ClassVar[PingKind] = "ndjson"
     last_event: ClassVar[re.Pattern[bytes]] = re.compile(rb'"done":true')

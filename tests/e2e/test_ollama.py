@@ -1,18 +1,25 @@
 """Ollama's API and llama.cpp's router API in front of a fleet (docs/compatibility.md), with
-Ollama's own Python library as the client: chat and generate streamed and not across a swap of
+Ollama's own libraries for Python and JavaScript (under node) and LangChain's ChatOllama as the
+clients: chat and generate streamed and not across a swap of
 2.5 s (keep-alive lines it reads as nothing, ``load_duration`` telling the swap), tools,
 embeddings, the catalog (list, show, ps), pull with its progress, loads and unloads, and
 errors raised as ``ResponseError`` before and after the 200."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import ollama
 import pytest
+from langchain_ollama import ChatOllama
 
+from testbed.engines import ensure_ollama_js
 from tests.e2e.processes import Gateway, Sim, gateway, instance, simulator
 
 pytestmark = pytest.mark.e2e
@@ -216,3 +223,71 @@ def test_llama_cpp_router_clients_read_models_and_props(fleet: Fleet) -> None:
     assert listed["b"] == "loaded"
     unloaded = httpx.post(f"{url}/models/unload", json={"model": "b"}, timeout=30)
     assert unloaded.status_code == 200
+
+
+# What a node program does with the ollama library for JavaScript: a chat streamed across a
+# swap, the model list, a whole generate, and the errors it throws before and after the 200
+NODE_SCRIPT = """
+import { Ollama } from %(module)s;
+const ollama = new Ollama({ host: %(host)s });
+const ask = [{ role: 'user', content: 'hello there' }];
+const out = {};
+const parts = [];
+for await (const part of await ollama.chat({ model: 'a', messages: ask, stream: true })) {
+  parts.push(part);
+}
+out.empty = parts.filter((p) => !p.done && !p.message.content).length;
+out.text = parts.map((p) => p.message.content).join('');
+out.last = parts[parts.length - 1];
+out.models = (await ollama.list()).models.map((m) => m.name);
+out.generated = (await ollama.generate({ model: 'a', prompt: 'hi', stream: false })).response;
+try {
+  for await (const p of await ollama.chat({ model: 'bad', messages: ask, stream: true })) {}
+} catch (e) { out.after = { name: e.name, message: e.message }; }
+try {
+  await ollama.chat({ model: 'nope', messages: ask, stream: false });
+} catch (e) { out.before = { name: e.name, message: e.message, status: e.status_code }; }
+console.log(JSON.stringify(out));
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs node (apt-get install nodejs)")
+def test_the_javascript_library_under_node(fleet: Fleet, tmp_path: Path) -> None:
+    module = ensure_ollama_js(say=False) / "node_modules" / "ollama" / "dist" / "index.mjs"
+    script = tmp_path / "chat.mjs"
+    script.write_text(
+        NODE_SCRIPT % {"module": json.dumps(module.as_uri()), "host": json.dumps(fleet.gw.url)}
+    )
+    fleet.cold("a")
+    run = subprocess.run(
+        ["node", str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert run.returncode == 0, run.stderr
+    assert "invalid json" not in run.stderr, "every line it read was JSON"
+    out = json.loads(run.stdout)
+    assert out["empty"] >= 1, "keep-alive lines through a 2.5 s swap"
+    assert out["text"].strip()
+    assert out["last"]["done"] is True
+    assert out["last"]["load_duration"] >= 2 * NS
+    assert {"a", "b", "bad"} <= set(out["models"])
+    assert out["generated"]
+    # After the 200 the library throws a plain Error with the line's words (its stream reader
+    # does, for any line with an "error"); before it, its ResponseError with the status
+    assert out["after"]["name"] == "Error"
+    assert "bad" in out["after"]["message"]
+    assert out["before"]["name"] == "ResponseError"
+    assert out["before"]["status"] == 404
+
+
+def test_langchains_chat_ollama_streams_across_a_swap_and_calls_a_tool(fleet: Fleet) -> None:
+    llm = ChatOllama(model="a", base_url=fleet.gw.url)
+    fleet.cold("a")
+    try:
+        chunks = list(llm.stream("hello there"))
+        called = llm.bind_tools(TOOLS).invoke("What is the weather in Paris?")
+    finally:
+        llm._client.close()  # type: ignore[no-untyped-call]  # it keeps its own, never closed
+    assert "".join(str(c.content) for c in chunks).strip()
+    assert called.tool_calls, called
+    assert called.tool_calls[0]["name"] == "get_weather"
+    assert isinstance(called.tool_calls[0]["args"], dict)

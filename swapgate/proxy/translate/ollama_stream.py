@@ -5,7 +5,7 @@ One line per chunk that says something: its text (``message.content``, or ``resp
 generate) and its thinking (``reasoning_content``). Tool calls, which chat streams in pieces,
 go out whole in one line once the engine finishes them, arguments as an object, as Ollama
 sends them. The last line has ``done: true``, the counts and the durations; an upstream error
-is one ``{"error": ...}`` line, which the ollama libraries raise as ``ResponseError``.
+is one ``{"error": ...}`` line, which the ollama libraries raise (Python: ``ResponseError``).
 """
 
 from __future__ import annotations
