@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import ollama
 import psutil
 import pytest
 
@@ -203,6 +204,11 @@ def test_two_real_servers_on_one_place_take_turns_asleep_and_none_is_sent_a_requ
             assert body["usage"]["completion_tokens"] == 4, "vLLM generated what was asked"
             assert body["choices"][0]["message"]["content"], "real tokens, decoded"
             assert awake(servers) == {model}, f"after {model}: only {model} is awake"
+        # An Ollama client (its own Python library) wakes b: the wait is its load_duration
+        with ollama.Client(host=gw.url, timeout=60) as client:
+            told = {"num_predict": 4}
+            parts = list(client.chat(model="b", messages=HELLO, stream=True, options=told))
+        woken, woken_text = parts[-1], "".join(p.message.content or "" for p in parts)
         stream = post(
             gw.url, CHAT, {"model": "b", "messages": HELLO, "max_tokens": 4, "stream": True}
         )
@@ -267,6 +273,10 @@ def test_two_real_servers_on_one_place_take_turns_asleep_and_none_is_sent_a_requ
     assert both_awake(recorders) == [], "a wake was asked before the other server slept"
     wakes = _wake_times(metrics)
     assert min(wakes.get("a", 0), wakes.get("b", 0)) >= 2, wakes
+    assert woken.done
+    assert woken.eval_count == 4, "vLLM's own count, through Ollama's API"
+    assert woken_text, "real tokens, decoded"
+    assert (woken.load_duration or 0) >= 500_000_000, "the wake (0.5 s at least) it waited for"
     print(f"\nreal vLLM wakes through swapgate: {_wake_seconds(metrics)}")
     assert failed.status_code == 503, failed.text
     assert failures <= 1, "a failed swap at most, and with nothing put to sleep for it"
