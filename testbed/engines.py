@@ -698,6 +698,24 @@ def ensure_ollama_js(say: bool = True) -> Path:
     return root
 
 
+# A chat web UI with an "Ollama" connection (its OLLAMA_HOST), from PyPI: small, and it serves
+# its page's scripts itself (Open WebUI needs torch, chromadb and several GB)
+OLLAMA_CHAT_UI = "ollama-chat==1.6.0"
+
+
+def ensure_ollama_chat_ui(say: bool = True) -> Path:
+    """The ``ollama-chat`` web UI in a virtual environment of its own, once per machine: the
+    path of its command."""
+    root = cache_root() / f"ollama-chat-{OLLAMA_CHAT_UI.rsplit('=', 1)[1]}"
+
+    def install() -> None:
+        _run([sys.executable, "-m", "venv", "--clear", str(root)])
+        _run([str(root / "bin" / "python"), "-m", "pip", "install", "--quiet", OLLAMA_CHAT_UI])
+
+    _once(root, "the ollama-chat web UI (PyPI)", say, install, "~20 s")
+    return root / "bin" / "ollama-chat"
+
+
 def _npm_install(root: Path, *specs: str) -> None:
     npm = shutil.which("npm")
     if npm is None:

@@ -1,9 +1,9 @@
 """Ollama's API and llama.cpp's router API in front of a fleet (docs/compatibility.md), with
-Ollama's own libraries for Python and JavaScript (under node) and LangChain's ChatOllama as the
-clients: chat and generate streamed and not across a swap of
-2.5 s (keep-alive lines it reads as nothing, ``load_duration`` telling the swap), tools,
-embeddings, the catalog (list, show, ps), pull with its progress, loads and unloads, and
-errors raised as ``ResponseError`` before and after the 200."""
+Ollama's own libraries for Python and JavaScript (under node), LangChain's ChatOllama and a chat
+web UI with an Ollama connection (ollama-chat, from PyPI) in Chromium as the clients: chat and
+generate streamed and not across a swap of 2.5 s (keep-alive lines they read as nothing,
+``load_duration`` telling the swap), tools, embeddings, the catalog (list, show, ps), pull with
+its progress, loads and unloads, and errors before and after the 200."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import json
 import shutil
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,13 @@ import httpx
 import ollama
 import pytest
 from langchain_ollama import ChatOllama
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
 
-from testbed.engines import ensure_ollama_js
+from swapgate.tools.processes import free_port, start, stop, wait_until_serving
+from testbed.engines import ensure_ollama_chat_ui, ensure_ollama_js
 from tests.e2e.processes import Gateway, Sim, gateway, instance, simulator
 
 pytestmark = pytest.mark.e2e
@@ -291,3 +297,51 @@ def test_langchains_chat_ollama_streams_across_a_swap_and_calls_a_tool(fleet: Fl
     assert called.tool_calls, called
     assert called.tool_calls[0]["name"] == "get_weather"
     assert isinstance(called.tool_calls[0]["args"], dict)
+
+
+@contextmanager
+def chat_ui(gw: Gateway, folder: Path) -> Iterator[str]:
+    """The ollama-chat web UI (PyPI) with its Ollama connection set to swapgate: its URL."""
+    command = ensure_ollama_chat_ui(say=False)
+    settings = folder / "ollama-chat.json"
+    settings.write_text(json.dumps({"conversations": []}))
+    port = free_port()
+    env = {"OLLAMA_HOST": gw.url, "HOME": str(folder)}
+    process = start(
+        [str(command), "-c", str(settings), "-p", str(port), "-n", "-q"],
+        env,
+        log=folder / "ui.log",
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until_serving(url, process)
+        yield url
+    finally:
+        stop(process)
+
+
+def test_a_chat_ui_with_an_ollama_connection_lists_and_chats_across_a_swap(
+    fleet: Fleet, browser: WebDriver, tmp_path: Path
+) -> None:
+    fleet.cold("b")
+    loads = fleet.sim.stats()["loads"].get("b", 0)
+    with chat_ui(fleet.gw, tmp_path) as ui:
+        browser.get(f"{ui}/#var.vView='models'")
+        pick = WebDriverWait(browser, 30).until(
+            lambda page: page.find_element(By.XPATH, "//a[normalize-space()='b']")
+        )
+        names = {e.text for e in browser.find_elements(By.XPATH, "//a")}
+        assert {"a", "b", "bad"} <= names, "the model list came from /api/tags"
+        pick.click()
+        WebDriverWait(browser, 15).until(lambda page: "Current Model" in page.page_source)
+        browser.find_element(By.XPATH, "//a[normalize-space()='Start Conversation']").click()
+        prompt = WebDriverWait(browser, 15).until(
+            lambda page: page.find_element(By.CSS_SELECTOR, "input#ollama-chat-prompt")
+        )
+        prompt.send_keys("Hello from the browser", Keys.ENTER)
+        # b loads for 2.5 s first: the keep-alive lines, then its words, stream into the page
+        answer = WebDriverWait(browser, 60).until(
+            lambda page: "Hello from b" in page.find_element(By.TAG_NAME, "body").text
+        )
+        assert answer
+    assert fleet.sim.stats()["loads"]["b"] == loads + 1, "the UI's chat waited for b's swap"
