@@ -99,6 +99,8 @@ def test_a_streamed_chat_across_a_swap_reads_keepalives_as_nothing(fleet: Fleet)
     assert last.total_duration >= last.load_duration
     assert last.eval_count
     assert last.eval_count > 0
+    # counted as every endpoint is: by its label
+    assert fleet.gw.metric("swapgate_endpoint_requests_total", endpoint="ollama_chat") >= 1
 
 
 def test_a_chat_not_streamed_and_generate_both_ways(fleet: Fleet) -> None:

@@ -2,21 +2,38 @@
 API"): llama.cpp's ``llama-server`` run by ``kind: process`` and the real llama-swap (v250), one
 model at a time, so each change of model is a real swap. The ``ollama`` Python library streams
 across it and is told the swap in ``load_duration``; the engine's own token counts come back;
-``/api/ps`` and ``/api/show`` say what runs; LangChain's ChatOllama answers; llama.cpp router
-clients read the engine's own ``/props``."""
+``/api/ps`` and ``/api/show`` say what runs; the JavaScript library under node, LangChain's
+ChatOllama and a chat web UI in Chromium answer; llama.cpp router clients read the engine's own
+``/props``. (vLLM: tests/engine/test_vllm.py wakes a server for the Python library.)"""
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import ollama
 import pytest
 from langchain_ollama import ChatOllama
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
 
-from testbed.engines import LlamaServerEngine, LlamaSwapEngine, ensure_llama_server, tiny_weights
+from testbed.engines import (
+    LlamaServerEngine,
+    LlamaSwapEngine,
+    ensure_llama_server,
+    ensure_ollama_js,
+    tiny_weights,
+)
+from tests.e2e.conftest import headless_chromium
 from tests.e2e.processes import Gateway, gateway
+from tests.e2e.test_ollama import chat_ui
 from tests.engine.conftest import process_node
 from tests.engine.test_llama_swap import llama_swap
 
@@ -122,3 +139,72 @@ def test_langchains_chat_ollama_against_llama_server(process_gateway: Gateway) -
 
 def test_the_python_library_across_llama_swap_swaps(swap_gateway: Gateway) -> None:
     swaps_across(swap_gateway, "gemma-a", "gemma-b")
+
+
+NODE_SCRIPT = """
+import { Ollama } from %(module)s;
+const ollama = new Ollama({ host: %(host)s });
+const out = { runs: [] };
+for (const model of ['a', 'b']) {
+  const parts = [];
+  const ask = { model, messages: [{ role: 'user', content: 'Say hello.' }], stream: true,
+                options: { num_predict: 8, temperature: 0 } };
+  for await (const part of await ollama.chat(ask)) parts.push(part);
+  out.runs.push({ text: parts.map((p) => p.message.content).join(''), last: parts.at(-1) });
+}
+out.models = (await ollama.list()).models.map((m) => m.name);
+console.log(JSON.stringify(out));
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs node (apt-get install nodejs)")
+def test_the_javascript_library_across_llama_server_swaps(
+    process_gateway: Gateway, tmp_path: Path
+) -> None:
+    module = ensure_ollama_js(say=False) / "node_modules" / "ollama" / "dist" / "index.mjs"
+    script = tmp_path / "chat.mjs"
+    host = process_gateway.url
+    script.write_text(
+        NODE_SCRIPT % {"module": json.dumps(module.as_uri()), "host": json.dumps(host)}
+    )
+    run = subprocess.run(
+        ["node", str(script)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert run.returncode == 0, run.stderr
+    assert "invalid json" not in run.stderr
+    out = json.loads(run.stdout)
+    for done in out["runs"]:
+        assert done["text"].strip()
+        assert done["last"]["done"] is True
+        assert done["last"]["eval_count"] > 0
+    assert {"a", "b"} <= set(out["models"])
+
+
+def test_a_chat_ui_with_an_ollama_connection_across_a_llama_server_swap(
+    process_gateway: Gateway, tmp_path: Path
+) -> None:
+    with ollama.Client(host=process_gateway.url, timeout=120) as client:
+        client.chat(model="a", messages=ASK, options=OPTIONS)  # a warm: b is a swap
+    with (
+        chat_ui(process_gateway, tmp_path) as ui,
+        headless_chromium("1280,1100", "the chat UI test") as browser,
+    ):
+        browser.get(f"{ui}/#var.vView='models'")
+        WebDriverWait(browser, 30).until(
+            lambda page: page.find_element(By.XPATH, "//a[normalize-space()='b']")
+        ).click()
+        WebDriverWait(browser, 15).until(lambda page: "Current Model" in page.page_source)
+        browser.find_element(By.XPATH, "//a[normalize-space()='Start Conversation']").click()
+        WebDriverWait(browser, 15).until(
+            lambda page: page.find_element(By.CSS_SELECTOR, "input#ollama-chat-prompt")
+        ).send_keys("Say hello.", Keys.ENTER)
+        saved = tmp_path / "ollama-chat.json"
+
+        def answered(_: WebDriver) -> str:
+            conversations = json.loads(saved.read_text()).get("conversations") or [{}]
+            exchanges = conversations[0].get("exchanges") or [{}]
+            return str(exchanges[-1].get("model") or "").strip()
+
+        answer = WebDriverWait(browser, 120).until(answered)
+        shown = browser.find_element(By.TAG_NAME, "body").text
+    assert answer.split()[0] in shown, "the engine's words, on the page"
