@@ -132,3 +132,37 @@ def test_no_function_is_longer_than_sixty_lines() -> None:
                 if lines > 60:
                     long[f"{path.relative_to(ROOT)}:{node.name}"] = lines
     assert long == {}
+
+
+def _tabled_modules() -> set[str]:
+    """The modules docs/architecture.md's "Modules" table names: a path, or a file name after
+    a path in the same cell (a sibling), or a folder (``sim/``: all of it)."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("\n## Modules\n", 1)[1].split("\n## ", 1)[0]
+    named: set[str] = set()
+    for line in section.splitlines():
+        if not line.startswith("| `"):
+            continue
+        folder = ""
+        for name in re.findall(r"`([^`]+)`", line.split("|")[1]):
+            if "/" in name:
+                folder = name.rsplit("/", 1)[0]
+                named.add(name)
+            elif name.endswith(".py"):
+                named.add(f"{folder}/{name}" if folder else name)
+    return named
+
+
+def test_every_module_is_in_the_architecture_docs_modules_table() -> None:
+    """A newcomer finds every file from docs/architecture.md alone: a module left out of its
+    table is one nobody is told of."""
+    named = _tabled_modules()
+    folders = tuple(n for n in named if n.endswith("/"))
+    missing = sorted(
+        module
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "__init__.py"
+        if (module := str(path.relative_to(PACKAGE))) not in named
+        and not module.startswith(folders)
+    )
+    assert missing == [], f"add them to docs/architecture.md's Modules table: {missing}"
