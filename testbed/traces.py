@@ -47,7 +47,7 @@ from urllib.request import urlopen
 
 from swapgate.drivers.children import die_with_parent, exit_name
 from swapgate.tools.processes import free_port
-from testbed.engines import _once, _run, cache_root
+from testbed.cache import cache_root, once, run
 
 # 3.17.2: the newest whose whole set installs here (mlflow 3.18.0 needs an mlflow-tracing
 # 3.18.0 the index does not have yet).
@@ -233,14 +233,14 @@ def ensure_trace_backend(say: bool = True) -> Path:
     (one process installs, the others wait for it)."""
     root = cache_root() / f"trace-backend-mlflow-{MLFLOW_VERSION}"
     what = f"MLflow {MLFLOW_VERSION} (trace backend)"
-    _once(root, what, say, lambda: _install(root), "~2 min, 0.9 GB")
+    once(root, what, say, lambda: _install(root), "~2 min, 0.9 GB")
     return root / "bin" / "mlflow"
 
 
 def _install(root: Path) -> None:
-    _run([sys.executable, "-m", "venv", "--clear", str(root)])
+    run([sys.executable, "-m", "venv", "--clear", str(root)])
     python = str(root / "bin" / "python")
-    _run([python, "-m", "pip", "install", "--quiet", f"mlflow=={MLFLOW_VERSION}"])
+    run([python, "-m", "pip", "install", "--quiet", f"mlflow=={MLFLOW_VERSION}"])
 
 
 @contextmanager

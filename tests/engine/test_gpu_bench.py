@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import llama_server_gpu, random_gguf
+from bench import llama_server_gpu
+from testbed import random_gguf
 from testbed.engines import ensure_llama_server
 
 pytestmark = pytest.mark.engine

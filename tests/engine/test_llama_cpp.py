@@ -19,8 +19,8 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from bench.random_gguf import SHAPES
 from testbed.engines import LlamaCppEngine
+from testbed.random_gguf import SHAPES
 from tests.e2e.processes import Gateway, gateway
 from tests.engine.conftest import LlamaServer, llama_server, swap_on_request
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.random_gguf import SHAPES, write
 from swapgate.config.catalog import Catalog, command_weights
 from swapgate.config.loading import parse_config
+from testbed.random_gguf import SHAPES, write
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+import testbed.__main__ as make_engine
 from swapgate.drivers.children import exit_name
 from testbed import engines
+from testbed.cache import CACHE_ENV
 from testbed.engines import EngineBroken, flags_key, portable_flags, smoke_server
 
 
@@ -34,7 +36,7 @@ def test_llama_cpp_python_is_compiled_with_the_portable_flags(
 ) -> None:
     """pip builds llama-cpp-python from its sdist with CMAKE_ARGS: never a cached wheel."""
     ran: list[tuple[list[str], dict[str, str] | None]] = []
-    monkeypatch.setattr(engines, "_run", lambda command, env=None: ran.append((command, env)))
+    monkeypatch.setattr(engines, "run", lambda command, env=None: ran.append((command, env)))
     engine = engines.LlamaCppEngine(tmp_path / "bin" / "python", tmp_path / "gemma.gguf")
     engines._build(tmp_path, engine, portable_flags("x86_64"))
     install = next((cmd, env) for cmd, env in ran if "install" in cmd)
@@ -49,7 +51,7 @@ def test_llama_server_is_configured_with_the_portable_flags(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     ran: list[list[str]] = []
-    monkeypatch.setattr(engines, "_run", lambda command, env=None: ran.append(command))
+    monkeypatch.setattr(engines, "run", lambda command, env=None: ran.append(command))
     engines.build_llama_server(tmp_path / "src", tmp_path / "build", *portable_flags("x86_64"))
     configure = ran[0]
     assert configure[0] == "cmake"
@@ -60,7 +62,7 @@ def test_llama_server_is_configured_with_the_portable_flags(
 def test_a_cached_engine_built_with_other_flags_is_rebuilt_not_reused(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv(engines.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     monkeypatch.setattr(engines, "_checked", lambda *args, **kwargs: None)
     # An engine built the old way (no flags in its key) and one built with other flags
     old = tmp_path / f"engine-llama-server-{engines.LLAMA_SERVER_VERSION}"
@@ -126,9 +128,9 @@ def test_make_engine_stops_with_the_message_not_a_traceback(
     def broken(say: bool = True) -> engines.LlamaServerEngine:
         raise EngineBroken("llama-server cannot answer on this machine: it exited with SIGILL")
 
-    monkeypatch.setattr(engines, "ensure_llama_server", broken)
+    monkeypatch.setattr(make_engine, "ensure_llama_server", broken)
     with pytest.raises(SystemExit) as raised:
-        engines.main(["llama-server"])
+        make_engine.main(["llama-server"])
     assert str(raised.value) == (
         "error: llama-server cannot answer on this machine: it exited with SIGILL"
     )

@@ -7,7 +7,7 @@ the 256 bytes (SentencePiece byte tokens) and three control tokens, so any text 
 with ``--vocabulary-of``, another GGUF's whole tokenizer, so that a prompt is as many tokens as
 that model would read (the tests' engines: testbed/engines.py, ``tiny_weights``).
 
-    python -m bench.random_gguf OUT.gguf --shape 8b|tiny|test [--vocabulary-of GGUF]
+    python -m testbed.random_gguf OUT.gguf --shape 8b|tiny|test [--vocabulary-of GGUF]
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.random_gguf import SHAPES, Vocabulary, bytes_vocabulary, vocabulary_of, write
 from swapgate.config.gguf import read_gguf
+from testbed.random_gguf import SHAPES, Vocabulary, bytes_vocabulary, vocabulary_of, write
 
 
 def test_a_model_written_with_a_vocabulary_reads_back_with_it(tmp_path: Path) -> None:
