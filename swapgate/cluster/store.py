@@ -1,17 +1,18 @@
 """Several replicas on one Redis (docs/deploy.md): leases, heartbeats and the events they share.
 
 Redis holds what must be one for all replicas: a lock per instance and per loading model while
-a swap runs (single flight across replicas), the scheduler's lease (each preload run happens
-on one replica), each replica's heartbeat, the pins and drains an operator set, and the demand
-by time of day that auto preloads learn (swapgate/cluster/demand.py). Everything
-else travels as events on one pub/sub channel and is applied to each replica's own registry
-(swapgate/cluster/swaps.py), so that the warm path reads no Redis at all.
+a swap runs (single flight across replicas: swapgate/cluster/locks.py), the scheduler's lease
+(each preload run happens on one replica), each replica's heartbeat, the pins and drains an
+operator set, and the demand by time of day that auto preloads learn
+(swapgate/cluster/demand.py). Everything else travels as events on one pub/sub channel and is
+applied to each replica's own registry (swapgate/cluster/swaps.py), so that the warm path reads
+no Redis at all.
 
-A lock or lease is a key with an expiry that its live holder renews: a holder that dies frees
-it within ``LEASE_TTL``. Redis down or restarting is not an error for anyone: every call here
-answers as if this replica were alone (it swaps under its own single flight, runs its own
-schedule), ``swapgate_cluster_up`` goes to 0 and one line is logged; when Redis answers again
-the replica reads the shared pins and drains back and carries on.
+The scheduler's lease, like a swap lock, is a key with an expiry that its live holder renews: a
+holder that dies frees it within ``LEASE_TTL``. Redis down or restarting is not an error for
+anyone: every call here answers as if this replica were alone (it swaps under its own single
+flight, runs its own schedule), ``swapgate_cluster_up`` goes to 0 and one line is logged; when
+Redis answers again the replica reads the shared pins and drains back and carries on.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import json
 import logging
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import redis.asyncio as redis
@@ -32,6 +32,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeout
 
+from swapgate.cluster.locks import LEASE_TTL, Holder, SwapLocks
 from swapgate.cluster.messages import Beat, Event, Heard, decode, encode
 from swapgate.control.state.peer_load import REPLICA_TTL
 from swapgate.metrics import Metrics
@@ -41,34 +42,9 @@ log = logging.getLogger("swapgate.cluster")
 T = TypeVar("T")
 PREFIX = "swapgate:"
 CHANNEL = PREFIX + "events"
-LEASE_TTL = 5.0  # a dead holder's swap lock or scheduler lease lasts at most this long
 HEARTBEAT = 0.5  # in-flight counts others see are at most this old (plus one pub/sub hop)
 RETRY = 0.5  # how soon a replica tries Redis again after losing it
 
-# A swap is claimed with two keys at once: the instance's lock and the model's, so that two
-# replicas can neither swap one instance nor load one model on two instances at the same time.
-_CLAIM = """
-local held = redis.call('get', KEYS[1]) or redis.call('get', KEYS[2])
-if held then return held end
-redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('set', KEYS[2], ARGV[1], 'PX', ARGV[2])
-return false
-"""
-_RENEW = """
-local renewed = 0
-for _, key in ipairs(KEYS) do
-  if redis.call('get', key) == ARGV[1] then
-    redis.call('pexpire', key, ARGV[2]); renewed = renewed + 1
-  end
-end
-return renewed
-"""
-_RELEASE = """
-for _, key in ipairs(KEYS) do
-  if redis.call('get', key) == ARGV[1] then redis.call('del', key) end
-end
-return 1
-"""
 # The scheduler's lease: taken when free, renewed when ours; answers who holds it.
 _LEAD = """
 local holder = redis.call('get', KEYS[1])
@@ -77,23 +53,6 @@ if not holder or holder == ARGV[1] then
 end
 return holder
 """
-
-
-@dataclass(frozen=True, slots=True)
-class Holder:
-    """Who swaps what where, as the lock's value says."""
-
-    replica: str
-    instance: str
-    model: str
-
-    def encode(self) -> str:
-        return json.dumps({"replica": self.replica, "instance": self.instance, "model": self.model})
-
-    @classmethod
-    def decode(cls, raw: str | bytes) -> Holder:
-        data = json.loads(raw)
-        return cls(str(data["replica"]), str(data["instance"]), str(data["model"]))
 
 
 class Listener(Protocol):
@@ -129,13 +88,8 @@ class Cluster:
             retry=Retry(NoBackoff(), 1),
             retry_on_error=[RedisConnectionError, RedisTimeout],
         )
-        self._claim, self._renew = (
-            self._redis.register_script(_CLAIM),
-            self._redis.register_script(_RENEW),
-        )
-        self._release = self._redis.register_script(_RELEASE)
         self._lead = self._redis.register_script(_LEAD)
-        self._held: dict[str, tuple[Holder, asyncio.Task[None]]] = {}
+        self.locks = SwapLocks(self, PREFIX)  # each swap's, across replicas
         self._tasks: list[asyncio.Task[None]] = []
         self._synced = False  # the shared pins and drains were read since Redis last answered
         self._resyncing: asyncio.Future[None] | None = None
@@ -152,48 +106,11 @@ class Cluster:
         ]
 
     async def aclose(self) -> None:
-        for instance in list(self._held):
-            await self.release(instance)
+        await self.locks.release_all()
         await stop(*self._tasks, self._resyncing)
         with contextlib.suppress(RedisError, OSError):
             await self._redis.delete(_replica_key(self.replica))
         await self._redis.aclose()
-
-    # -- swaps ---------------------------------------------------------------------------------
-
-    async def claim(self, instance: str, model: str) -> Holder | None:
-        """None when this replica may swap ``model`` onto ``instance`` (it holds both locks,
-        or Redis is down); else the swap another replica runs there or for that model."""
-        mine = Holder(self.replica, instance, model)
-        keys = [f"{PREFIX}lock:{instance}", f"{PREFIX}loading:{model}"]
-        held = await self.call(self._claim(keys=keys, args=[mine.encode(), _ms(LEASE_TTL)]))
-        if isinstance(held, str):
-            return Holder.decode(held)
-        if held is None and not self.up:
-            return None  # alone: its own single flight holds
-        self._held[instance] = (mine, asyncio.create_task(self._keep(keys, mine)))
-        return None
-
-    async def release(self, instance: str) -> None:
-        held = self._held.pop(instance, None)
-        if held is None:
-            return
-        mine, renewing = held
-        renewing.cancel()
-        keys = [f"{PREFIX}lock:{instance}", f"{PREFIX}loading:{mine.model}"]
-        await self.call(self._release(keys=keys, args=[mine.encode()]))
-
-    async def holder(self, instance: str) -> Holder | bool | None:
-        """Who holds ``instance``'s swap lock; None if nobody, False if Redis cannot say."""
-        raw = await self.call(self._redis.get(f"{PREFIX}lock:{instance}"))
-        if not self.up:
-            return False
-        return Holder.decode(raw) if isinstance(raw, str) else None
-
-    async def _keep(self, keys: list[str], mine: Holder) -> None:
-        while True:
-            await asyncio.sleep(LEASE_TTL / 3)
-            await self.call(self._renew(keys=keys, args=[mine.encode(), _ms(LEASE_TTL)]))
 
     # -- the schedule --------------------------------------------------------------------------
 

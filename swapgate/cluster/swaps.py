@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from swapgate.cluster.locks import Holder
 from swapgate.cluster.messages import (
     Beat,
     Down,
@@ -38,7 +39,7 @@ from swapgate.cluster.messages import (
     SwapDone,
     SwapStarted,
 )
-from swapgate.cluster.store import Holder, Listener
+from swapgate.cluster.store import Listener
 from swapgate.control.state.registry import Registry
 from swapgate.control.swaps.times import SwapTimes
 from swapgate.errors import shown_to_clients
@@ -49,17 +50,26 @@ log = logging.getLogger("swapgate.cluster")
 RECHECK = 1.0  # how often the holders of swaps seen from here are checked for life
 
 
+class Locks(Protocol):
+    """The swap locks replicas share: swapgate/cluster/locks.py's ``SwapLocks``, or a fake."""
+
+    async def claim(self, instance: str, model: str) -> Holder | None: ...
+    async def release(self, instance: str) -> None: ...
+    async def holder(self, instance: str) -> Holder | bool | None: ...
+
+
 class Replicas(Protocol):
     """What a replica asks of the shared state: swapgate/cluster/store.py's ``Cluster``, or the
     unit tests' fake."""
 
     replica: str  # this replica's name, as its claims and events carry it
 
+    @property
+    def locks(self) -> Locks:
+        """Each swap's, across replicas (swapgate/cluster/locks.py)."""
+
     async def start(self, listener: Listener) -> None: ...
     async def aclose(self) -> None: ...
-    async def claim(self, instance: str, model: str) -> Holder | None: ...
-    async def release(self, instance: str) -> None: ...
-    async def holder(self, instance: str) -> Holder | bool | None: ...
     async def publish(self, event: Event) -> bool: ...
     async def share(self, key: str, field: str, value: str | None) -> bool: ...
     async def shared(self, key: str) -> dict[str, str]: ...
@@ -102,7 +112,7 @@ class SharedClaims:
     async def claim(self, instance: str, model: str) -> bool:
         if self._releasing:  # its own locks of swaps just ended go first: it would meet them
             await asyncio.wait(set(self._releasing))
-        holder = await self.cluster.claim(instance, model)
+        holder = await self.cluster.locks.claim(instance, model)
         if holder is None:
             self._own.add(instance)
             eta = self.times.eta(instance, model)
@@ -140,7 +150,7 @@ class SharedClaims:
         # The locks go first, and this replica's next claims wait for them: a claim of its own
         # waiters, placed again as the swap ended, would meet them and mark a swap that nobody
         # runs any more
-        releasing = asyncio.ensure_future(self.cluster.release(instance))
+        releasing = asyncio.ensure_future(self.cluster.locks.release(instance))
         self._releasing.add(releasing)
         try:
             await asyncio.shield(releasing)
@@ -228,7 +238,7 @@ class SharedClaims:
         while True:
             await asyncio.sleep(RECHECK)
             for instance, model in list(self._marks.items()):
-                holder = await self.cluster.holder(instance)
+                holder = await self.cluster.locks.holder(instance)
                 # Gone, or another swap holds it now: the one marked here ended unheard
                 if not isinstance(holder, Holder) or holder.model != model:
                     log.info("the swap on %s seen from here has no holder any more", instance)

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from swapgate.cluster import swaps as cluster_swaps
+from swapgate.cluster.locks import Holder
 from swapgate.cluster.messages import Event, Heard, decode, encode
-from swapgate.cluster.store import Holder, Listener
+from swapgate.cluster.store import Listener
 from swapgate.cluster.swaps import OperatorShares, SharedClaims
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import parse_config
@@ -42,6 +43,7 @@ class FakeReplicas:
         self.released: list[str] = []
         self.down = False
         self.leading = True
+        self.locks = self  # claim, release and holder are its own
 
     async def start(self, listener: Listener) -> None: ...
     async def aclose(self) -> None: ...

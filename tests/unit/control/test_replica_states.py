@@ -23,8 +23,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from swapgate.cluster.locks import Holder
 from swapgate.cluster.messages import Event, Heard, decode, encode
-from swapgate.cluster.store import Holder, Listener
+from swapgate.cluster.store import Listener
 from swapgate.cluster.swaps import OperatorShares, SharedClaims
 from swapgate.config.catalog import Catalog
 from swapgate.config.loading import parse_config
@@ -62,6 +63,11 @@ class Replica:
 
     store: SharedStore
     replica: str
+
+    @property
+    def locks(self) -> Replica:
+        """Its swap locks: claim, release and holder are its own."""
+        return self
 
     async def start(self, listener: Listener) -> None:
         self.store.listeners[self.replica] = listener
