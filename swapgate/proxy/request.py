@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.types import Message, Receive
 
+from swapgate.config.model_params import Params, params_for
 from swapgate.errors import BadRequest, RequestTooLarge
 from swapgate.proxy.endpoints import Endpoint
-from swapgate.proxy.translate.translated import Translation
+from swapgate.proxy.translate.translated import Translation, translation
 from swapgate.proxy.upload import Upload
 
 
@@ -136,3 +137,16 @@ def with_model(payload: dict[str, Any], model: str) -> bytes:
 def with_fields(body: bytes, **fields: Any) -> bytes:
     """A JSON body with ``fields`` set (an engine's slot: ``id_slot``)."""
     return json.dumps({**json.loads(body), **fields}, separators=(",", ":")).encode()
+
+
+def shape(request: Request, rules: Mapping[str, Params], endpoint: Endpoint, model: str) -> None:
+    """The body as ``model``'s params make it from what the client sent (docs/configuration.md,
+    "Request parameters per model"), and its translation for an upstream that speaks chat only:
+    the params a translation does not carry go into the chat body."""
+    rule = params_for(rules, model, endpoint.label)
+    request.change(rule.apply if rule is not None else None)
+    if endpoint.protocol != "openai":
+        into_chat = rule.into_chat(endpoint.protocol) if rule is not None else None
+        request.translation = translation(
+            endpoint, request.payload, model, request.stream, into_chat
+        )

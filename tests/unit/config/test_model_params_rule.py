@@ -10,8 +10,7 @@ import pytest
 from swapgate.config.model_params import Params, ParamsConfig, by_model, params_for
 from swapgate.config.settings import ModelConfig
 from swapgate.proxy.endpoints import ENDPOINTS, Endpoint
-from swapgate.proxy.handler import shape
-from swapgate.proxy.request import Request
+from swapgate.proxy.request import Request, shape
 from swapgate.proxy.translate.translated import Translated
 
 

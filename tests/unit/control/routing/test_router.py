@@ -24,7 +24,7 @@ from swapgate.errors import NoCapacity, QueueFull
 from swapgate.errors import PathNotFound as NotFound
 from swapgate.metrics import Metrics
 from swapgate.policy.retry import MAY_HAVE_RUN, Failure, Next
-from swapgate.proxy.handler import _query
+from swapgate.proxy.pipeline.send import _query
 from tests.unit.fakes import FakeClock, HeldDriver, World, eventually, recheck_at_once, world
 
 RELAY = {"hosted": {"url": "https://relay.example/v1"}}
