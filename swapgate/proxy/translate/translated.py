@@ -31,6 +31,33 @@ HEADER = (b"x-swapgate-translated", b"chat-completions")
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
 
 
+class WholeAnswer:
+    """A non-streamed answer, read whole (at most ``MAX_ANSWER_BYTES``) to be translated."""
+
+    def __init__(self) -> None:
+        self._chunks: list[bytes] = []
+        self._size = 0
+
+    def add(self, chunk: bytes) -> None:
+        self._size += len(chunk)
+        if self._size > MAX_ANSWER_BYTES:
+            raise UpstreamError(f"the upstream's answer exceeds {MAX_ANSWER_BYTES} bytes")
+        self._chunks.append(chunk)
+
+    def body(self) -> bytes:
+        return b"".join(self._chunks)
+
+    def parsed(self, what: str) -> dict[str, Any]:
+        """The body as a JSON object; ``what`` names it in the error when it is not one."""
+        try:
+            answer = json.loads(self.body())
+        except ValueError:
+            raise UpstreamError(f"the upstream's {what} is not JSON") from None
+        if not isinstance(answer, dict):
+            raise UpstreamError(f"the upstream's {what} is not a JSON object")
+        return answer
+
+
 class Translation(Protocol):
     """A request in one API sent upstream in OpenAI's, and its answer brought back."""
 
@@ -91,8 +118,7 @@ class Translated:
         self._model = model  # the name the client asked for, which its answer carries
         self._stream: ChatStreamReader | None = None
         self._status = 0
-        self._whole: list[bytes] = []
-        self._size = 0
+        self._whole = WholeAnswer()
 
     def request(self, upstream_model: str, waited: float = 0.0) -> bytes:
         return json.dumps({**self._chat, "model": upstream_model}, separators=(",", ":")).encode()
@@ -124,26 +150,18 @@ class Translated:
     def feed(self, chunk: bytes) -> bytes:
         if self._stream is not None:
             return self._stream.feed(chunk)
-        self._size += len(chunk)
-        if self._size > MAX_ANSWER_BYTES:
-            raise UpstreamError(f"the upstream's answer exceeds {MAX_ANSWER_BYTES} bytes")
-        self._whole.append(chunk)
+        self._whole.add(chunk)
         return b""
 
     def close(self) -> bytes:
         if self._stream is not None:
             return self._stream.close()
-        body = b"".join(self._whole)
+        body = self._whole.body()
         if not 200 <= self._status < 300:
             if self._responses:
                 return responses.error_from_chat(self._status, body)
             return anthropic.error_from_chat(self._status, body)
-        try:
-            answer = json.loads(body)
-        except ValueError:
-            raise UpstreamError("the upstream's chat answer is not JSON") from None
-        if not isinstance(answer, dict):
-            raise UpstreamError("the upstream's chat answer is not a JSON object")
+        answer = self._whole.parsed("chat answer")
         if self._responses:
             translated = responses.from_chat(answer, self._model, self._custom)
         elif self._counting:
@@ -174,8 +192,7 @@ class OllamaTranslated:
         self._times = ollama.Times()
         self._stream: OllamaStream | None = None
         self._status = 0
-        self._whole: list[bytes] = []
-        self._size = 0
+        self._whole = WholeAnswer()
 
     def request(self, upstream_model: str, waited: float = 0.0) -> bytes:
         self._times.send(waited)
@@ -199,24 +216,15 @@ class OllamaTranslated:
     def feed(self, chunk: bytes) -> bytes:
         if self._stream is not None:
             return self._stream.feed(chunk)
-        self._size += len(chunk)
-        if self._size > MAX_ANSWER_BYTES:
-            raise UpstreamError(f"the upstream's answer exceeds {MAX_ANSWER_BYTES} bytes")
-        self._whole.append(chunk)
+        self._whole.add(chunk)
         return b""
 
     def close(self) -> bytes:
         if self._stream is not None:
             return self._stream.close()
-        body = b"".join(self._whole)
         if not 200 <= self._status < 300:
-            return ollama.error_from_upstream(self._status, body)
-        try:
-            answer = json.loads(body)
-        except ValueError:
-            raise UpstreamError("the upstream's answer is not JSON") from None
-        if not isinstance(answer, dict):
-            raise UpstreamError("the upstream's answer is not a JSON object")
+            return ollama.error_from_upstream(self._status, self._whole.body())
+        answer = self._whole.parsed("answer")
         if self._kind in ("embed", "embeddings"):
             made = ollama.from_embeddings(self._kind, answer, self._model, self._times)
         else:
