@@ -68,7 +68,8 @@ class Fleet:
 def fleet() -> Iterator[Fleet]:
     with (
         simulator(models=("a", "b"), load_time=LOAD) as sim,
-        simulator(models=("bad",), load_time=0.5, fail_load_rate=1.0) as failing,
+        # its load fails well after early_headers_after (500 ms): its error is told after the 200
+        simulator(models=("bad",), load_time=1.5, fail_load_rate=1.0) as failing,
     ):
         config = {
             "routing": {"poll_interval": "1h", "min_residency": 0},
