@@ -61,8 +61,7 @@ from typing import TypeVar
 from urllib.error import URLError
 from urllib.request import Request, urlopen
 
-from swapgate.drivers.children import die_with_parent, exit_name, port_free
-from swapgate.tools.processes import free_port, stop
+from swapgate.drivers.children import die_with_parent, exit_name, free_port, port_free, stop
 from testbed.cache import cache_root, locked, once, run
 
 LLAMA_CPP_VERSION = "0.3.36"

@@ -45,8 +45,7 @@ from urllib.error import HTTPError, URLError
 from urllib.parse import quote
 from urllib.request import urlopen
 
-from swapgate.drivers.children import die_with_parent, exit_name
-from swapgate.tools.processes import free_port
+from swapgate.drivers.children import die_with_parent, exit_name, free_port
 from testbed.cache import cache_root, once, run
 
 # 3.17.2: the newest whose whole set installs here (mlflow 3.18.0 needs an mlflow-tracing

@@ -1,5 +1,7 @@
 """What swapgate needs of the operating system for the processes it starts: that they die with
-it, how one ended (in words), and whether a port is free for the next one.
+it, how one ended (in words), whether a port is free for the next one (and a port no other
+caller on this machine is handed meanwhile), and stopping one. The engine builds beside the
+package take these too: all standard library, so the builds need nothing from a higher layer.
 
 Dying with it takes two parts (docs/process.md, "No orphans"). PR_SET_PDEATHSIG sends a server
 SIGTERM when swapgate dies, but nothing follows up: a server that hangs in its shutdown
@@ -25,6 +27,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import IO
@@ -32,6 +35,11 @@ from typing import IO
 log = logging.getLogger("swapgate.process")
 POLL = 0.1  # seconds between the guard's looks at the groups while they stop
 PR_SET_PDEATHSIG = 1
+STOP_TIMEOUT = 10.0
+# A port ``free_port`` handed out is not handed to another caller on this machine (the suite's
+# workers, a benchmark beside them) for this long: a server that starts slowly (vLLM, ~40 s)
+# binds it well within that, instead of finding another's server on it.
+RESERVED_FOR = 300.0
 
 
 def exit_name(returncode: int) -> str:
@@ -67,6 +75,52 @@ def port_free(port: int) -> bool:
         except OSError:
             return False
         return True
+
+
+def stop(process: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT) -> None:
+    """SIGTERM, and SIGKILL if it has not exited ``timeout`` seconds later."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now and no other caller on this machine was given
+    in the last ``RESERVED_FOR`` seconds (the race with other programs applies: bind it soon)."""
+    marks = Path(tempfile.gettempdir()) / f"swapgate-ports-{os.getuid()}"
+    marks.mkdir(mode=0o700, exist_ok=True)
+    for _ in range(100):
+        port = _port_offered()
+        if _reserve(marks / str(port)):
+            break
+    return port
+
+
+def _port_offered() -> int:
+    """A loopback port the kernel says is free now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _reserve(mark: Path) -> bool:
+    """Take ``mark`` for this caller, unless another took it less than RESERVED_FOR ago."""
+    try:
+        if time.time() - mark.stat().st_mtime < RESERVED_FOR:
+            return False
+        mark.unlink(missing_ok=True)  # stale
+    except FileNotFoundError:
+        pass
+    try:
+        os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return False  # another caller took it just now
+    return True
 
 
 class Guard:

@@ -8,10 +8,8 @@ Every child gets PR_SET_PDEATHSIG, so it never outlives the process that started
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -19,14 +17,19 @@ from pathlib import Path
 from urllib.error import HTTPError, URLError
 from urllib.request import urlopen
 
-from swapgate.drivers.children import die_with_parent, exit_name
+# free_port and stop live with the OS primitives, where testbed/ takes them too
+from swapgate.drivers.children import die_with_parent, exit_name, free_port, stop
+
+__all__ = [
+    "free_port",
+    "serving",
+    "sim_command",
+    "start",
+    "stop",
+    "wait_until_serving",
+]
 
 STARTUP_TIMEOUT = 20.0
-STOP_TIMEOUT = 10.0
-# A port ``free_port`` handed out is not handed to another caller on this machine (the suite's
-# workers, a benchmark beside them) for this long: a server that starts slowly (vLLM, ~40 s)
-# binds it well within that, instead of finding another's server on it.
-RESERVED_FOR = 300.0
 
 
 def sim_command(flavor: str, port: int, **options: object) -> list[str]:
@@ -80,17 +83,6 @@ def wait_until_serving(
     raise TimeoutError(f"the server for {url} did not start within {timeout:g}s")
 
 
-def stop(process: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT) -> None:
-    """SIGTERM, and SIGKILL if it has not exited ``timeout`` seconds later."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 @contextmanager
 def serving(
     command: Sequence[str],
@@ -108,38 +100,3 @@ def serving(
         yield process
     finally:
         stop(process)
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on now and no other caller on this machine was given
-    in the last ``RESERVED_FOR`` seconds (the race with other programs applies: bind it soon)."""
-    marks = Path(tempfile.gettempdir()) / f"swapgate-ports-{os.getuid()}"
-    marks.mkdir(mode=0o700, exist_ok=True)
-    for _ in range(100):
-        port = _port_offered()
-        if _reserve(marks / str(port)):
-            break
-    return port
-
-
-def _port_offered() -> int:
-    """A loopback port the kernel says is free now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _reserve(mark: Path) -> bool:
-    """Take ``mark`` for this caller, unless another took it less than RESERVED_FOR ago."""
-    try:
-        if time.time() - mark.stat().st_mtime < RESERVED_FOR:
-            return False
-        mark.unlink(missing_ok=True)  # stale
-    except FileNotFoundError:
-        pass
-    try:
-        os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-    except FileExistsError:
-        return False  # another caller took it just now
-    return True

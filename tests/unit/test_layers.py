@@ -79,6 +79,17 @@ def test_only_the_tools_start_the_simulator_or_the_testbed() -> None:
             assert "testbed" not in path.read_text(), path
 
 
+def test_the_testbed_takes_only_the_os_primitives_from_the_package() -> None:
+    """The engine demo (tools/) imports testbed/; testbed/ importing tools/ back would close
+    a circle, so it takes what it needs from the lowest layer that has it."""
+    taken = set()
+    for path in (ROOT / "testbed").glob("*.py"):
+        for line in path.read_text().splitlines():
+            if line.startswith(("from swapgate", "import swapgate")):
+                taken.add(line.split()[1])
+    assert taken == {"swapgate.drivers.children"}
+
+
 def test_the_control_rooms_import_down_their_written_order() -> None:
     rooms = _written_rooms()
     control = PACKAGE / "control"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from swapgate.tools import processes
+from swapgate.drivers import children
 
 
 @pytest.fixture
@@ -21,18 +21,18 @@ def marks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_a_port_given_out_is_not_given_again_while_reserved(
     marks: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    first = processes.free_port()
+    first = children.free_port()
     assert (marks / str(first)).exists()
     # The kernel offers the same port again: it is skipped for the next one it offers
     offered = iter([first, first, first + 1])
-    monkeypatch.setattr(processes, "_port_offered", lambda: next(offered))
-    assert processes.free_port() == first + 1
+    monkeypatch.setattr(children, "_port_offered", lambda: next(offered))
+    assert children.free_port() == first + 1
 
 
 def test_a_stale_reservation_is_taken_again(marks: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    first = processes.free_port()
-    old = time.time() - processes.RESERVED_FOR - 1
+    first = children.free_port()
+    old = time.time() - children.RESERVED_FOR - 1
     os.utime(marks / str(first), (old, old))
-    monkeypatch.setattr(processes, "_port_offered", lambda: first)
-    assert processes.free_port() == first
+    monkeypatch.setattr(children, "_port_offered", lambda: first)
+    assert children.free_port() == first
     assert time.time() - (marks / str(first)).stat().st_mtime < 5
