@@ -187,7 +187,7 @@ def _check_model(
     if conf.relay is not None and conf.relay not in settings.relays:
         known = ", ".join(sorted(settings.relays)) or "none defined"
         yield f"{where}.relay: no relay named {conf.relay!r} (relays: {known})"
-    if conf.relay is None and conf.fallback_policy != "off":
+    if conf.relay is None and conf.relay_policy != "off":
         yield f"{where}.fallback: {conf.fallback!r} needs a relay; set {where}.relay"
     if conf.choose is not None:
         yield from _check_selector(model, conf, settings)

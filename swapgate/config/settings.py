@@ -63,7 +63,7 @@ Url = Annotated[str, AfterValidator(_check_url)]
 
 
 Name = Annotated[str, Field(pattern=_NAME)]
-FallbackPolicy = Annotated[Literal["off", "error", "slow", "swap"], BeforeValidator(_yaml_off)]
+RelayPolicy = Annotated[Literal["off", "error", "slow", "swap"], BeforeValidator(_yaml_off)]
 # Which model makes room (docs/configuration.md, "eviction"): the one list of the modes.
 EvictionMode = Literal["lru", "demand"]
 InstanceKind = Literal[
@@ -349,7 +349,7 @@ class ModelConfig(SizeConfig):
     upstream_names: dict[str, str] = {}
     relay: str | None = None
     relay_model: str | None = None
-    fallback: FallbackPolicy | None = None
+    fallback: RelayPolicy | None = None
     # Other models of this gateway that answer, in order, when this one cannot
     # (docs/configuration.md, "Fallback models")
     fallbacks: list[str] = []
@@ -367,7 +367,7 @@ class ModelConfig(SizeConfig):
     capabilities: list[Capability] = []  # told by /v1/models, with what its engine says
 
     @property
-    def fallback_policy(self) -> FallbackPolicy:
+    def relay_policy(self) -> RelayPolicy:
         """The policy in force: ``swap`` when a relay is set and none is named, else ``off``."""
         if self.fallback is not None:
             return self.fallback

@@ -1,7 +1,7 @@
 """When another model of this gateway answers a request (``models.M.fallbacks``,
 docs/configuration.md, "Fallback models"): a pure function of what each model offers it now.
 
-Not the relay's rule (swapgate/policy/fallback.py): that sends a model's own request to an
+Not the relay's rule (swapgate/policy/relay.py): that sends a model's own request to an
 external relay; this one sends it to the next model of its ``fallbacks`` that can serve it.
 
 ``why_not`` says why a model cannot serve a request, by these rules in this order:
@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from swapgate.config.settings import FallbackPolicy
-from swapgate.policy.fallback import allows
+from swapgate.config.settings import RelayPolicy
 from swapgate.policy.placement import Decision, Full, Serve, Unavailable
+from swapgate.policy.relay import allows
 
 Reason = Literal["swap_failed", "backoff", "unavailable", "context", "wait_budget"]
 # The prompt's estimate (characters / 4) must pass the context by a quarter: an estimate that
@@ -52,7 +52,7 @@ class Outlook:
     budget: float | None = None
     context: int | None = None
     prompt_tokens: int = 0
-    relay: FallbackPolicy = "off"
+    relay: RelayPolicy = "off"
 
 
 def too_long(prompt_tokens: int, context: int | None) -> bool:
@@ -65,8 +65,8 @@ def refused_for_context(status: int, body: bytes) -> bool:
     prompt as longer than its context."""
     if status != 400:
         return False
-    said = body.decode("utf-8", "replace").lower()
-    return any(words in said for words in PAST_CONTEXT)
+    text = body.decode("utf-8", "replace").lower()
+    return any(words in text for words in PAST_CONTEXT)
 
 
 def why_not(outlook: Outlook) -> Reason | None:
@@ -85,7 +85,7 @@ def why_not(outlook: Outlook) -> Reason | None:
     return None
 
 
-def stand_in(
+def first_able(
     fallbacks: Sequence[str],
     allowed: Callable[[str], bool],
     outlook: Callable[[str], Outlook | None],

@@ -1,6 +1,6 @@
 """Idle unload's rules (docs/configuration.md, "Idle unload: ttl and keep_alive"): how long a
 copy may sit idle (its model's ``ttl``, or the ``keep_alive`` its last request asked for, in
-Ollama's forms), when it may go, and what a request may ask (``IdleAsks``).
+Ollama's forms), when it may go, and what a request may ask (``RequestedTimeouts``).
 
 A copy goes once it has been idle its timeout: no request for it in flight (on any replica),
 none waiting for it, not pinned, not closing, warm, its instance up and swapping nothing. Idle
@@ -110,7 +110,7 @@ Tell = Callable[[str, str, float | None], None]  # (instance, model, seconds): a
 
 
 @dataclass(frozen=True, slots=True)
-class Asked:
+class RequestedTimeout:
     """A request's idle timeout for its copy: ``seconds`` (None: keep it loaded); ``in_body``:
     the body carried it (an Ollama upstream gets it back)."""
 
@@ -128,7 +128,7 @@ class Body(Protocol):
     def upload(self) -> object | None: ...
 
 
-class IdleAsks:
+class RequestedTimeouts:
     """Each request's ``keep_alive`` (body) or ``x-swapgate-keep-alive`` (header, which wins),
     read once at admission under one config.
 
@@ -145,7 +145,7 @@ class IdleAsks:
 
     def read(
         self, headers: list[tuple[bytes, bytes]], request: Body, model: str, key: KeyConfig | None
-    ) -> Asked | None:
+    ) -> RequestedTimeout | None:
         """What ``request`` for ``model`` asks, with ``keep_alive`` taken out of its body; None
         if it asks nothing or may not (``allow_keep_alive``). Raises ``BadRequest`` for a value
         that is no duration."""
@@ -154,21 +154,21 @@ class IdleAsks:
         if in_body:
             request.payload = {k: v for k, v in request.payload.items() if k != FIELD}
             request.body = json.dumps(request.payload, separators=(",", ":")).encode()
-        said = next((v.strip().decode("latin-1") for k, v in headers if k == HEADER), None)
-        if said is not None:
-            value = said
+        in_header = next((v.strip().decode("latin-1") for k, v in headers if k == HEADER), None)
+        if in_header is not None:
+            value = in_header
         if value is None or not self._allowed(model, key):
             return None
         try:
-            return Asked(parse_keep_alive(value), in_body)
+            return RequestedTimeout(parse_keep_alive(value), in_body)
         except ValueError as exc:
-            raise BadRequest(f"{'x-swapgate-keep-alive' if said else FIELD}: {exc}") from None
+            raise BadRequest(f"{'x-swapgate-keep-alive' if in_header else FIELD}: {exc}") from None
 
     def _allowed(self, model: str, key: KeyConfig | None) -> bool:
         allowed = self._settings.model_settings(model).allow_keep_alive
         return allowed and (key is None or key.allow_keep_alive)
 
-    def body_for(self, body: bytes, lease: Lease, asked: Asked | None) -> bytes:
+    def body_for(self, body: bytes, lease: Lease, asked: RequestedTimeout | None) -> bytes:
         """``body`` as it goes to ``lease``: an Ollama instance gets the request's keep_alive."""
         if asked is None or not asked.in_body or not body or lease.kind != "instance":
             return body
@@ -177,7 +177,7 @@ class IdleAsks:
         seconds = -1 if asked.seconds is None else asked.seconds
         return json.dumps({**json.loads(body), FIELD: seconds}, separators=(",", ":")).encode()
 
-    def served(self, asked: Asked | None, lease: Lease | None) -> None:
+    def served(self, asked: RequestedTimeout | None, lease: Lease | None) -> None:
         """A request that asked is over: the copy that served it may sit idle that long."""
         if asked is not None and lease is not None and lease.kind == "instance" and self._tell:
             self._tell(lease.name, lease.model, asked.seconds)

@@ -42,7 +42,7 @@ class Failure(enum.Enum):
 
 class Next(enum.Enum):
     OTHER = "other"  # another instance that has the model warm
-    RELAY = "relay"  # the model's relay, if its fallback policy allows ``error``
+    RELAY = "relay"  # the model's relay, if its relay policy allows ``error``
     SAME = "same"  # the same instance once more
     WAIT = "wait"  # swapgate's queue, for room there or on another copy (backpressure)
     PLACE = "place"  # placed again as a cold request: its instance is down (a swap elsewhere)

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from swapgate.activity.records import Placement, Row
 from swapgate.control.memory.kv import Claim
 from swapgate.control.routing.key_limits import Admission
-from swapgate.control.routing.stand_ins import Chance
-from swapgate.control.routing.waiter import Want
+from swapgate.control.routing.waiter import Routing
 from swapgate.data.lease import Progress
 from swapgate.errors import SwapgateError
 from swapgate.metrics import UNKNOWN
-from swapgate.policy.idle_timeout import Asked
+from swapgate.policy.fallback_models import Reason as FallbackReason
+from swapgate.policy.idle_timeout import RequestedTimeout
 from swapgate.proxy.endpoints import Endpoint
 from swapgate.proxy.translate.translated import Translation
 
@@ -30,6 +31,23 @@ _TOKENS = re.compile(
     rb'"(prompt|input|completion|output)_tokens"\s*:\s*(\d+)|"(prompt_eval|eval)_count"\s*:\s*(\d+)'
 )
 _IN = frozenset((b"prompt", b"input", b"prompt_eval"))
+
+
+@dataclass(slots=True)
+class ModelFallback:
+    """A request's one chance to be answered by another model (docs/configuration.md,
+    "Fallback models"; taken by swapgate/proxy/pipeline/fallback_models.py): the model it asked
+    for, its ``fallbacks``, whether its key may use a model (``allowed``), the routing it would
+    have for a model (``routing_for``: its pool, budget, class), its prompt's estimated tokens;
+    once taken, the model that answers it and why."""
+
+    model: str
+    fallbacks: tuple[str, ...]
+    allowed: Callable[[str], bool]
+    routing_for: Callable[[str], Routing]
+    prompt_tokens: int
+    to: str | None = None
+    reason: FallbackReason | None = None
 
 
 @dataclass(slots=True)
@@ -47,7 +65,7 @@ class Exchange:
     failed: SwapgateError | None = None  # an error told in-band, after a committed 200
     # A Messages request as chat completions, for an upstream that does not speak Messages
     translation: Translation | None = None
-    want: Want | None = None  # its pool and wait budget (docs/operations.md)
+    routing: Routing | None = None  # its pool and wait budget (docs/operations.md)
     # Keep-alives committed the 200 before the upstream answered: its x-swapgate-wait-ms is
     # the wait until then, and a stream tells the whole wait in a last comment.
     committed_early: bool = False
@@ -67,9 +85,9 @@ class Exchange:
     upstream_span: Span | None = None
     max_tokens: int | None = None  # as the request asked, for its span
     # Its keep_alive: how long the copy that serves it may then sit idle (policy/idle_timeout.py)
-    keep_alive: Asked | None = None
-    # Its one chance to be answered by another model (docs/configuration.md, "Fallback models")
-    fallback: Chance | None = None
+    keep_alive: RequestedTimeout | None = None
+    # Its one chance to be answered by another model (proxy/pipeline/fallback_models.py)
+    fallback: ModelFallback | None = None
 
     def keep_tail(self, chunk: bytes) -> None:
         self.tail = (self.tail + chunk)[-TAIL:]

@@ -29,12 +29,11 @@ from swapgate.control.memory.kv import KvKeeper, TurnSlots
 from swapgate.control.routing.failover import Attempts
 from swapgate.control.routing.key_limits import KeyLimits
 from swapgate.control.routing.router import Router
-from swapgate.control.routing.stand_ins import StandIns
 from swapgate.control.state.registry import Registry
 from swapgate.data.lease import Progress
 from swapgate.errors import InternalError, ShuttingDown, SwapgateError
 from swapgate.metrics import Metrics
-from swapgate.policy.idle_timeout import IdleAsks
+from swapgate.policy.idle_timeout import RequestedTimeouts
 from swapgate.proxy.auth import ClientAuth
 from swapgate.proxy.endpoints import ENDPOINTS
 from swapgate.proxy.exchange import Exchange
@@ -107,13 +106,13 @@ class ProxyEndpoint:
     ) -> None:
         """Make the steps a config reload replaces; requests in flight keep the old ones."""
         params = by_model(settings.models)  # models.M.params
-        stand_ins = StandIns(settings, router, self._metrics, catalog.contexts)
-        fallbacks = FallbackModels(stand_ins, router, auth, params)
-        idle_asks = IdleAsks(settings, self._idle.asked if self._idle else None)
+        contexts = catalog.contexts
+        fallbacks = FallbackModels(settings, router, self._metrics, contexts, (auth, params))
+        requested_timeouts = RequestedTimeouts(settings, self._idle.asked if self._idle else None)
         self._records.access_log = settings.server.access_log
-        parts = (self._registry, self._limits, self._records, idle_asks, fallbacks)
+        parts = (self._registry, self._limits, self._records, requested_timeouts, fallbacks)
         self._admission = Admission(settings, router, catalog, auth, parts, params)
-        config = (idle_asks, fallbacks)
+        config = (requested_timeouts, fallbacks)
         self._sender = Sender(
             self._registry, self._client, self._metrics, self._turns, config, self.tracing
         )
@@ -186,7 +185,7 @@ class ProxyEndpoint:
             pinging = Pinging(pinger)
         sender = self._sender  # this config's, for the whole request
         instead = lambda: sender.fallbacks.late(ex, request, writer)  # noqa: E731
-        attempts = Attempts(self._router, ex.model, ex.want, instead)
+        attempts = Attempts(self._router, ex.model, ex.routing, instead)
         try:
             try:
                 response = await sender.open(scope, ex, request, writer, attempts, progress)
@@ -207,7 +206,9 @@ class ProxyEndpoint:
         finally:
             if ex.upstream_span is not None and self.tracing is not None:
                 self.tracing.finish(ex.upstream_span, {}, ex.failed.code if ex.failed else "")
-            sender.idle_asks.served(ex.keep_alive, attempts.lease)  # before its end (idle unload)
+            sender.requested_timeouts.served(
+                ex.keep_alive, attempts.lease
+            )  # before its end (idle unload)
             attempts.release()
             claim, ex.claim = ex.claim, None
             await self._turns.free(claim)

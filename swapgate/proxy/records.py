@@ -76,8 +76,8 @@ class RequestRecords:
                 self._decay.served(instance, ex.model, since)
         self._metrics.request_done(ex.model, ex.route, status, elapsed, ex.waited)
         self._metrics.endpoint_done(ex.endpoint.label, status)
-        if ex.want is not None and ex.want.pool is not None:
-            self._metrics.pool_done(ex.model, ex.want.pool.name, status, ex.waited)
+        if ex.routing is not None and ex.routing.pool is not None:
+            self._metrics.pool_done(ex.model, ex.routing.pool.name, status, ex.waited)
         if ex.key is not None:
             self._metrics.key_done(ex.key, status)
         if usage != (None, None):

@@ -162,14 +162,14 @@ def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
 def _invalid(exc: RequestValidationError) -> str:
     """What was wrong, field by field: never the endpoint's source file and line, which
     FastAPI's own text of the error carries."""
-    said = []
+    problems = []
     for error in exc.errors():
         where = ".".join(str(part) for part in error.get("loc", ()))
         got = error.get("input")
         short = isinstance(got, str | int | float) and len(str(got)) < 60
         shown = f" (got {got!r})" if short else ""
-        said.append(f"{where}: {_in_words(error)}{shown}")
-    return "; ".join(said) or "the request does not match what this endpoint takes"
+        problems.append(f"{where}: {_in_words(error)}{shown}")
+    return "; ".join(problems) or "the request does not match what this endpoint takes"
 
 
 def _in_words(error: Any) -> str:

@@ -247,9 +247,9 @@ def _answer(
 
 
 def _tell_disconnect(scope: Scope) -> None:
-    told = scope.get(ON_DISCONNECT)
-    if told is not None:
-        told()
+    on_disconnect = scope.get(ON_DISCONNECT)
+    if on_disconnect is not None:
+        on_disconnect()
 
 
 def _peer(client: tuple[str, int] | None) -> str:

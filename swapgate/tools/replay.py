@@ -274,7 +274,7 @@ def _replayed(config: Mapping[str, Any], sims: Mapping[str, str], speedup: float
         model: {
             key: (_seconds(value) / speedup if key == "max_wait" else value)
             for key, value in (conf or {}).items()
-            if key not in ("relay", "relay_model", "fallback", "fallback_policy")
+            if key not in ("relay", "relay_model", "fallback", "relay_policy")
         }
         for model, conf in (out.get("models") or {}).items()
     }

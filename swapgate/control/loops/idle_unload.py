@@ -6,7 +6,7 @@ at a change of the live state (a request ends, a load ends) or when a request as
 timeout. It looks only at the copies of models with a ``ttl`` and the copies a request set a
 timeout on: a fleet where nobody uses either costs nothing, and at idle it does not wake until
 a deadline comes. The rule is pure (swapgate/policy/idle_timeout.py); an unload goes the way every
-eviction does (``Steps.evict``: conversations saved first on ``kv_keep`` instances).
+eviction does (``SwapSteps.evict``: conversations saved first on ``kv_keep`` instances).
 """
 
 from __future__ import annotations

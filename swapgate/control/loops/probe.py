@@ -19,7 +19,7 @@ import httpx
 from swapgate.config.settings import RelayConfig, Settings
 from swapgate.control.loops.decay import DecayWatch
 from swapgate.control.routing.router import Router
-from swapgate.control.routing.waiter import Want
+from swapgate.control.routing.waiter import Routing
 from swapgate.data.lease import Upstream
 from swapgate.metrics import Metrics
 from swapgate.policy.placement import Serve
@@ -67,7 +67,7 @@ class Prober:
             if conf.relay != relay:
                 continue
             to_relay = self._probe(f"relay/{relay}", upstream, conf.relay_model or model)
-            decision = self._router.place(model, Want(), time.monotonic())
+            decision = self._router.place(model, Routing(), time.monotonic())
             if not isinstance(decision, Serve):
                 await to_relay
                 continue

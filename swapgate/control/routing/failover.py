@@ -1,6 +1,6 @@
 """One request's tries (docs/architecture.md, "Failover"): the instance the router leased, then
 where swapgate/policy/retry.py says a failure before any byte reached the client goes next:
-another instance that has the model warm, the model's relay if its fallback policy allows
+another instance that has the model warm, the model's relay if its relay policy allows
 ``error``, the same instance once more, swapgate's queue, or placed again as a cold request
 when its instance is down. Nothing is tried again once bytes went out.
 
@@ -18,61 +18,65 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from swapgate.control.routing.router import Router
-from swapgate.control.routing.waiter import Want
+from swapgate.control.routing.waiter import Routing
 from swapgate.data.lease import Lease, Progress
 from swapgate.errors import NoCapacity, SwapFailed
 from swapgate.policy import retry
 from swapgate.policy.retry import Failure, Next, Outcome
 
-# After a failed swap: the model that answers instead and the request's Want for it, or None
-Instead = Callable[[], tuple[str, Want] | None]
+# After a failed swap: the model that answers instead and the request's Routing for it, or None
+Instead = Callable[[], tuple[str, Routing] | None]
 
 
 class Attempts:
     def __init__(
-        self, router: Router, model: str, want: Want | None = None, instead: Instead | None = None
+        self,
+        router: Router,
+        model: str,
+        routing: Routing | None = None,
+        instead: Instead | None = None,
     ) -> None:
         self._router = router
         self._instead = instead
         self._model = model
-        self._want = want  # its pool and wait budget: another instance is of the same pool
+        self._routing = routing  # its pool and wait budget: another instance is of the same pool
         self._used: set[Next] = set()  # each place is tried once (the queue: within max_wait)
         self._limited_since: float | None = None  # when an instance first said 429 to it
         self.lease: Lease | None = None
         # Open for its client until ``release``, in flight while it holds a lease
-        self._ticket = router.clients.began(want.client if want else None, model)
+        self._ticket = router.clients.began(routing.client if routing else None, model)
 
     async def first(self, progress: Progress) -> Lease:
         try:
-            self.lease = await self._router.acquire(self._model, progress, self._want)
+            self.lease = await self._router.acquire(self._model, progress, self._routing)
         except SwapFailed:
             other = self._instead() if self._instead is not None else None
             if other is None:
                 raise
             self._switch(*other)
-            self.lease = await self._router.acquire(self._model, progress, self._want)
+            self.lease = await self._router.acquire(self._model, progress, self._routing)
         self._router.clients.flying(self._ticket, True)
         return self.lease
 
-    async def instead(self, progress: Progress, model: str, want: Want) -> Lease:
+    async def instead(self, progress: Progress, model: str, routing: Routing) -> Lease:
         """The current lease's engine refused the request as one its model cannot serve (its
         prompt past the context): give the lease back and try ``model``, which answers it
         instead, from its first lease on."""
         if self.lease is not None:
             self._router.release(self.lease)
             self.lease = None
-        self._switch(model, want)
+        self._switch(model, routing)
         self._used.clear()  # another model: its own places to try
-        self.lease = await self._router.acquire(model, progress, want)
+        self.lease = await self._router.acquire(model, progress, routing)
         self._router.clients.flying(self._ticket, True)
         return self.lease
 
-    def _switch(self, model: str, want: Want) -> None:
+    def _switch(self, model: str, routing: Routing) -> None:
         """From here on the request is one for ``model`` (it holds no lease yet)."""
         clients = self._router.clients
         clients.ended(self._ticket)
-        self._model, self._want = model, want
-        self._ticket = clients.began(want.client, model)
+        self._model, self._routing = model, routing
+        self._ticket = clients.began(routing.client, model)
 
     def after(self, failure: Failure, held: float, resendable: bool) -> Next | None:
         """The current lease failed with ``failure`` after holding the request ``held`` s: take
@@ -103,7 +107,9 @@ class Attempts:
     def _take(self, place: Next, failed: Lease) -> Lease | None:
         match place:
             case Next.OTHER:
-                return self._router.acquire_warm(self._model, besides=failed.name, want=self._want)
+                return self._router.acquire_warm(
+                    self._model, besides=failed.name, routing=self._routing
+                )
             case Next.RELAY:
                 return self._router.relay(self._model, "error")
             case _:  # the same instance once more; its wait is counted already
@@ -117,7 +123,7 @@ class Attempts:
         self._router.release(down)
         self.lease = None
         self._router.clients.flying(self._ticket, False)
-        self.lease = await self._router.acquire(self._model, progress, self._want)
+        self.lease = await self._router.acquire(self._model, progress, self._routing)
         self._router.clients.flying(self._ticket, True)
         return self.lease
 
@@ -141,7 +147,7 @@ class Attempts:
                 f"{max_wait:g}s (max_wait); retry later",
                 retry_after=max(1, round(pause)),
             )
-        self.lease = await self._router.acquire(self._model, progress, self._want)
+        self.lease = await self._router.acquire(self._model, progress, self._routing)
         self._router.clients.flying(self._ticket, True)
         return self.lease
 

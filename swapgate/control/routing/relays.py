@@ -8,7 +8,7 @@ from collections.abc import Callable
 from swapgate.config.settings import Settings, secret
 from swapgate.data.lease import Lease, Upstream
 from swapgate.metrics import Metrics
-from swapgate.policy.fallback import Reason, allows
+from swapgate.policy.relay import Reason, allows
 
 
 class Relays:
@@ -29,9 +29,9 @@ class Relays:
         }
 
     def lease(self, model: str, reason: Reason, started: float | None = None) -> Lease | None:
-        """Lease the model's relay if its fallback policy allows ``reason``."""
+        """Lease the model's relay if its relay policy allows ``reason``."""
         conf = self._settings.model_settings(model)
-        if conf.relay is None or not allows(conf.fallback_policy, reason):
+        if conf.relay is None or not allows(conf.relay_policy, reason):
             return None
         self._metrics.fallbacks.labels(model, conf.relay, reason).inc()
         waited = self._clock() - started if started is not None else 0.0

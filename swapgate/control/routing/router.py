@@ -1,8 +1,8 @@
 """Turning placement decisions into a lease: on a warm instance, or on the model's relay.
 
 ``acquire`` places the request, starts the one swap it needs, and waits (re-placing on every
-registry change) until the model is warm, unless the model's fallback policy sends it to the
-relay first (swapgate/policy/fallback.py).
+registry change) until the model is warm, unless the model's relay policy sends it to the
+relay first (swapgate/policy/relay.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from swapgate.config.catalog import Catalog
 from swapgate.config.settings import Settings, secret
 from swapgate.control.routing.conversations import Conversations
 from swapgate.control.routing.relays import Relays
-from swapgate.control.routing.waiter import Waiter, Waiting, Want
+from swapgate.control.routing.waiter import Routing, Waiter, Waiting
 from swapgate.control.state.clients import Clients
 from swapgate.control.state.registry import Registry
 from swapgate.control.swaps.coordinator import SwapCoordinator
@@ -28,7 +28,6 @@ from swapgate.data.warm import WarmState
 from swapgate.errors import NoCapacity, PathNotFound, QueueFull
 from swapgate.metrics import Metrics
 from swapgate.policy import pools, timing
-from swapgate.policy.fallback import Reason
 from swapgate.policy.placement import (
     Decision,
     Full,
@@ -43,6 +42,7 @@ from swapgate.policy.placement import (
     place,
     starvation_target,
 )
+from swapgate.policy.relay import Reason
 
 _WARM = frozenset({WarmState.WARM})
 _WAKING = frozenset({WarmState.LOADING, WarmState.ASLEEP})
@@ -131,7 +131,7 @@ class Router:
             "instance's protocols, or send the request where it is spoken"
         )
 
-    def want(
+    def routing_for(
         self,
         model: str,
         payload: dict[str, Any],
@@ -139,7 +139,7 @@ class Router:
         priority: int = 0,
         conversation: str | None = None,
         client: str | None = None,
-    ) -> Want:
+    ) -> Routing:
         """What a request asks for besides its model: its pool (by its prompt, docs/operations.md),
         its own wait budget (``x-swapgate-max-wait``, capped at the model's max_wait), its
         priority class (docs/keys.md) and the conversation it is a turn of (docs/kv-keep.md)."""
@@ -150,7 +150,7 @@ class Router:
             pool = pools.choose(model, conf.pools, pools.prompt_tokens(payload), snap)
         max_wait = conf.max_wait or self._settings.routing.max_wait
         wait = min(budget, max_wait) if budget is not None else None
-        return Want(pool, wait, priority, conversation, client)
+        return Routing(pool, wait, priority, conversation, client)
 
     def chosen(self, model: str) -> str:
         """The model a request for ``model`` goes to: ``model`` itself, or, for a selector, the
@@ -179,10 +179,10 @@ class Router:
         cached = [t for t in targets if self._coordinator.times.tiers(t) == "cached"]
         return cached[0] if cached else targets[0]
 
-    def snapshot(self, want: Want | None = None, holding: str | None = None) -> Snapshot:
+    def snapshot(self, routing: Routing | None = None, holding: str | None = None) -> Snapshot:
         """The registry's snapshot, of the request's pool's instances only; with ``holding``,
         of those holding a copy of that model (warm, loading or asleep) only."""
-        pool = want.pool.instances if want is not None and want.pool is not None else None
+        pool = routing.pool.instances if routing is not None and routing.pool is not None else None
         if holding is None and pool is None:
             return self._registry.snapshot()
         names = self._registry.copies.of(holding) if holding is not None else self._registry.names()
@@ -191,21 +191,21 @@ class Router:
         return self._registry.snapshot(names)
 
     async def acquire(
-        self, model: str, progress: Progress | None = None, want: Want | None = None
+        self, model: str, progress: Progress | None = None, routing: Routing | None = None
     ) -> Lease:
         """Wait until ``model`` is warm somewhere (starting at most one swap), then lease it;
-        or lease its relay when the fallback policy says so."""
+        or lease its relay when the relay policy says so."""
         started = self.clock()
         progress = progress or Progress()
-        want = want or Want()
+        routing = routing or Routing()
         self._registry.queues.arrived(model)
-        decision = self.place(model, want, started)
+        decision = self.place(model, routing, started)
         if isinstance(decision, Serve):
             progress.instance, progress.state = decision.instance, "waiting"
             self._placed(model, "warm", 0.0)
-            lease = self.lease(decision.instance, model, None, want.priority)
+            lease = self.lease(decision.instance, model, None, routing.priority)
         else:
-            lease = await self._wait(model, progress, want, decision, started)
+            lease = await self._wait(model, progress, routing, decision, started)
             placement = "relay" if lease.kind == "relay" else _PLACEMENT[type(decision)]
             self._placed(model, placement, lease.waited)
             progress.placement = "full" if isinstance(decision, Full) else placement
@@ -213,21 +213,21 @@ class Router:
                 progress.swap_id = self._coordinator.last_swap(lease.name, model)
                 if progress.trail is not None:  # tracing: its wait's span links the swap's
                     progress.swap_span = self._coordinator.log.span_of(progress.swap_id)
-        self.conversations.remember(model, want.conversation, lease)
+        self.conversations.remember(model, routing.conversation, lease)
         return lease
 
     def _placed(self, model: str, placement: str, waited: float) -> None:
         self._metrics.placed(model, placement, waited)
 
     async def _wait(
-        self, model: str, progress: Progress, want: Want, decision: Decision, started: float
+        self, model: str, progress: Progress, routing: Routing, decision: Decision, started: float
     ) -> Lease:
         """A request its model is not warm for: wait, relay, or refuse, as the rules say."""
-        if want.budget is not None and not isinstance(decision, Unavailable):
+        if routing.budget is not None and not isinstance(decision, Unavailable):
             expected = self.expected_wait(model, decision)
-            if expected > want.budget:
-                return self._over_budget(model, decision, expected, want.budget, started)
-        with self._registry.queues.queued(model, started, want.priority, want.slots) as depth:
+            if expected > routing.budget:
+                return self._over_budget(model, decision, expected, routing.budget, started)
+        with self._registry.queues.queued(model, started, routing.priority, routing.slots) as depth:
             if depth > self._settings.routing.queue_limit:
                 relayed = self.relay(model, "queue_full", started)
                 if relayed:
@@ -237,7 +237,7 @@ class Router:
                     retry_after=self.retry_after(model),
                 )
             conf = self._settings.model_settings(model)
-            max_wait = want.budget if want.budget is not None else self.max_wait(model)
+            max_wait = routing.budget if routing.budget is not None else self.max_wait(model)
             waiter = Waiter(
                 self,
                 self._registry,
@@ -248,8 +248,8 @@ class Router:
                     started,
                     max_wait,
                     self._policy.patience(model),
-                    conf.fallback_policy,
-                    want,
+                    conf.relay_policy,
+                    routing,
                 ),
                 progress,
                 decision,
@@ -266,17 +266,19 @@ class Router:
             )
         return lease
 
-    def acquire_warm(self, model: str, besides: str, want: Want | None = None) -> Lease | None:
+    def acquire_warm(
+        self, model: str, besides: str, routing: Routing | None = None
+    ) -> Lease | None:
         """Lease another instance (of the request's pool) that has ``model`` warm right now."""
-        snap = self.snapshot(want)
+        snap = self.snapshot(routing)
         others = replace(snap, instances=tuple(i for i in snap.instances if i.name != besides))
         decision = place(model, others, self._policy)
         if not isinstance(decision, Serve):
             return None
-        return self.lease(decision.instance, model, None, want.priority if want else 0)
+        return self.lease(decision.instance, model, None, routing.priority if routing else 0)
 
     def relay(self, model: str, reason: Reason, started: float | None = None) -> Lease | None:
-        """Lease the model's relay if its fallback policy allows ``reason``."""
+        """Lease the model's relay if its relay policy allows ``reason``."""
         return self.relays.lease(model, reason, started)
 
     def release(self, lease: Lease) -> None:
@@ -299,7 +301,7 @@ class Router:
         """How long a request for ``model`` may wait (its own ``max_wait``, else the routing's)."""
         return self._settings.model_settings(model).max_wait or self._settings.routing.max_wait
 
-    def place(self, model: str, want: Want, since: float) -> Decision:
+    def place(self, model: str, routing: Routing, since: float) -> Decision:
         """Where a request for ``model`` that arrived at ``since`` would go now, among the
         instances of its pool. A free slot of a model with ``max_concurrency`` goes to the
         queued requests first, by class, then arrival: it waits its turn (``Full``).
@@ -308,28 +310,31 @@ class Router:
         or asleep: an index, not a walk): where it serves, waits for a slot or joins a load
         depends on those alone. Only a swap or a queue weighs the whole fleet
         (docs/architecture.md, "A fleet of any size")."""
-        snap = self.snapshot(want, holding=model)
-        decision = place(model, snap, self._policy, want.priority)
+        snap = self.snapshot(routing, holding=model)
+        decision = place(model, snap, self._policy, routing.priority)
         if not isinstance(decision, Serve | Full | Join):
-            snap = self.snapshot(want)
-            decision = place(model, snap, self._policy, want.priority)
-        if isinstance(decision, Serve) and want.conversation is not None:
-            decision = self.conversations.steer(model, want.conversation, snap, decision)
+            snap = self.snapshot(routing)
+            decision = place(model, snap, self._policy, routing.priority)
+        if isinstance(decision, Serve) and routing.conversation is not None:
+            decision = self.conversations.steer(model, routing.conversation, snap, decision)
         if isinstance(decision, Serve):
             free = free_slots(model, snap, self._policy)
             waitlist = self._registry.queues
-            if free is not None and waitlist.ahead(model, want.priority, since, want.slots) >= free:
+            if (
+                free is not None
+                and waitlist.ahead(model, routing.priority, since, routing.slots) >= free
+            ):
                 return Full(decision.instance)
         return decision
 
     def reserve_room(
-        self, model: str, until: float, outranks: int | None = None, want: Want | None = None
+        self, model: str, until: float, outranks: int | None = None, routing: Routing | None = None
     ) -> str | None:
         """The starvation rule: stop new requests to the cheapest busy victims so they drain;
         returns the instance it made room on, if any, among those of the request's pool. With
         ``outranks``, a request's class: only victims that lower classes alone use
         (swapgate/policy/placement.py)."""
-        snap = self.snapshot(want)
+        snap = self.snapshot(routing)
         if any(i.reserved_for == model for i in snap.instances):
             return None  # room is made for another of its requests: one swap serves them all
         target = starvation_target(model, snap, self._policy, outranks)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from swapgate.config.settings import FallbackPolicy
+from swapgate.config.settings import RelayPolicy
 from swapgate.control.faults.failing import FailingModels
 from swapgate.control.state.registry import Registry
 from swapgate.control.swaps.coordinator import SwapCoordinator
@@ -16,14 +16,14 @@ from swapgate.errors import ModelFailing, NoCapacity, SwapFailed, shown_to_clien
 from swapgate.metrics import Metrics
 from swapgate.policy import pools
 from swapgate.policy.backoff import ATTEMPTS, LoadFailure
-from swapgate.policy.fallback import Reason, relay_reason
 from swapgate.policy.placement import Decision, Full, Join, Queue, Serve, Swap, Unavailable
+from swapgate.policy.relay import Reason, relay_reason
 
 _STATES = {Serve: "waiting", Join: "loading", Swap: "loading", Queue: "queued", Full: "queued"}
 
 
 @dataclass(frozen=True, slots=True)
-class Want:
+class Routing:
     """A request's own routing: the pool it may use (None: every instance), how long it
     may wait (None: the model's max_wait), its priority class (docs/keys.md) and the
     conversation it belongs to (docs/kv-keep.md) and who sent it."""
@@ -43,22 +43,22 @@ class Want:
 @dataclass(frozen=True, slots=True)
 class Waiting:
     """What one wait is for: ``model``, since ``started`` (monotonic), at most ``max_wait``
-    seconds; after ``patience`` seconds the starvation rule may make room for it; ``fallback``
+    seconds; after ``patience`` seconds the starvation rule may make room for it; ``relay_policy``
     says when it goes to the relay instead."""
 
     model: str
     started: float
     max_wait: float
     patience: float
-    fallback: FallbackPolicy
-    want: Want
+    relay_policy: RelayPolicy
+    routing: Routing
     probing: bool = False  # it took its failing model's probe (control/faults/failing.py)
 
 
-class Routing(Protocol):
+class Placer(Protocol):
     """What a waiter asks of the router (swapgate/control/routing/router.py)."""
 
-    def place(self, model: str, want: Want, since: float) -> Decision: ...
+    def place(self, model: str, routing: Routing, since: float) -> Decision: ...
     def lease(
         self, instance: str, model: str, started: float | None, priority: int = 0
     ) -> Lease: ...
@@ -67,7 +67,7 @@ class Routing(Protocol):
     def relay(self, model: str, reason: Reason, started: float | None = None) -> Lease | None: ...
     def retry_after(self, model: str) -> int: ...
     def reserve_room(
-        self, model: str, until: float, outranks: int | None = None, want: Want | None = None
+        self, model: str, until: float, outranks: int | None = None, routing: Routing | None = None
     ) -> str | None: ...
 
 
@@ -79,7 +79,7 @@ class Waiter:
 
     def __init__(
         self,
-        router: Routing,
+        router: Placer,
         registry: Registry,
         swaps: SwapCoordinator,
         metrics: Metrics,
@@ -105,10 +105,10 @@ class Waiter:
 
     def step(self) -> Lease | None:
         router, model, started = self._router, self._wait.model, self._wait.started
-        want = self._wait.want
+        routing = self._wait.routing
         decision = self._first
         if decision is None or isinstance(decision, Queue):  # queued now: placed again
-            decision = router.place(model, want, started)
+            decision = router.place(model, routing, started)
         self._first = None
         relayed = self._when_loads_fail(decision)
         if relayed is not None:
@@ -119,12 +119,12 @@ class Waiter:
             self._progress.moved(decision.instance, "waiting")
             if not self._started_swap:  # another request's swap served it too
                 self._metrics.swaps_avoided.labels(model).inc()
-            return router.lease(decision.instance, model, started, want.priority)
+            return router.lease(decision.instance, model, started, routing.priority)
         if isinstance(decision, Swap):  # also when relaying: later requests find it warm
             began = self._swaps.start(decision.instance, model, decision.victims)
             self._started_swap = self._started_swap or began
         expected = router.expected_wait(model, decision)
-        reason = relay_reason(self._wait.fallback, decision, expected, self.max_wait)
+        reason = relay_reason(self._wait.relay_policy, decision, expected, self.max_wait)
         relayed = router.relay(model, reason, started) if reason else None
         if relayed:
             return relayed
@@ -139,9 +139,9 @@ class Waiter:
         self._progress.moved(decision.instance, state)
         if isinstance(decision, Queue) and self._room_on is None and not self._probing:
             if self._registry.clock() >= self._starving_at:
-                self._room_on = router.reserve_room(model, self.deadline, want=want)
+                self._room_on = router.reserve_room(model, self.deadline, routing=routing)
             else:  # what only lower classes use makes room for it at once
-                self._room_on = router.reserve_room(model, self.deadline, want.priority, want)
+                self._room_on = router.reserve_room(model, self.deadline, routing.priority, routing)
         return None
 
     def _when_loads_fail(self, decision: Decision) -> Lease | None:

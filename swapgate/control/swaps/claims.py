@@ -1,6 +1,6 @@
 """What a swap asks of the other replicas around it (docs/deploy.md, "Several replicas"): may it
 run, who is told how it ended and what it evicted, and whether this replica puts what is over
-capacity to sleep. A replica alone asks nobody (``Alone``); among replicas on Redis,
+capacity to sleep. A replica alone asks nobody (``SingleReplica``); among replicas on Redis,
 swapgate/cluster/swaps.py's ``SharedClaims`` answers, and the coordinator is given it when it
 is made."""
 
@@ -31,7 +31,7 @@ class Claims(Protocol):
         ...
 
 
-class Alone:
+class SingleReplica:
     """A replica alone: every swap may run, it trims, and nobody else is told anything."""
 
     abandons = True

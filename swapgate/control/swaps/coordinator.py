@@ -4,7 +4,7 @@ to sleep what is awake beyond capacity, and an operator's unload.
 ``SwapCoordinator.start`` is synchronous and idempotent per instance: the first caller marks the
 model loading and starts the one background task; everyone else finds it loading and joins by
 waiting on the registry. A waiter that goes away does not stop the swap. How long swaps take is
-``SwapTimes`` (times.py); what a swap does to the instance besides loading is ``Steps``
+``SwapTimes`` (times.py); what a swap does to the instance besides loading is ``SwapSteps``
 (steps.py); what it asks of other replicas is its ``Claims`` (claims.py).
 """
 
@@ -21,9 +21,9 @@ from swapgate.config.settings import EvictionMode
 from swapgate.control.memory import pages
 from swapgate.control.memory.kv import KvKeeper
 from swapgate.control.state.registry import Registry
-from swapgate.control.swaps.claims import Alone, Claims
+from swapgate.control.swaps.claims import Claims, SingleReplica
 from swapgate.control.swaps.load_progress import LoadProgress
-from swapgate.control.swaps.steps import Steps
+from swapgate.control.swaps.steps import SwapSteps
 from swapgate.control.swaps.swaplog import SwapLog, eviction_reason
 from swapgate.control.swaps.times import Kind, SwapTimes
 from swapgate.data.snapshot import AWAKE
@@ -80,8 +80,8 @@ class SwapCoordinator:
         a span (swapgate/tracing/), a child of the request that started it."""
         self._registry = registry
         self._clock = registry.clock
-        self.claims = claims or Alone()
-        self.steps = Steps(registry, drivers, catalog, self.claims, keeper)
+        self.claims = claims or SingleReplica()
+        self.steps = SwapSteps(registry, drivers, catalog, self.claims, keeper)
         self.times = times
         self._metrics = metrics
         self._swap_timeout = swap_timeout
@@ -108,8 +108,8 @@ class SwapCoordinator:
             self._metrics.thrash.labels(instance, model).inc()
         reason = eviction_reason(view, victims, self._eviction)
         self.log.begin(instance, model, kind, victims, reason, eta)
-        told = None if kind == "load" and self.times.guessing() else eta
-        self.progress.began(instance, model, told, waking=kind == "wake")
+        shown_eta = None if kind == "load" and self.times.guessing() else eta
+        self.progress.began(instance, model, shown_eta, waking=kind == "wake")
         self._registry.swap_marks.begin_swap(instance, model, eta)
         # No request goes to a victim any more, from now: not one placed before the swap's task
         # first runs (it would be served as its model is unloaded), nor one sent to a vLLM

@@ -14,7 +14,7 @@ from swapgate.data.warm import WarmState
 from swapgate.drivers import Driver
 
 
-class Steps:
+class SwapSteps:
     def __init__(
         self,
         registry: Registry,

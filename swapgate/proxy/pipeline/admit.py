@@ -1,5 +1,5 @@
 """A request admitted: read, its caller checked and admitted under its key's limits, the model
-that answers it resolved, its body shaped by the model's params, its routing (``Want``) and the
+that answers it resolved, its body shaped by the model's params, its routing (``Routing``) and the
 keep-alive it gets while it waits decided. Anything refused here is refused before any work."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from swapgate.control.routing.key_limits import KeyLimits
 from swapgate.control.routing.router import Router
 from swapgate.control.state.registry import Registry
 from swapgate.policy import conversation, pools
-from swapgate.policy.idle_timeout import IdleAsks
+from swapgate.policy.idle_timeout import RequestedTimeouts
 from swapgate.proxy.auth import Caller, ClientAuth
 from swapgate.proxy.exchange import Exchange
 from swapgate.proxy.headers import header, wait_budget
@@ -48,7 +48,7 @@ class Admission:
         router: Router,
         catalog: Catalog,
         auth: ClientAuth,
-        parts: tuple[Registry, KeyLimits, RequestRecords, IdleAsks, FallbackModels],
+        parts: tuple[Registry, KeyLimits, RequestRecords, RequestedTimeouts, FallbackModels],
         params: Mapping[str, Params],
     ) -> None:
         """``parts``: the live registry, the keys' limits, the request records, the
@@ -63,7 +63,7 @@ class Admission:
         self, scope: Scope, receive: Receive, ex: Exchange, writer: ResponseWriter
     ) -> tuple[Request, KeepalivePlan | None]:
         """Read the request and decide what it is: its caller (admitted under the key's
-        limits), the model that answers it, the wait it will take (``Want``) and the
+        limits), the model that answers it, the wait it will take (``Routing``) and the
         keep-alive it gets. Raises a ``SwapgateError`` for a request refused before any work."""
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         endpoint = ex.endpoint
@@ -86,12 +86,14 @@ class Admission:
         priority = self._auth.priority(caller, headers)
         turn = await self._conversation(ex, request)
         budget = wait_budget(headers)
-        ex.want = self._router.want(ex.model, request.payload, budget, priority, turn, ex.key)
+        ex.routing = self._router.routing_for(
+            ex.model, request.payload, budget, priority, turn, ex.key
+        )
         self._fallbacks.early(ex, request, caller, writer, (budget, priority, turn))
         if request.stream:
             ex.prompt_tokens = pools.prompt_tokens(request.payload)
-        if ex.want.pool is not None:
-            writer.headers.append((b"x-swapgate-pool", ex.want.pool.name.encode()))
+        if ex.routing.pool is not None:
+            writer.headers.append((b"x-swapgate-pool", ex.routing.pool.name.encode()))
         ex.capture = self._records.capture_for(ex, headers, request)
         if ex.span is not None:
             limit = request.payload.get("max_tokens") or request.payload.get("max_output_tokens")

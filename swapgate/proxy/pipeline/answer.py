@@ -165,10 +165,10 @@ class Answers:
                 ttft = ex.first_byte - ex.sent
                 self._decay.ttft(lease.name, lease.model, since, ex.prompt_tokens, ttft)
         if pinging is not None:
-            farewell = await pinging.stop()
+            last_words = await pinging.stop()
             writer.upstream_body(writer.mode == "pings")
-            if farewell:  # the wait's total, to a client told the load's progress
-                await writer.write(farewell)
+            if last_words:  # the wait's total, to a client told the load's progress
+                await writer.write(last_words)
 
 
 async def report_failure(ex: Exchange, writer: ResponseWriter, exc: SwapgateError) -> None:

@@ -22,7 +22,7 @@ from swapgate.errors import (
     UpstreamUnreachable,
 )
 from swapgate.metrics import Metrics
-from swapgate.policy.idle_timeout import IdleAsks
+from swapgate.policy.idle_timeout import RequestedTimeouts
 from swapgate.policy.retry import Failure, Next
 from swapgate.policy.timing import retry_after
 from swapgate.proxy.exchange import Exchange
@@ -49,13 +49,13 @@ class Sender:
         client: UpstreamClient,
         metrics: Metrics,
         turns: TurnSlots,
-        config: tuple[IdleAsks, FallbackModels],
+        config: tuple[RequestedTimeouts, FallbackModels],
         tracing: Tracing | None = None,
     ) -> None:
         """``config``: the ``keep_alive`` rules and the fallback models of this config."""
         self._registry, self._client, self._metrics = registry, client, metrics
         self._turns = turns
-        self.idle_asks, self.fallbacks = config
+        self.requested_timeouts, self.fallbacks = config
         self.tracing = tracing
 
     async def open(
@@ -122,7 +122,7 @@ class Sender:
     async def _to_slot(self, ex: Exchange, lease: Lease) -> Lease:
         """``lease`` with the engine slot this turn of its conversation goes to (``kv_keep``),
         the slot of an attempt before given back."""
-        conversation = ex.want.conversation if ex.want is not None else None
+        conversation = ex.routing.conversation if ex.routing is not None else None
         if ex.claim is None and not self._turns.keeps(lease, conversation):
             return lease
         claim, ex.claim = ex.claim, None
@@ -145,7 +145,7 @@ class Sender:
             body = request.renamed(lease.upstream_model)
         if lease.slot is not None and request.upload is None:
             body = with_fields(body, id_slot=lease.slot)
-        body = self.idle_asks.body_for(body, lease, ex.keep_alive)
+        body = self.requested_timeouts.body_for(body, lease, ex.keep_alive)
         url = lease.upstream.url_for(path) + _query(scope, lease.upstream.query)
         key = lease.upstream.api_key
         upload = request.upload

@@ -277,9 +277,9 @@ def _tag(runtime: Runtime, entry: dict[str, Any]) -> dict[str, Any]:
 def _shown(runtime: Runtime, entry: dict[str, Any]) -> dict[str, Any]:
     name = entry["id"]
     model = entry.get("swapgate", {}).get("alias_of", name)
-    said = set(entry.get("capabilities", []))
-    capabilities = ["embedding"] if said == {"embeddings"} else ["completion"]
-    capabilities += [_CAPABILITIES[c] for c in sorted(said) if c != "embeddings"]
+    engine_has = set(entry.get("capabilities", []))
+    capabilities = ["embedding"] if engine_has == {"embeddings"} else ["completion"]
+    capabilities += [_CAPABILITIES[c] for c in sorted(engine_has) if c != "embeddings"]
     info: dict[str, Any] = {"general.architecture": "swapgate", "general.name": name}
     if entry.get("context"):
         info["swapgate.context_length"] = entry["context"]
@@ -331,11 +331,11 @@ async def _pull_lines(
     """Ollama's pull progress from the real load: what runs where, how far, then ``success``
     (or the load's error as the last line)."""
     yield _line({"status": "pulling manifest"})
-    told = ""
+    shown = ""
     while not work.done():
         text = _loading(runtime, model)
-        if text != told:
-            told = text
+        if text != shown:
+            shown = text
             yield _line({"status": text, "digest": _digest(model)})
         await asyncio.wait([work], timeout=PULL_EVERY)
     result = work.result()
@@ -434,12 +434,12 @@ class OllamaFront:
                     return _error(503, result.error or f"{model} did not load")
         except SwapgateError as exc:
             return _shaped(exc)
-        said: dict[str, Any] = {"model": name, "created_at": ollama.now_text()}
+        answer: dict[str, Any] = {"model": name, "created_at": ollama.now_text()}
         if generate:
-            said["response"] = ""
+            answer["response"] = ""
         else:
-            said["message"] = {"role": "assistant", "content": ""}
-        return JSONResponse({**said, "done": True, "done_reason": "unload" if unload else "load"})
+            answer["message"] = {"role": "assistant", "content": ""}
+        return JSONResponse({**answer, "done": True, "done_reason": "unload" if unload else "load"})
 
 
 def _parsed(body: bytes) -> dict[str, Any] | None:

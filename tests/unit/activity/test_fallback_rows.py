@@ -10,17 +10,16 @@ from pathlib import Path
 from swapgate.activity import database
 from swapgate.activity.log import SCHEMA, ActivityLog
 from swapgate.activity.records import WEEK, Activity
-from swapgate.control.routing.stand_ins import Chance
-from swapgate.control.routing.waiter import Want
+from swapgate.control.routing.waiter import Routing
 from swapgate.proxy.endpoints import ENDPOINTS
-from swapgate.proxy.exchange import Exchange
+from swapgate.proxy.exchange import Exchange, ModelFallback
 from tests.unit.activity.conftest import FakeClock, make_activity
 
 
 def _exchange(to: str | None) -> Exchange:
     ex = Exchange("POST", ENDPOINTS["/v1/chat/completions"], "req-1", started=100.0)
     ex.model, ex.route = to or "big", "instance/gpu"
-    ex.fallback = Chance("big", ("small",), lambda m: True, lambda m: Want(), 10)
+    ex.fallback = ModelFallback("big", ("small",), lambda m: True, lambda m: Routing(), 10)
     if to is not None:
         ex.fallback.to, ex.fallback.reason = to, "context"
     return ex

@@ -103,7 +103,7 @@ def test_defaults_fill_every_key_but_instances() -> None:
     assert settings.keepalive.streaming == "comment"
     assert settings.instances[0].url == "http://127.0.0.1:8000"
     assert settings.instances[0].capacity == 1
-    assert settings.model_settings("anything").fallback_policy == "off"
+    assert settings.model_settings("anything").relay_policy == "off"
     # idle client connections outlive nginx's (upstream keepalive_timeout, 60s by default)
     assert settings.server.idle_timeout > 60
     assert settings.routing.eviction == "lru"
@@ -232,7 +232,7 @@ def test_a_bare_yaml_off_means_off(tmp_path: Path) -> None:
     settings = load_config(path)
     assert settings.keepalive.streaming == "off"
     assert settings.keepalive.non_streaming == "off"
-    assert settings.models["m"].fallback_policy == "off"
+    assert settings.models["m"].relay_policy == "off"
     assert settings.keepalive_for("m").streaming == "off"
 
 

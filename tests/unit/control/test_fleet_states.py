@@ -238,7 +238,7 @@ class Request:
     router: Router  # the one of its arrival: a reload makes a new one for later requests
     task: asyncio.Task[Lease] = field(init=False)
     model: str = ""
-    max_wait: float = float("inf")  # known once its Want is
+    max_wait: float = float("inf")  # known once its Routing is
     pool: frozenset[str] | None = None  # the instances it may use (None: any)
     attempts: Attempts | None = None  # with a client key: it opens and closes its ticket
     claim: Claim | None = None  # its engine slot on a kv_keep instance
@@ -403,14 +403,16 @@ class FleetStates(RuleBasedStateMachine):
         router = request.router
         model = request.model = router.chosen(name)
         payload = {"prompt": "word" * tokens}
-        want = router.want(model, payload, budget, priority, client=client)
-        request.max_wait = want.budget if want.budget is not None else router.max_wait(model)
-        request.pool = want.pool.instances if want.pool is not None else None
-        attempts = request.attempts = Attempts(router, model, want) if self.fleet.agents else None
+        routing = router.routing_for(model, payload, budget, priority, client=client)
+        request.max_wait = routing.budget if routing.budget is not None else router.max_wait(model)
+        request.pool = routing.pool.instances if routing.pool is not None else None
+        attempts = request.attempts = (
+            Attempts(router, model, routing) if self.fleet.agents else None
+        )
         lease: Lease | None = None
         try:
             if attempts is None:
-                lease = await router.acquire(model, Progress(), want)
+                lease = await router.acquire(model, Progress(), routing)
             else:
                 lease = await attempts.first(Progress())
             # A turn of its client's conversation: its slot on a kv_keep instance

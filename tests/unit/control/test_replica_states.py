@@ -131,7 +131,7 @@ class Side:
 
 
 @dataclass(eq=False)
-class Asked:
+class RequestedTimeout:
     side: int
     model: str
     arrived: float
@@ -155,7 +155,7 @@ class TwoReplicas(RuleBasedStateMachine):
         super().__init__()
         self.clock = FakeClock()
         self.loop = ClockLoop(self.clock)
-        self.asked: list[Asked] = []
+        self.asked: list[RequestedTimeout] = []
         self.built = False
 
     @initialize(count=st.integers(1, 3), capacity=st.integers(1, 2))
@@ -193,10 +193,12 @@ class TwoReplicas(RuleBasedStateMachine):
         router = self.sides[side].router
         for _ in range(count):
             task = self.loop.create_task(router.acquire(model, Progress()))
-            self.asked.append(Asked(side, model, self.clock(), router.max_wait(model), task))
+            self.asked.append(
+                RequestedTimeout(side, model, self.clock(), router.max_wait(model), task)
+            )
         self.loop.settle()
 
-    def _held(self) -> list[Asked]:
+    def _held(self) -> list[RequestedTimeout]:
         return [a for a in self.asked if _leased(a.task) and not a.released]
 
     @precondition(lambda self: self._held())
@@ -269,7 +271,7 @@ class TwoReplicas(RuleBasedStateMachine):
             assert len(tried) < backoff.ATTEMPTS, f"a request waits on after {tried}"
             assert not (tried and book.of(asked.model)), "a request waits for a failing model"
 
-    def _ended(self, asked: Asked) -> None:
+    def _ended(self, asked: RequestedTimeout) -> None:
         task = asked.task
         assert not task.cancelled(), f"a request for {asked.model} was cancelled by swapgate"
         error = task.exception()

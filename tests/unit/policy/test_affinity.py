@@ -43,9 +43,9 @@ def test_it_goes_back_within_the_slack_and_to_the_least_busy_past_it() -> None:
     assert choose(None, {"x": 0, "y": 0}, "x", slack=2) == ("x", "miss")
 
 
-def want_of(w: Any, payload: dict[str, Any]) -> Any:
-    """The router's want for ``payload``, with the conversation the data plane computes."""
-    return w.router.want("m", payload, None, conversation=identity("chat", "m", payload))
+def routing_of(w: Any, payload: dict[str, Any]) -> Any:
+    """The router's routing for ``payload``, with the conversation the data plane computes."""
+    return w.router.routing_for("m", payload, None, conversation=identity("chat", "m", payload))
 
 
 def config(slack: int) -> dict[str, Any]:
@@ -61,12 +61,12 @@ async def test_the_router_sends_a_conversation_back_to_its_copy() -> None:
     w.warm("y", "m")
     first, later = turns("Tell me about ducks.")
     assert w.router.conversations.matter("m"), "two copies to choose among"
-    want = want_of(w, first)
-    busy = await w.router.acquire("m", want=want_of(w, turns("other")[0]))
-    lease = await w.router.acquire("m", want=want)  # x is busy: the least busy copy
+    routing = routing_of(w, first)
+    busy = await w.router.acquire("m", routing=routing_of(w, turns("other")[0]))
+    lease = await w.router.acquire("m", routing=routing)  # x is busy: the least busy copy
     assert (busy.name, lease.name) == ("x", "y")
     w.router.release(lease)
-    again = await w.router.acquire("m", want=want_of(w, later))
+    again = await w.router.acquire("m", routing=routing_of(w, later))
     assert again.name == "y", "its next turn goes back to y"
     assert w.sample("swapgate_affinity_total", result="hit") == 1
 
@@ -77,9 +77,9 @@ async def test_with_slack_zero_there_is_no_affinity() -> None:
     w.warm("y", "m")
     first, later = turns("Tell me about ducks.")
     assert not w.router.conversations.matter("m"), "no affinity: its key is not computed"
-    lease = await w.router.acquire("m", want=w.router.want("m", first, None))
+    lease = await w.router.acquire("m", routing=w.router.routing_for("m", first, None))
     w.router.release(lease)
-    again = await w.router.acquire("m", want=w.router.want("m", later, None))
+    again = await w.router.acquire("m", routing=w.router.routing_for("m", later, None))
     assert again.name == lease.name == "x", "the least busy, by name on a tie: no memory"
     assert w.sample("swapgate_affinity_total", result="hit") is None
 

@@ -7,8 +7,8 @@ import pytest
 from swapgate.policy.fallback_models import (
     MARGIN,
     Outlook,
+    first_able,
     refused_for_context,
-    stand_in,
     too_long,
     why_not,
 )
@@ -81,15 +81,17 @@ def test_the_first_allowed_model_that_can_serve_answers() -> None:
         seen.append(model)
         return outlooks.get(model)
 
-    chosen = stand_in(["gone", "big", "secret", "small", "later"], lambda m: m != "secret", outlook)
+    chosen = first_able(
+        ["gone", "big", "secret", "small", "later"], lambda m: m != "secret", outlook
+    )
     assert chosen == "small"
     assert seen == ["gone", "big", "small"], "a model the key may not use is not even looked at"
 
 
 def test_no_model_can_serve_gives_none() -> None:
-    assert stand_in(["a", "b"], lambda m: True, lambda m: Outlook(NOWHERE)) is None
-    assert stand_in(["a"], lambda m: False, lambda m: Outlook(Serve("x"))) is None
-    assert stand_in([], lambda m: True, lambda m: Outlook(Serve("x"))) is None
+    assert first_able(["a", "b"], lambda m: True, lambda m: Outlook(NOWHERE)) is None
+    assert first_able(["a"], lambda m: False, lambda m: Outlook(Serve("x"))) is None
+    assert first_able([], lambda m: True, lambda m: Outlook(Serve("x"))) is None
 
 
 LLAMA_SERVER = (  # llama.cpp's llama-server, -c 256, as it answered here

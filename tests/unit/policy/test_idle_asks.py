@@ -13,7 +13,7 @@ from swapgate.config.loading import parse_config
 from swapgate.config.settings import KeyConfig
 from swapgate.data.lease import Lease, Upstream
 from swapgate.errors import BadRequest
-from swapgate.policy.idle_timeout import Asked, IdleAsks
+from swapgate.policy.idle_timeout import RequestedTimeout, RequestedTimeouts
 from swapgate.proxy.request import Request
 
 CONFIG = {
@@ -23,7 +23,7 @@ CONFIG = {
     ],
     "models": {"m": {"ttl": "1h"}, "fixed": {"allow_keep_alive": False}},
 }
-ASKS = IdleAsks(parse_config(CONFIG))
+ASKS = RequestedTimeouts(parse_config(CONFIG))
 STRICT = KeyConfig(name="strict", sha256="0" * 64, allow_keep_alive=False)
 
 
@@ -39,16 +39,16 @@ def lease(instance: str, kind: str = "instance") -> Lease:
 @pytest.mark.parametrize(
     ("fields", "headers", "asked"),
     [
-        ({"keep_alive": "10m"}, [], Asked(600.0, True)),
-        ({"keep_alive": 0}, [], Asked(0.0, True)),
-        ({"keep_alive": -1}, [], Asked(None, True)),
-        ({}, [(b"x-swapgate-keep-alive", b"30s")], Asked(30.0, False)),
-        ({"keep_alive": "10m"}, [(b"x-swapgate-keep-alive", b"0")], Asked(0.0, True)),
+        ({"keep_alive": "10m"}, [], RequestedTimeout(600.0, True)),
+        ({"keep_alive": 0}, [], RequestedTimeout(0.0, True)),
+        ({"keep_alive": -1}, [], RequestedTimeout(None, True)),
+        ({}, [(b"x-swapgate-keep-alive", b"30s")], RequestedTimeout(30.0, False)),
+        ({"keep_alive": "10m"}, [(b"x-swapgate-keep-alive", b"0")], RequestedTimeout(0.0, True)),
         ({}, [], None),
     ],
 )
 def test_keep_alive_is_read_from_the_body_or_the_header_which_wins(
-    fields: dict[str, Any], headers: list[tuple[bytes, bytes]], asked: Asked | None
+    fields: dict[str, Any], headers: list[tuple[bytes, bytes]], asked: RequestedTimeout | None
 ) -> None:
     sent = request(**fields)
     assert ASKS.read(headers, sent, "m", None) == asked
@@ -86,20 +86,27 @@ def test_a_keep_alive_that_is_no_duration_is_a_400_saying_what_to_send(
 
 def test_only_an_ollama_instance_gets_the_keep_alive_the_body_carried() -> None:
     body = json.dumps({"model": "m"}).encode()
-    asked = Asked(600.0, True)
+    asked = RequestedTimeout(600.0, True)
     assert json.loads(ASKS.body_for(body, lease("ol"), asked))["keep_alive"] == 600.0
-    assert json.loads(ASKS.body_for(body, lease("ol"), Asked(None, True)))["keep_alive"] == -1
+    assert (
+        json.loads(ASKS.body_for(body, lease("ol"), RequestedTimeout(None, True)))["keep_alive"]
+        == -1
+    )
     assert ASKS.body_for(body, lease("gpu"), asked) == body
     assert ASKS.body_for(body, lease("ol", kind="relay"), asked) == body
-    assert ASKS.body_for(body, lease("ol"), Asked(600.0, False)) == body  # a header's: not added
+    assert (
+        ASKS.body_for(body, lease("ol"), RequestedTimeout(600.0, False)) == body
+    )  # a header's: not added
     assert ASKS.body_for(body, lease("ol"), None) == body
 
 
 def test_a_served_request_that_asked_tells_the_copy_that_served_it() -> None:
     told: list[tuple[str, str, float | None]] = []
-    asks = IdleAsks(parse_config(CONFIG), lambda *copy: told.append(copy))
-    asks.served(Asked(None, True), lease("gpu"))
-    asks.served(Asked(5.0, False), lease("cloud", kind="relay"))  # a relay has no copy here
+    asks = RequestedTimeouts(parse_config(CONFIG), lambda *copy: told.append(copy))
+    asks.served(RequestedTimeout(None, True), lease("gpu"))
+    asks.served(
+        RequestedTimeout(5.0, False), lease("cloud", kind="relay")
+    )  # a relay has no copy here
     asks.served(None, lease("gpu"))  # it asked nothing
-    asks.served(Asked(0.0, True), None)  # never leased
+    asks.served(RequestedTimeout(0.0, True), None)  # never leased
     assert told == [("gpu", "m", None)]

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from swapgate.control.routing.failover import Attempts
-from swapgate.control.routing.waiter import Want
+from swapgate.control.routing.waiter import Routing
 from swapgate.data.lease import Progress
 from swapgate.errors import NoCapacity, SwapFailed
 from tests.unit.fakes import World, eventually, world
@@ -37,11 +37,11 @@ async def test_a_failed_swap_goes_on_with_the_model_that_answers_instead() -> No
     w.drivers["x"].fail = True
     asked: list[str] = []
 
-    def instead() -> tuple[str, Want]:
+    def instead() -> tuple[str, Routing]:
         asked.append("instead")
-        return "b", Want()
+        return "b", Routing()
 
-    attempts = Attempts(w.router, "a", Want(), instead)
+    attempts = Attempts(w.router, "a", Routing(), instead)
     lease = await attempts.first(Progress())
     assert (lease.name, lease.model) == ("y", "b")
     assert asked == ["instead"]
@@ -50,7 +50,7 @@ async def test_a_failed_swap_goes_on_with_the_model_that_answers_instead() -> No
     attempts.release()
     assert w.registry.snapshot().instance("y").inflight == 0
 
-    alone = Attempts(w.router, "a", Want(), lambda: None)
+    alone = Attempts(w.router, "a", Routing(), lambda: None)
     with pytest.raises(SwapFailed):
         await alone.first(Progress())
     alone.release()
@@ -62,10 +62,10 @@ async def test_instead_gives_the_lease_back_and_serves_the_other_model() -> None
     and the request is one for the other model from its first lease on."""
     w = apart()
     w.warm("x", "a")
-    attempts = Attempts(w.router, "a", Want())
+    attempts = Attempts(w.router, "a", Routing())
     first = await attempts.first(Progress())
     assert first.name == "x"
-    lease = await attempts.instead(Progress(), "b", Want())
+    lease = await attempts.instead(Progress(), "b", Routing())
     assert (lease.name, lease.model) == ("y", "b")
     inflight = {i.name: i.inflight for i in w.registry.snapshot().instances}
     assert inflight == {"x": 0, "y": 1}
@@ -78,9 +78,9 @@ async def test_a_429_waits_in_swapgates_queue_for_the_request_in_flight_there() 
     without the instance's Retry-After, until that one ends, then takes its slot."""
     w = apart()
     w.warm("x", "a")
-    busy = Attempts(w.router, "a", Want())
+    busy = Attempts(w.router, "a", Routing())
     await busy.first(Progress())
-    limited = Attempts(w.router, "a", Want())
+    limited = Attempts(w.router, "a", Routing())
     await limited.first(Progress())
     started = time.monotonic()
     waiting = asyncio.create_task(limited.wait_for_room(Progress(), pause=30.0))
@@ -98,7 +98,7 @@ async def test_a_429_waits_in_swapgates_queue_for_the_request_in_flight_there() 
 async def test_a_429_with_nothing_else_in_flight_ends_at_max_wait_with_a_retry_after() -> None:
     w = apart(max_wait="50ms")
     w.warm("x", "a")
-    attempts = Attempts(w.router, "a", Want())
+    attempts = Attempts(w.router, "a", Routing())
     await attempts.first(Progress())
     with pytest.raises(NoCapacity) as refused:
         await attempts.wait_for_room(Progress(), pause=0.1)

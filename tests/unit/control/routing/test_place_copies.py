@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from swapgate.control.routing.waiter import Want
+from swapgate.control.routing.waiter import Routing
 from swapgate.data.warm import InstanceReport, WarmState
 from tests.unit.fakes import World, world
 from tests.unit.strategies import BOUNDED
@@ -72,10 +72,10 @@ def test_placing_from_the_copies_decides_as_a_walk_of_the_fleet(
         w.warm(name)
     for op in ops:
         apply(w, op)
-    want = Want(priority=priority)
+    routing = Routing(priority=priority)
     now = w.registry.clock()
-    looked_up = w.router.place(model, want, now)
+    looked_up = w.router.place(model, routing, now)
     with pytest.MonkeyPatch.context() as patch:  # every instance a copy: a walk of the fleet
         patch.setattr(w.registry.copies, "of", lambda model: w.registry.names())
-        walked = w.router.place(model, want, now)
+        walked = w.router.place(model, routing, now)
     assert looked_up == walked

@@ -362,7 +362,7 @@ async def test_memory_alone_limits_what_is_resident_when_capacity_is_unset() -> 
 
 
 async def test_past_max_concurrency_requests_queue_and_go_by_class_then_arrival() -> None:
-    from swapgate.control.routing.waiter import Want
+    from swapgate.control.routing.waiter import Routing
 
     w = world(one_instance(models={"a": {"max_concurrency": 1}}))
     w.warm("x", "a")
@@ -370,7 +370,7 @@ async def test_past_max_concurrency_requests_queue_and_go_by_class_then_arrival(
     order: list[str] = []
 
     async def wait(name: str, priority: int) -> None:
-        lease = await w.router.acquire("a", Progress(), Want(priority=priority))
+        lease = await w.router.acquire("a", Progress(), Routing(priority=priority))
         order.append(name)
         await asyncio.sleep(0.01)
         w.router.release(lease)

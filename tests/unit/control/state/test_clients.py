@@ -77,8 +77,8 @@ def one_gpu() -> dict[str, Any]:
 
 async def agent_turns(w: World, model: str, agents: int) -> None:
     """``agents`` requests for ``model`` at once, each holding its lease until all have one."""
-    want = w.router.want(model, {}, None, client="team")
-    attempts = [Attempts(w.router, model, want) for _ in range(agents)]
+    routing = w.router.routing_for(model, {}, None, client="team")
+    attempts = [Attempts(w.router, model, routing) for _ in range(agents)]
     try:
         await asyncio.gather(*(a.first(Progress()) for a in attempts))
     finally:

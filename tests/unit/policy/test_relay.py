@@ -1,11 +1,11 @@
-"""The fallback policies of docs/configuration.md as a table."""
+"""The relay policy of docs/configuration.md (a model's `fallback` key) as a table."""
 
 from __future__ import annotations
 
 import pytest
 
-from swapgate.policy.fallback import allows, relay_reason
 from swapgate.policy.placement import Join, Queue, Serve, Swap, Unavailable
+from swapgate.policy.relay import allows, relay_reason
 
 DOWN = Unavailable("all down")
 

@@ -1,4 +1,5 @@
-"""When a request goes to the relay instead of waiting: a pure function of the model's policy.
+"""The relay policy: when a request goes to the relay instead of waiting, a pure function of
+the model's `fallback` key (its name in the config is older than the word "relay policy").
 
 Policies, each including the ones before it (docs/configuration.md):
   off    never relays: the data stays on the premises;
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from swapgate.config.settings import FallbackPolicy
+from swapgate.config.settings import RelayPolicy
 from swapgate.policy.placement import Decision, Full, Serve, Unavailable
 
 Reason = Literal["swap", "slow", "error", "queue_full"]
@@ -19,12 +20,12 @@ _RANK: dict[str, int] = {"off": 0, "error": 1, "slow": 2, "swap": 3}
 _NEEDS: dict[Reason, int] = {"error": 1, "queue_full": 1, "slow": 2, "swap": 3}
 
 
-def allows(policy: FallbackPolicy, reason: Reason) -> bool:
+def allows(policy: RelayPolicy, reason: Reason) -> bool:
     return _RANK[policy] >= _NEEDS[reason]
 
 
 def relay_reason(
-    policy: FallbackPolicy, decision: Decision, expected_wait: float, max_wait: float
+    policy: RelayPolicy, decision: Decision, expected_wait: float, max_wait: float
 ) -> Reason | None:
     """Why a request placed as ``decision`` goes to the relay now, or None when it stays."""
     if isinstance(decision, Serve | Full):  # warm: a slot frees as soon as a request ends
