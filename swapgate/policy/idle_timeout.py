@@ -137,11 +137,9 @@ class RequestedTimeouts:
     warns on every request. A model or key with ``allow_keep_alive: false`` has it ignored, and
     removed for every upstream."""
 
-    def __init__(self, settings: Settings, tell: Tell | None = None) -> None:
-        """``tell``: told of the timeout a served request asked for its copy (the idle loop)."""
+    def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._ollama = frozenset(i.name for i in settings.instances if i.kind == "ollama")
-        self._tell = tell
 
     def read(
         self, headers: list[tuple[bytes, bytes]], request: Body, model: str, key: KeyConfig | None
@@ -177,7 +175,12 @@ class RequestedTimeouts:
         seconds = -1 if asked.seconds is None else asked.seconds
         return json.dumps({**json.loads(body), FIELD: seconds}, separators=(",", ":")).encode()
 
-    def served(self, asked: RequestedTimeout | None, lease: Lease | None) -> None:
-        """A request that asked is over: the copy that served it may sit idle that long."""
-        if asked is not None and lease is not None and lease.kind == "instance" and self._tell:
-            self._tell(lease.name, lease.model, asked.seconds)
+
+def copy_told(
+    asked: RequestedTimeout | None, lease: Lease | None
+) -> tuple[str, str, float | None] | None:
+    """A request that asked is over: the copy that served it (instance, model) and how long it
+    may now sit idle; None when it asked nothing, was never leased, or went to a relay."""
+    if asked is None or lease is None or lease.kind != "instance":
+        return None
+    return lease.name, lease.model, asked.seconds

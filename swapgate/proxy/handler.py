@@ -18,13 +18,9 @@ from typing import TYPE_CHECKING
 
 from starlette.types import Receive, Scope, Send
 
-from swapgate.activity.captures import Captures
-from swapgate.activity.log import ActivityLog
 from swapgate.config.catalog import Catalog
 from swapgate.config.model_params import by_model
 from swapgate.config.settings import Settings
-from swapgate.control.loops.decay import DecayWatch
-from swapgate.control.loops.idle_unload import IdleUnloader
 from swapgate.control.memory.kv import KvKeeper, TurnSlots
 from swapgate.control.routing.failover import Attempts
 from swapgate.control.routing.key_limits import KeyLimits
@@ -49,7 +45,7 @@ from swapgate.proxy.upstream import UpstreamClient
 from swapgate.proxy.writer import ON_DISCONNECT, ResponseWriter, until_disconnect
 
 if TYPE_CHECKING:  # the SDK is imported only when tracing is on (swapgate/tracing/)
-    from swapgate.tracing.spans import Tracing
+    pass
 
 # Set in a request's scope by the server when its read timeout cut the request's body
 # (swapgate/server/connections.py): counted as 408, not as a client that went away.
@@ -73,28 +69,22 @@ class ProxyEndpoint:
         client: UpstreamClient,
         metrics: Metrics,
         limits: KeyLimits,
-        decay: DecayWatch,
+        records: RequestRecords,
         kv: KvKeeper | None = None,
-        activity: ActivityLog | None = None,
-        captures: Captures | None = None,
         figures: Figures | None = None,
-        tracing: Tracing | None = None,
-        idle: IdleUnloader | None = None,
     ) -> None:
-        """``activity`` and ``captures``: what each request leaves behind (proxy/records.py);
-        ``figures``: how far a running load has got, for the clients told its progress;
-        ``tracing``: each request's spans (swapgate/tracing/), none when it is off; ``idle``:
-        told of each request's keep_alive (swapgate/control/loops/idle_unload.py)."""
-        self._idle = idle
-        self.tracing = tracing
+        """``records``: what each request leaves behind and reports to the control loops
+        (proxy/records.py), its spans among them; ``figures``: how far a running load has got,
+        for the clients told its progress."""
+        self.tracing = records.tracing
         self._figures = figures or no_figure
         self._registry = registry
-        self._records = RequestRecords(registry, metrics, decay, activity, captures, tracing)
+        self._records = records
         self._client = client
         self._metrics = metrics
         self._limits = limits
         self._turns = TurnSlots(kv)  # a conversation's engine slot (docs/kv-keep.md)
-        self._answers = Answers(registry, metrics, limits, decay, self._records)
+        self._answers = Answers(registry, metrics, limits, records)
 
     @property
     def records_activity(self) -> bool:
@@ -108,7 +98,7 @@ class ProxyEndpoint:
         params = by_model(settings.models)  # models.M.params
         contexts = catalog.contexts
         fallbacks = FallbackModels(settings, router, self._metrics, contexts, (auth, params))
-        requested_timeouts = RequestedTimeouts(settings, self._idle.asked if self._idle else None)
+        requested_timeouts = RequestedTimeouts(settings)
         self._records.access_log = settings.server.access_log
         parts = (self._registry, self._limits, self._records, requested_timeouts, fallbacks)
         self._admission = Admission(settings, router, catalog, auth, parts, params)
@@ -206,9 +196,7 @@ class ProxyEndpoint:
         finally:
             if ex.upstream_span is not None and self.tracing is not None:
                 self.tracing.finish(ex.upstream_span, {}, ex.failed.code if ex.failed else "")
-            sender.requested_timeouts.served(
-                ex.keep_alive, attempts.lease
-            )  # before its end (idle unload)
+            self._records.released(ex, attempts.lease)  # before its end (idle unload)
             attempts.release()
             claim, ex.claim = ex.claim, None
             await self._turns.free(claim)

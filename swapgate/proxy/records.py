@@ -1,6 +1,8 @@
-"""What a request leaves behind once it is over: its metrics, its access-log line, the served
-count its engine's decay reads, its row in the activity log, its capture and its spans
-(docs/operations.md, "Activity" and "Tracing"; docs/metrics.md)."""
+"""What a request leaves behind: its metrics, its access-log line, its row in the activity log,
+its capture and its spans (docs/operations.md, "Activity" and "Tracing"; docs/metrics.md), and
+what the control loops learn from it: its first byte's time and its serving for the engine's
+decay watch (control/loops/decay.py), and the idle timeout it asked for the copy that served it
+(control/loops/idle_unload.py). The pipeline reports to the records; only they know the loops."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from swapgate.control.loops.decay import DecayWatch
 from swapgate.control.state.registry import Registry
 from swapgate.data.lease import Lease
 from swapgate.metrics import Metrics
+from swapgate.policy.idle_timeout import Tell, copy_told
 from swapgate.proxy.exchange import Capture, Exchange
 from swapgate.proxy.request import Request
 from swapgate.tracing import Segment
@@ -44,10 +47,13 @@ class RequestRecords:
         activity: ActivityLog | None,
         captures: Captures | None,
         tracing: Tracing | None = None,
+        idle: Tell | None = None,
     ) -> None:
         """``activity``: where each request's row goes (none: the log is off); ``captures``:
-        whose bodies are kept; ``tracing``: where spans go (none: off)."""
-        self._tracing = tracing
+        whose bodies are kept; ``tracing``: where spans go (none: off); ``idle``: told the idle
+        timeout a served request asked for its copy (the idle unloader's ``asked``)."""
+        self._idle = idle
+        self.tracing = tracing
         self._registry = registry
         self._metrics = metrics
         self._decay = decay
@@ -63,6 +69,22 @@ class RequestRecords:
         if captures is None or not captures.wants(ex.model, ex.key):
             return None
         return Capture(captures.max_bytes, headers, request.body)
+
+    def first_byte(self, ex: Exchange, lease: Lease, streamed: bool) -> None:
+        """The upstream's first byte came (``ex.first_byte``): a stream's time to it from an
+        instance, for the engine's decay watch."""
+        if lease.kind == "instance" and streamed:
+            since = self._registry.warm_since(lease.name, lease.model)
+            if since is not None:
+                ttft = ex.first_byte - ex.sent
+                self._decay.ttft(lease.name, lease.model, since, ex.prompt_tokens, ttft)
+
+    def released(self, ex: Exchange, lease: Lease | None) -> None:
+        """The request let go of ``lease`` (before its end): the copy that served it may sit
+        idle as long as the request asked (its ``keep_alive``)."""
+        told = copy_told(ex.keep_alive, lease) if self._idle is not None else None
+        if told is not None and self._idle is not None:
+            self._idle(*told)
 
     def done(self, ex: Exchange, status: int, usage: tuple[int | None, int | None]) -> None:
         """Count, log and keep what ``ex`` left behind, once its answer is over; ``usage``:
@@ -83,8 +105,8 @@ class RequestRecords:
         if usage != (None, None):
             self._metrics.tokens_spent(ex.key, ex.model, usage[0] or 0, usage[1] or 0)
         trace_id = None
-        if ex.span is not None and self._tracing is not None:
-            trace_id = self._trace(self._tracing, ex, status, usage)
+        if ex.span is not None and self.tracing is not None:
+            trace_id = self._trace(self.tracing, ex, status, usage)
         if self.access_log:
             log.info(
                 '"%s %s" %d model=%s route=%s wait_ms=%d ms=%.1f id=%s key=%s%s',

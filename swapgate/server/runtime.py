@@ -56,6 +56,7 @@ from swapgate.metrics import Metrics
 from swapgate.policy.diagnosis import STATES
 from swapgate.proxy.auth import AdminAuth, ClientAuth
 from swapgate.proxy.handler import ProxyEndpoint
+from swapgate.proxy.records import RequestRecords
 from swapgate.proxy.upstream import UpstreamClient
 from swapgate.tasks import TaskSet, stop
 from swapgate.tracing import tracing_for
@@ -192,13 +193,17 @@ class Runtime:
             client=self.upstream,
             metrics=self.metrics,
             limits=self.limits,
-            decay=self.decay,
+            records=RequestRecords(
+                self.registry,
+                self.metrics,
+                self.decay,
+                self.activity if settings.activity.enabled else None,
+                self.captures,
+                self.tracing,
+                self.idle.asked,
+            ),
             kv=self.kv,
-            activity=self.activity if settings.activity.enabled else None,
-            captures=self.captures,
             figures=self.coordinator.progress.figure,
-            tracing=self.tracing,
-            idle=self.idle,
         )
 
     def _drivers(self, settings: Settings, kept: Mapping[str, Driver]) -> dict[str, Driver]:

@@ -10,7 +10,6 @@ import functools
 import logging
 import time
 
-from swapgate.control.loops.decay import DecayWatch
 from swapgate.control.routing.key_limits import KeyLimits
 from swapgate.control.state.registry import Registry
 from swapgate.data.lease import Lease
@@ -34,11 +33,10 @@ class Answers:
         registry: Registry,
         metrics: Metrics,
         limits: KeyLimits,
-        decay: DecayWatch,
         records: RequestRecords,
     ) -> None:
         self._registry, self._metrics, self._limits = registry, metrics, limits
-        self._decay, self._records = decay, records
+        self._records = records
 
     async def answer(
         self,
@@ -155,15 +153,10 @@ class Answers:
         lease: Lease,
         pinging: Pinging | None,
     ) -> None:
-        """The upstream's first byte: its time, a stream's TTFT from an instance (for the
-        engine's decay: swapgate/control/loops/decay.py), and the keep-alives stop (their last
-        words, if any, go out before it)."""
+        """The upstream's first byte: its time, reported to the records, and the keep-alives
+        stop (their last words, if any, go out before it)."""
         ex.first_byte = time.perf_counter()
-        if lease.kind == "instance" and response.is_event_stream:
-            since = self._registry.warm_since(lease.name, lease.model)
-            if since is not None:
-                ttft = ex.first_byte - ex.sent
-                self._decay.ttft(lease.name, lease.model, since, ex.prompt_tokens, ttft)
+        self._records.first_byte(ex, lease, response.is_event_stream)
         if pinging is not None:
             last_words = await pinging.stop()
             writer.upstream_body(writer.mode == "pings")

@@ -13,7 +13,7 @@ from swapgate.config.loading import parse_config
 from swapgate.config.settings import KeyConfig
 from swapgate.data.lease import Lease, Upstream
 from swapgate.errors import BadRequest
-from swapgate.policy.idle_timeout import RequestedTimeout, RequestedTimeouts
+from swapgate.policy.idle_timeout import RequestedTimeout, RequestedTimeouts, copy_told
 from swapgate.proxy.request import Request
 
 CONFIG = {
@@ -101,12 +101,9 @@ def test_only_an_ollama_instance_gets_the_keep_alive_the_body_carried() -> None:
 
 
 def test_a_served_request_that_asked_tells_the_copy_that_served_it() -> None:
-    told: list[tuple[str, str, float | None]] = []
-    asks = RequestedTimeouts(parse_config(CONFIG), lambda *copy: told.append(copy))
-    asks.served(RequestedTimeout(None, True), lease("gpu"))
-    asks.served(
-        RequestedTimeout(5.0, False), lease("cloud", kind="relay")
-    )  # a relay has no copy here
-    asks.served(None, lease("gpu"))  # it asked nothing
-    asks.served(RequestedTimeout(0.0, True), None)  # never leased
-    assert told == [("gpu", "m", None)]
+    assert copy_told(RequestedTimeout(None, True), lease("gpu")) == ("gpu", "m", None)
+    assert copy_told(RequestedTimeout(5.0, False), lease("gpu")) == ("gpu", "m", 5.0)
+    # a relay has no copy here
+    assert copy_told(RequestedTimeout(5.0, False), lease("cloud", kind="relay")) is None
+    assert copy_told(None, lease("gpu")) is None  # it asked nothing
+    assert copy_told(RequestedTimeout(0.0, True), None) is None  # never leased
