@@ -158,6 +158,7 @@ def swapgate_with(
 
 def export(commit: str, into: Path) -> Path:
     """The package at ``commit``, exported into ``into`` (for ``swapgate_with(source=...)``)."""
+    into.mkdir(parents=True, exist_ok=True)
     archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
     return into

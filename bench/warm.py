@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
-import tarfile
 import tempfile
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.load import WrkResult, wrk
-from bench.procs import Proc, fixed_upstream, passthrough, swapgate_with
+from bench.procs import Proc, export, fixed_upstream, passthrough, swapgate_with
 from bench.sections import replace_section
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,45 +25,44 @@ DOCS = ROOT / "docs"
 CONNECTIONS = 16
 
 
-def _config(upstream: str) -> dict[str, object]:
+def config_for(upstream: str) -> dict[str, object]:
     return {
         "routing": {"poll_interval": "5s"},
         "instances": [{"name": "up", "kind": "openai", "url": upstream, "models": ["m"]}],
     }
 
 
-def export(commit: str, into: Path) -> Path:
-    """The package as it was at ``commit``, in a folder of its own (its ``PYTHONPATH``)."""
-    archive = into / f"{commit}.tar"
-    subprocess.run(
-        ["git", "-C", str(ROOT), "archive", "--format=tar", "-o", str(archive), commit, "swapgate"],
-        check=True,
-    )
-    folder = into / commit
-    with tarfile.open(archive) as tar:
-        tar.extractall(folder, filter="data")
-    return folder
+@dataclass(frozen=True)
+class Round:
+    load: WrkResult
+    cpu_us: float  # the server process's CPU per request served, in microseconds
 
 
-def measure(against: list[str], rounds: int, seconds: float) -> dict[str, list[WrkResult]]:
-    results: dict[str, list[WrkResult]] = {}
+def measure(against: list[str], rounds: int, seconds: float) -> dict[str, list[Round]]:
+    """Each contender's rounds; its CPU per request is the figure the machine's noise moves
+    least (wrk, nginx and the server share two cores, so requests per second also follow
+    whoever else runs)."""
+    results: dict[str, list[Round]] = {}
     with ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         upstream = stack.enter_context(fixed_upstream())
-        config = _config(upstream.url)
+        config = config_for(upstream.url)
         contenders: dict[str, Proc] = {
             "passthrough": stack.enter_context(passthrough(upstream.url))
         }
         contenders["this tree"] = stack.enter_context(swapgate_with(config))
         for commit in against:
-            source = export(commit, scratch)
+            source = export(commit, scratch / commit)
             contenders[commit] = stack.enter_context(swapgate_with(config, source=source))
         for proc in contenders.values():
             wrk(proc.url, CONNECTIONS, 2)  # warm up
         results = {name: [] for name in contenders}
         for _ in range(rounds):
             for name, proc in contenders.items():
-                results[name].append(wrk(proc.url, CONNECTIONS, seconds))
+                cpu = proc.cpu_seconds()
+                load = wrk(proc.url, CONNECTIONS, seconds)
+                spent = (proc.cpu_seconds() - cpu) / max(1, load.requests) * 1e6
+                results[name].append(Round(load, spent))
     return results
 
 
@@ -75,15 +73,17 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8)
     args = parser.parse_args()
     results = measure(args.against, args.rounds, args.seconds)
-    rps = {name: statistics.median(r.rps for r in runs) for name, runs in results.items()}
-    p99 = {name: statistics.median(r.p99_ms for r in runs) for name, runs in results.items()}
-    errors = sum(r.errors for runs in results.values() for r in runs)
+    rps = {name: statistics.median(r.load.rps for r in runs) for name, runs in results.items()}
+    p99 = {name: statistics.median(r.load.p99_ms for r in runs) for name, runs in results.items()}
+    cpu = {name: statistics.median(r.cpu_us for r in runs) for name, runs in results.items()}
+    errors = sum(r.load.errors for runs in results.values() for r in runs)
     for name, runs in results.items():
-        print(name, [round(r.rps) for r in runs], [r.p99_ms for r in runs])
+        print(name, [round(r.load.rps) for r in runs], [round(r.cpu_us) for r in runs])
     floor = rps["passthrough"]
     rows = "\n".join(
         f"| {name} | {rps[name]:.0f} | {rps[name] / floor:.2f}× | "
-        f"{rps['this tree'] / rps[name]:.2f}× | {p99[name]:.1f} |"
+        f"{rps['this tree'] / rps[name]:.2f}× | {cpu[name]:.0f} | "
+        f"{cpu[name] / cpu['passthrough']:.2f}× | {p99[name]:.1f} |"
         for name in results
     )
     replace_section(
@@ -96,11 +96,13 @@ One model on one fixed upstream (nginx), every default on; wrk with {CONNECTIONS
 {args.rounds} rounds of {args.seconds:g} s on each contender in turn, one run on this 2-core
 machine, medians of the rounds. An earlier commit runs from its own `git archive`.
 
-| contender | requests/s | × passthrough | this tree × it | p99 (ms) |
-|---|---|---|---|---|
+| contender | req/s | × passthrough | this tree × it | CPU µs/req | CPU × passthrough | p99 ms |
+|---|---|---|---|---|---|---|
 {rows}
 
-This tree serves **{rps["this tree"] / floor:.2f}×** the passthrough; {errors} errors.
+This tree serves **{rps["this tree"] / floor:.2f}×** the passthrough's requests per second;
+its server process spends {cpu["this tree"] / cpu["passthrough"]:.2f}× the passthrough's CPU on a
+request (the steadier figure on this shared machine); {errors} errors.
 """,
     )
 

@@ -199,7 +199,8 @@ class ProxyEndpoint:
             self._records.released(ex, attempts.lease)  # before its end (idle unload)
             attempts.release()
             claim, ex.claim = ex.claim, None
-            await self._turns.free(claim)
+            if claim is not None:  # a kv_keep slot
+                await self._turns.free(claim)
 
 
 async def _stop(pinging: Pinging | None) -> None:

@@ -136,7 +136,7 @@ class Pinger:
         self._progress = progress
         self._registry = registry
         self._counter = metrics.keepalives.labels(model, plan.kind)
-        self._faults = metrics.internal_errors.labels("keepalive")
+        self._metrics = metrics  # its fault counter is looked up on a fault, not per request
         self._started = time.monotonic()
         self._chunk_id = f"swapgate-keepalive-{int(self._started * 1000)}"
 
@@ -178,7 +178,7 @@ class Pinger:
         try:
             return line()
         except Exception:
-            self._faults.inc()
+            self._metrics.internal_errors.labels("keepalive").inc()
             log.exception("a keep-alive line for %s failed; a plain one went out", self._model)
             return plain
 

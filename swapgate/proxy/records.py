@@ -82,8 +82,10 @@ class RequestRecords:
     def released(self, ex: Exchange, lease: Lease | None) -> None:
         """The request let go of ``lease`` (before its end): the copy that served it may sit
         idle as long as the request asked (its ``keep_alive``)."""
-        told = copy_told(ex.keep_alive, lease) if self._idle is not None else None
-        if told is not None and self._idle is not None:
+        if ex.keep_alive is None or self._idle is None:  # it asked nothing
+            return
+        told = copy_told(ex.keep_alive, lease)
+        if told is not None:
             self._idle(*told)
 
     def done(self, ex: Exchange, status: int, usage: tuple[int | None, int | None]) -> None:

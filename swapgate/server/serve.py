@@ -29,7 +29,17 @@ def serve(
 ) -> None:
     configure_logging(settings.server.log_level)
     app = create_app(settings, config_path)
-    config = uvicorn.Config(
+    config = server_config(settings, app, host, port)
+    raise_fd_limit(settings.server.max_connections)
+    tune_collector()
+    uvicorn.Server(config).run()
+
+
+def server_config(
+    settings: Settings, app: SwapgateApp, host: str | None = None, port: int | None = None
+) -> uvicorn.Config:
+    """How uvicorn serves ``app``: swapgate's own connection bounds, no access log of its own."""
+    return uvicorn.Config(
         app,
         http=guarded_protocol(connection_limits(settings.server, app)),
         ws="none",  # no WebSocket endpoints: an upgrade request is served as plain HTTP
@@ -47,9 +57,6 @@ def serve(
         timeout_keep_alive=math.ceil(settings.server.idle_timeout),
         log_config=None,
     )
-    raise_fd_limit(settings.server.max_connections)
-    tune_collector()
-    uvicorn.Server(config).run()
 
 
 def tune_collector() -> None:

@@ -72,6 +72,8 @@ class FallbackModels:
     ) -> None:
         """The request's fallback, taken now if its model cannot serve it: its prompt is too
         long, it backs off, no instance can hold it, or its wait budget ends first."""
+        if not self._fallible or not self._settings.model_settings(ex.model).fallbacks:
+            return  # a model without fallbacks pays nothing for them
         budget, priority, turn = asks
         router, endpoint = self._router, ex.endpoint
 

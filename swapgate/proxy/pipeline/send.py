@@ -93,12 +93,13 @@ class Sender:
                     lease = await attempts.place_again(progress)
                 assert attempts.lease is not None
                 lease = attempts.lease
-                said = "%s failed (%s); %s goes to %s"
-                log.warning(said, failed, exc, ex.request_id, lease.route)
+                line = "%s failed (%s); %s goes to %s"
+                log.warning(line, failed, exc, ex.request_id, lease.route)
                 continue
             failure = _status_failure(response)
-            past_context = self.fallbacks.past_context
-            other = await past_context(ex, request, writer, response) if failure is None else None
+            other = None
+            if failure is None and ex.fallback is not None:  # a model with fallbacks
+                other = await self.fallbacks.past_context(ex, request, writer, response)
             if other is not None:
                 response.close()
                 lease = await attempts.instead(progress, *other)
