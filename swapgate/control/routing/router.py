@@ -11,11 +11,12 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from swapgate.config.catalog import Catalog
 from swapgate.config.settings import Settings, secret
 from swapgate.control.routing.conversations import Conversations
+from swapgate.control.routing.intake import Intake
 from swapgate.control.routing.relays import Relays
 from swapgate.control.routing.waiter import Routing, Waiter, Waiting
 from swapgate.control.state.clients import Clients
@@ -24,10 +25,9 @@ from swapgate.control.swaps.coordinator import SwapCoordinator
 from swapgate.control.swaps.times import SwapTimes
 from swapgate.data.lease import Lease, Progress, Upstream
 from swapgate.data.snapshot import Snapshot
-from swapgate.data.warm import WarmState
-from swapgate.errors import NoCapacity, PathNotFound, QueueFull
+from swapgate.errors import NoCapacity, QueueFull
 from swapgate.metrics import Metrics
-from swapgate.policy import pools, timing
+from swapgate.policy import timing
 from swapgate.policy.placement import (
     Decision,
     Full,
@@ -44,15 +44,11 @@ from swapgate.policy.placement import (
 )
 from swapgate.policy.relay import Reason
 
-_WARM = frozenset({WarmState.WARM})
-_WAKING = frozenset({WarmState.LOADING, WarmState.ASLEEP})
 # Conversations whose last copy is remembered for prefix affinity, the least recent forgotten
 # A concurrency limit an instance showed (a 429) holds this long after its last 429; then more
 # at once are tried again (a limit is the instance's setting, which may change).
 LIMIT_KEPT = 60.0
 log = logging.getLogger("swapgate.router")
-# The APIs swapgate translates to chat completions for an instance that does not speak them
-TRANSLATED = frozenset({"anthropic", "responses", "ollama"})
 # How a request found its model (swapgate_placements_total), by its first decision
 _PLACEMENT = {
     Serve: "warm",
@@ -106,78 +102,14 @@ class Router:
             )
             for inst in settings.instances
         }
-        self._all_speak_openai = all("openai" in inst.protocols for inst in settings.instances)
         self.relays = Relays(settings, self.clock, metrics)
+        # What each request asks for, read once before it is placed
+        self.intake = Intake(settings, registry, catalog, coordinator.times)
 
     @property
     def clients(self) -> Clients:
         """Who sends the requests (swapgate/control/state/clients.py)."""
         return self._registry.clients
-
-    def check_speaks(self, model: str, protocol: str, path: str) -> None:
-        """Refuse at once, before any swap, a request none of ``model``'s instances can take:
-        its API spoken natively, or chat completions to translate it to (``openai``)."""
-        if self._all_speak_openai:
-            return  # every API translates to chat: nothing to refuse, and no snapshot
-        if self._settings.model_settings(model).relay is not None:
-            return  # the relay may speak it
-        can = {protocol, "openai"} if protocol in TRANSLATED else {protocol}
-        serving = [i.name for i in self._registry.snapshot().instances if model in i.serves]
-        if not serving or any(can & self._upstreams[name].protocols for name in serving):
-            return
-        raise PathNotFound(
-            f"no instance of {model!r} speaks {path} ({', '.join(serving)} speak "
-            f"{sorted(self._upstreams[serving[0]].protocols)}); add {protocol!r} to an "
-            "instance's protocols, or send the request where it is spoken"
-        )
-
-    def routing_for(
-        self,
-        model: str,
-        payload: dict[str, Any],
-        budget: float | None,
-        priority: int = 0,
-        conversation: str | None = None,
-        client: str | None = None,
-    ) -> Routing:
-        """What a request asks for besides its model: its pool (by its prompt, docs/operations.md),
-        its own wait budget (``x-swapgate-max-wait``, capped at the model's max_wait), its
-        priority class (docs/keys.md) and the conversation it is a turn of (docs/kv-keep.md)."""
-        conf = self._settings.model_settings(model)
-        pool = None
-        if conf.pools:
-            snap = self._registry.snapshot()
-            pool = pools.choose(model, conf.pools, pools.prompt_tokens(payload), snap)
-        max_wait = conf.max_wait or self._settings.routing.max_wait
-        wait = min(budget, max_wait) if budget is not None else None
-        return Routing(pool, wait, priority, conversation, client)
-
-    def chosen(self, model: str) -> str:
-        """The model a request for ``model`` goes to: ``model`` itself, or, for a selector, the
-        first of its targets that is warm, then loading or asleep (waking), then with its
-        weights in RAM (cached); the first target when none is (docs/configuration.md)."""
-        choose = self._catalog.selectors.get(model)
-        if choose is None:
-            return model
-        targets = choose.targets
-        if choose.strategy == "first" or len(targets) == 1:
-            return targets[0]
-        held = {target: self._registry.copies.of(target) for target in targets}
-        snap = self._registry.snapshot({name: None for names in held.values() for name in names})
-        states = {
-            target: {
-                view.state_of(target)
-                for view in map(snap.instance, held[target])
-                if view.available(snap.now)
-            }
-            for target in targets
-        }
-        for tier in (_WARM, _WAKING):
-            for target in targets:
-                if states[target] & tier:
-                    return target
-        cached = [t for t in targets if self._coordinator.times.tiers(t) == "cached"]
-        return cached[0] if cached else targets[0]
 
     def snapshot(self, routing: Routing | None = None, holding: str | None = None) -> Snapshot:
         """The registry's snapshot, of the request's pool's instances only; with ``holding``,

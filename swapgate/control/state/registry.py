@@ -120,9 +120,6 @@ class Registry:
     def up_names(self) -> list[str]:
         return [name for name, inst in self._live.instances.items() if inst.up]
 
-    def ready(self) -> bool:
-        return bool(self.up_names())
-
     def sizes(self, name: str) -> dict[str, dict[str, int | str]]:
         """Per model on ``name``: its estimated (declared or computed), learned and measured
         size where known, how the measured one was read, and the one placement counts."""

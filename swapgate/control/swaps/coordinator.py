@@ -5,7 +5,8 @@ to sleep what is awake beyond capacity, and an operator's unload.
 model loading and starts the one background task; everyone else finds it loading and joins by
 waiting on the registry. A waiter that goes away does not stop the swap. How long swaps take is
 ``SwapTimes`` (times.py); what a swap does to the instance besides loading is ``SwapSteps``
-(steps.py); what it asks of other replicas is its ``Claims`` (claims.py).
+(steps.py); what learns how each ended is ``SwapOutcomes`` (outcomes.py); what it asks of
+other replicas is its ``Claims`` (claims.py).
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ from swapgate.control.memory.kv import KvKeeper
 from swapgate.control.state.registry import Registry
 from swapgate.control.swaps.claims import Claims, SingleReplica
 from swapgate.control.swaps.load_progress import LoadProgress
+from swapgate.control.swaps.outcomes import SwapOutcomes
 from swapgate.control.swaps.steps import SwapSteps
 from swapgate.control.swaps.swaplog import SwapLog, eviction_reason
 from swapgate.control.swaps.times import Kind, SwapTimes
 from swapgate.data.snapshot import AWAKE
-from swapgate.data.warm import Stage, WarmState
+from swapgate.data.warm import WarmState
 from swapgate.drivers import Driver
-from swapgate.errors import DriverError, DriverTimeout, DriverUnreachable, shown_to_clients
+from swapgate.errors import DriverError, DriverTimeout, DriverUnreachable
 from swapgate.metrics import Metrics
 from swapgate.policy import backoff
 from swapgate.policy.backoff import WINDOW, Backoff, Blame
@@ -86,14 +88,17 @@ class SwapCoordinator:
         self._metrics = metrics
         self._swap_timeout = swap_timeout
         self._flights: dict[str, Flight] = {}  # by instance
-        self._backoff = Backoff(self._clock, backoff_window)
-        registry.failing.window = backoff_window
         self._eviction = eviction
         self.log = SwapLog(tracing=tracing)  # the last swaps, for operators; their spans
         # How far each running load has got, as a real figure (control/swaps/load_progress.py)
         self.progress = LoadProgress(
-            self._clock, catalog.weights, pages.resident, pages.size, self._load_stage
+            self._clock, catalog.weights, pages.resident, pages.size, self.steps.load_stage
         )
+        # What learns how each swap ended: the registry, the backoff, the log, the metrics
+        self.outcomes = SwapOutcomes(
+            registry, Backoff(self._clock, backoff_window), self.log, self.progress, times, metrics
+        )
+        registry.failing.window = backoff_window
 
     def start(self, instance: str, model: str, victims: tuple[str, ...] = ()) -> bool:
         """Begin swapping ``model`` onto ``instance`` unless a swap runs there already."""
@@ -181,12 +186,6 @@ class SwapCoordinator:
         a request just served there after waiting for a swap waited for."""
         return self.log.last_of(instance, model)
 
-    def _load_stage(self, instance: str, model: str) -> Stage | None:
-        """How far ``model``'s load on ``instance`` has got, as its engine announces it."""
-        driver = self.steps.drivers.get(instance)
-        upstream = self.steps.catalog.upstream_name(instance, model)
-        return driver.load_stage(upstream) if driver is not None else None
-
     def reconfigure(
         self,
         drivers: Mapping[str, Driver],
@@ -203,7 +202,7 @@ class SwapCoordinator:
         self.times.sizes = catalog.weight_bytes()  # a reload may name other weights
         self.times.expected = expected_swap
         self._eviction = eviction
-        self._backoff.window = self._registry.failing.window = backoff_window
+        self.outcomes.backoff.window = self._registry.failing.window = backoff_window
 
     async def aclose(self) -> None:
         await stop(*(flight.task for flight in self._flights.values()))
@@ -254,7 +253,12 @@ class SwapCoordinator:
             result = "ok" if wanted else "abandoned"
         finally:
             self._registry.swap_marks.reopen_after_eviction(instance)
-        return self._record(instance, model, result, self._clock() - started, warm, error, blame)
+        flight = self._flights.get(instance)
+        kind, tier = (flight.kind, flight.tier) if flight else ("load", "unknown")
+        elapsed = self._clock() - started
+        return self.outcomes.record(
+            instance, model, (result, kind, tier), elapsed, warm, error, blame
+        )
 
     async def _load(self, instance: str, model: str, driver: Driver) -> tuple[bool, bool]:
         """Load ``model``: (warm, wanted). Unwanted once every request that waited for it went
@@ -318,67 +322,12 @@ class SwapCoordinator:
                 await steps.loaded(instance, model)
         except (DriverError, TimeoutError) as exc:
             log.warning("recycle failed: %s on %s: %s", model, instance, exc or "swap_timeout")
-            return self._settle(instance, model, ok=False, error=str(exc) or "swap_timeout")
+            return self.outcomes.settle(instance, model, ok=False, error=str(exc) or "swap_timeout")
         except asyncio.CancelledError:
             self._registry.swap_marks.end_swap(instance, model, ok=False)
             raise
         self._metrics.process_recycles.labels(instance, model).inc()
-        return self._settle(instance, model, ok=True)
-
-    def _settle(
-        self, instance: str, model: str, ok: bool, error: str = "", blame: Blame = "model"
-    ) -> bool:
-        """The registry and the backoff learn how a swap (or restart) ended: a failure backs
-        off the model there, and the whole instance when another of its models failed lately;
-        the model's failures fleet-wide may make it failing (control/faults/failing.py)."""
-        marks = self._registry.swap_marks
-        if ok:
-            self._backoff.succeeded(instance, model)
-            self._registry.failing.succeeded(model)
-            marks.end_swap(instance, model, ok=True)
-            return ok
-        verdict = self._backoff.failed(instance, model)
-        if verdict.instance:
-            said = "%s backs off for %.0fs: two or more of its models failed to load within %.0fs"
-            log.warning(said, instance, verdict.instance, self._backoff.window)
-        failure = shown_to_clients(error)
-        self._registry.failing.failed(model, instance, error, blame)
-        marks.end_swap(
-            instance, model, False, verdict.model, whole=verdict.instance, failure=failure
-        )
-        return ok
-
-    def _record(
-        self,
-        instance: str,
-        model: str,
-        result: str,
-        elapsed: float,
-        warm: bool,
-        error: str = "",
-        blame: Blame = "model",
-    ) -> bool:
-        """A swap ended: its log entry, its metrics and its time, then ``_settle``."""
-        flight = self._flights.get(instance)
-        kind, tier = (flight.kind, flight.tier) if flight else ("load", "unknown")
-        record = self.log.running_on(instance)
-        if record is not None:
-            self.log.end(record, result, elapsed, error, tier, self.times.sizes.get(model))
-        self.progress.ended(instance, model)
-        if result == "abandoned" and not warm:  # stopped, not failed: no backoff
-            self._registry.swap_marks.end_swap(instance, model, ok=False)
-        else:
-            self._settle(instance, model, warm, error, blame)
-        if result == "abandoned" and warm:
-            self._registry.swap_marks.mark_abandoned(instance, model)
-        self._metrics.swap_duration.labels(instance, model, result, tier).observe(elapsed)
-        self._metrics.swaps.labels(instance, model, result).inc()
-        if kind == "wake":
-            self._metrics.wake_duration.labels(instance, model, result).observe(elapsed)
-        if warm:
-            self.times.record(instance, model, elapsed, kind, tier)
-            log.info("swap done (%s): %s on %s in %.2fs", kind, model, instance, elapsed)
-        return warm
+        return self.outcomes.settle(instance, model, ok=True)
 
 
 def _blame(registry: Registry, instance: str, model: str, exc: Exception) -> Blame:

@@ -10,7 +10,7 @@ from swapgate.config.catalog import Catalog
 from swapgate.control.memory.kv import KvKeeper
 from swapgate.control.state.registry import Registry
 from swapgate.control.swaps.claims import Claims
-from swapgate.data.warm import WarmState
+from swapgate.data.warm import Stage, WarmState
 from swapgate.drivers import Driver
 
 
@@ -69,3 +69,9 @@ class SwapSteps:
     def left_at(self, instance: str, model: str) -> float | None:
         """When ``model`` last left ``instance`` (once: a swap back asks)."""
         return self._left.pop((instance, model), None)
+
+    def load_stage(self, instance: str, model: str) -> Stage | None:
+        """How far ``model``'s load on ``instance`` has got, as its engine announces it."""
+        driver = self.drivers.get(instance)
+        upstream = self.catalog.upstream_name(instance, model)
+        return driver.load_stage(upstream) if driver is not None else None

@@ -73,12 +73,12 @@ class Admission:
         requested = request.model
         ex.stream = request.stream
         named = self._resolve_model(caller, requested)
-        ex.model = self._router.chosen(named)
+        ex.model = self._router.intake.chosen(named)
         if requested != ex.model:
             request.rename(ex.model)
         if named != ex.model:  # a selector chose: say which model answers
             writer.headers.append((b"x-swapgate-model", ex.model.encode()))
-        self._router.check_speaks(ex.model, endpoint.protocol, endpoint.path)
+        self._router.intake.check_speaks(ex.model, endpoint.protocol, endpoint.path)
         ex.keep_alive = self._idle_asks.read(headers, request, ex.model, caller.key)
         shape(request, self._params, endpoint, ex.model)  # before the capture
         if caller.key is not None:
@@ -86,7 +86,7 @@ class Admission:
         priority = self._auth.priority(caller, headers)
         turn = await self._conversation(ex, request)
         budget = wait_budget(headers)
-        ex.routing = self._router.routing_for(
+        ex.routing = self._router.intake.routing_for(
             ex.model, request.payload, budget, priority, turn, ex.key
         )
         self._fallbacks.early(ex, request, caller, writer, (budget, priority, turn))

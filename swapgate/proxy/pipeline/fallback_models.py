@@ -78,13 +78,13 @@ class FallbackModels:
         router, endpoint = self._router, ex.endpoint
 
         def routing_for(model: str) -> Routing:
-            return router.routing_for(model, request.payload, budget, priority, turn, ex.key)
+            return router.intake.routing_for(model, request.payload, budget, priority, turn, ex.key)
 
         def allowed(model: str) -> bool:
             if not self._auth.allows(caller, model):
                 return False
             try:
-                router.check_speaks(model, endpoint.protocol, endpoint.path)
+                router.intake.check_speaks(model, endpoint.protocol, endpoint.path)
             except SwapgateError:
                 return False
             return True

@@ -79,26 +79,11 @@ class Sender:
             try:
                 response = await self._send(scope, ex, request, lease)
             except UpstreamError as exc:
-                if request.upload is not None and request.upload.gone:
-                    raise ConnectionAbortedError("the client went away during its upload") from exc
-                self._metrics.upstream_errors.labels(lease.name, _error_kind(exc)).inc()
-                failed_with = _failure(exc)
-                if lease.kind == "instance":
-                    self._registry.polls.lost(lease.name, refused=_host_down(exc))
-                failed = lease.route
-                place = attempts.after(failed_with, _held(ex), request.replayable)
-                if place is None:
-                    raise
-                if place is Next.PLACE:
-                    lease = await attempts.place_again(progress)
-                assert attempts.lease is not None
-                lease = attempts.lease
-                line = "%s failed (%s); %s goes to %s"
-                log.warning(line, failed, exc, ex.request_id, lease.route)
+                lease = await self._after_error(exc, ex, request, attempts, progress)
                 continue
             failure = _status_failure(response)
-            other = None
-            if failure is None and ex.fallback is not None:  # a model with fallbacks
+            other = None  # a model with fallbacks: another, if its engine refused the length
+            if failure is None and ex.fallback is not None:
                 other = await self.fallbacks.past_context(ex, request, writer, response)
             if other is not None:
                 response.close()
@@ -119,6 +104,34 @@ class Sender:
             self._metrics.upstream_errors.labels(lease.name, "http").inc()
             assert attempts.lease is not None
             lease = attempts.lease
+
+    async def _after_error(
+        self,
+        exc: UpstreamError,
+        ex: Exchange,
+        request: Request,
+        attempts: Attempts,
+        progress: Progress,
+    ) -> Lease:
+        """Where a request goes after its upstream failed before answering (the retry rule);
+        raises ``exc`` when nowhere."""
+        lease = attempts.lease
+        assert lease is not None
+        if request.upload is not None and request.upload.gone:
+            raise ConnectionAbortedError("the client went away during its upload") from exc
+        self._metrics.upstream_errors.labels(lease.name, _error_kind(exc)).inc()
+        if lease.kind == "instance":
+            self._registry.polls.lost(lease.name, refused=_host_down(exc))
+        place = attempts.after(_failure(exc), _held(ex), request.replayable)
+        if place is None:
+            raise exc
+        if place is Next.PLACE:
+            await attempts.place_again(progress)
+        assert attempts.lease is not None
+        log.warning(
+            "%s failed (%s); %s goes to %s", lease.route, exc, ex.request_id, attempts.lease.route
+        )
+        return attempts.lease
 
     async def _to_slot(self, ex: Exchange, lease: Lease) -> Lease:
         """``lease`` with the engine slot this turn of its conversation goes to (``kv_keep``),

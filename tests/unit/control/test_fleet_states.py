@@ -401,9 +401,9 @@ class FleetStates(RuleBasedStateMachine):
     ) -> Lease:
         """What the data plane asks of the router for one request (proxy/handler.py)."""
         router = request.router
-        model = request.model = router.chosen(name)
+        model = request.model = router.intake.chosen(name)
         payload = {"prompt": "word" * tokens}
-        routing = router.routing_for(model, payload, budget, priority, client=client)
+        routing = router.intake.routing_for(model, payload, budget, priority, client=client)
         request.max_wait = routing.budget if routing.budget is not None else router.max_wait(model)
         request.pool = routing.pool.instances if routing.pool is not None else None
         attempts = request.attempts = (

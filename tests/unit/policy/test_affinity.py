@@ -45,7 +45,9 @@ def test_it_goes_back_within_the_slack_and_to_the_least_busy_past_it() -> None:
 
 def routing_of(w: Any, payload: dict[str, Any]) -> Any:
     """The router's routing for ``payload``, with the conversation the data plane computes."""
-    return w.router.routing_for("m", payload, None, conversation=identity("chat", "m", payload))
+    return w.router.intake.routing_for(
+        "m", payload, None, conversation=identity("chat", "m", payload)
+    )
 
 
 def config(slack: int) -> dict[str, Any]:
@@ -77,9 +79,9 @@ async def test_with_slack_zero_there_is_no_affinity() -> None:
     w.warm("y", "m")
     first, later = turns("Tell me about ducks.")
     assert not w.router.conversations.matter("m"), "no affinity: its key is not computed"
-    lease = await w.router.acquire("m", routing=w.router.routing_for("m", first, None))
+    lease = await w.router.acquire("m", routing=w.router.intake.routing_for("m", first, None))
     w.router.release(lease)
-    again = await w.router.acquire("m", routing=w.router.routing_for("m", later, None))
+    again = await w.router.acquire("m", routing=w.router.intake.routing_for("m", later, None))
     assert again.name == lease.name == "x", "the least busy, by name on a tie: no memory"
     assert w.sample("swapgate_affinity_total", result="hit") is None
 

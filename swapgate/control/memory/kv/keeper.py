@@ -4,29 +4,27 @@ cache is saved to a file before its model is unloaded, keyed by the conversation
 restored into a slot when a turn of that conversation comes back; the turn is sent to that slot
 (``id_slot``), so the engine reads only its new tokens.
 
-swapgate hands out the slots itself (book.py, beside this module). A saved file is restored only
-into the engine that made it (files.py), and only for the client key that made it, unless
-``share_across_keys``. A save or a restore that fails is logged and counted, never
+swapgate hands out the slots itself (``Slots``, slots.py, over the books of book.py). A saved
+file is restored only into the engine that made it (files.py), and only for the client key that
+made it, unless ``share_across_keys``. A save or a restore that fails is logged and counted, never
 the request's failure: the turn is then served by reading its whole prompt.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import httpx
 
 from swapgate.config.settings import InstanceConfig, KvKeepConfig
-from swapgate.control.memory.kv.book import NO_SLOT, Claim, SharedBook, SlotBook
+from swapgate.control.memory.kv.book import Claim, SharedBook
 from swapgate.control.memory.kv.files import Found, SavedFiles
+from swapgate.control.memory.kv.slots import TIMEOUT, Server, Slots
 from swapgate.metrics import Metrics
 from swapgate.policy.conversation import scoped
 
@@ -36,29 +34,7 @@ if TYPE_CHECKING:  # the SDK is imported only when tracing is on (swapgate/traci
     from swapgate.tracing.spans import Attribute, Tracing
 
 log = logging.getLogger("swapgate.kv")
-TIMEOUT = httpx.Timeout(60.0, connect=5.0)  # a save waits for its slot's running answer
 NO_SAVE_PATH = 501  # llama-server started without --slot-save-path
-
-
-@dataclass(frozen=True, slots=True)
-class Server:
-    """Where a model's slots are: its own server (``process``; ``llama-swap`` forwards
-    ``/upstream/MODEL/...`` to it), or a router's, which takes the model by name (a ``model``
-    query to GET, a ``model`` field to POST)."""
-
-    url: str
-    model: str
-    routed: bool
-    headers: dict[str, str] = field(default_factory=dict)
-
-    def get(self, path: str) -> tuple[str, dict[str, str]]:
-        return f"{self.url}{path}", ({"model": self.model} if self.routed else {})
-
-    def action(self, slot: int, action: str, filename: str) -> tuple[str, dict[str, Any]]:
-        body: dict[str, Any] = {"filename": filename}
-        if self.routed:
-            body["model"] = self.model
-        return f"{self.url}/slots/{slot}?action={action}", body
 
 
 class KvKeeper:
@@ -75,14 +51,10 @@ class KvKeeper:
         self._tracing = tracing
         self._client = client
         self._metrics = metrics
-        self._clock = clock
-        self._shared = shared
+        self.slots = Slots(client, clock, shared)
         self._configs: dict[str, KvKeepConfig] = {}
         self._kinds: dict[str, str] = {}
         self._files: dict[str, SavedFiles] = {}
-        self._commands: dict[tuple[str, str], str] = {}
-        self._books: dict[tuple[str, str], SlotBook] = {}
-        self._asking: dict[tuple[str, str], asyncio.Lock] = {}
         self._warned: set[tuple[str, str]] = set()
 
     def configure(self, instances: list[InstanceConfig]) -> None:
@@ -93,9 +65,9 @@ class KvKeeper:
             for i in instances
             if i.kv_keep is not None and i.kv_folder is not None
         }
-        self._commands = {
-            (i.name, model): command.cmd for i in instances for model, command in i.commands.items()
-        }
+        self.slots.configure(
+            {(i.name, m): command.cmd for i in instances for m, command in i.commands.items()}
+        )
         for name, files in self._files.items():
             files.create()
             self._export(name)
@@ -121,17 +93,15 @@ class KvKeeper:
 
     async def loaded(self, instance: str, model: str) -> None:
         """``model`` was (re)started on ``instance``: its slots are empty."""
-        self._books.pop((instance, model), None)
-        if self._shared is not None and self.keeps(instance):
-            await self._shared.clear(instance, model)
+        await self.slots.loaded(instance, model, self.keeps(instance))
 
     async def save(self, instance: str, model: str, server: Server) -> None:
         """Before ``model`` leaves ``instance``: save the slots that hold a conversation, the
         most recently used first, until ``budget`` is written or ``save_timeout`` is spent."""
-        book = self._books.pop((instance, model), None)
+        book = self.slots.leaving(instance, model)
         if book is None or not self.keeps(instance):
             return
-        held = await self._held(instance, model, book)
+        held = await self.slots.held(instance, model, book)
         if not held:
             return
         if book.identity is None:
@@ -232,12 +202,12 @@ class KvKeeper:
         saved KV restored there first when it has some; None when the engine picks (its slots
         unknown, its own slot busy with another turn, or none idle). Give it back with
         ``finish``."""
-        book = await self._book(instance, model, server)
+        book = await self.slots.book(instance, model, server)
         if book is None:
             return None
         if not self._configs[instance].share_across_keys:
             key = scoped(key, tenant)
-        claim = await self._claim(instance, model, book, key)
+        claim = await self.slots.claim(instance, model, book, key)
         if claim is None or not claim.new or book.identity is None:
             return claim
         found = self._files[instance].find(model, key, book.identity)
@@ -249,44 +219,7 @@ class KvKeeper:
 
     async def finish(self, claim: Claim) -> None:
         """The turn sent to ``claim``'s slot ended."""
-        if claim.shared and self._shared is not None:
-            await self._shared.finish(*claim.book.where, claim.slot, claim.key)
-        else:
-            claim.book.finish(claim)
-
-    async def _claim(self, instance: str, model: str, book: SlotBook, key: str) -> Claim | None:
-        """A slot of ``book``'s, in the book the replicas share where there is one."""
-        if self._shared is not None:
-            got = await self._shared.claim(instance, model, book.count, key)
-            if got == NO_SLOT:
-                return None
-            if got is not None:
-                return Claim(book, got[0], key, new=got[1], shared=True)
-        return book.claim(key)  # alone, or Redis does not answer
-
-    async def _held(self, instance: str, model: str, book: SlotBook) -> list[tuple[int, str]]:
-        """The conversations ``model``'s slots hold, most recently finished first: of every
-        replica where they share a book."""
-        if self._shared is not None:
-            held = await self._shared.held(instance, model)
-            await self._shared.clear(instance, model)
-            if held is not None:
-                return held
-        return book.held()
-
-    async def _book(self, instance: str, model: str, server: Server) -> SlotBook | None:
-        """The slots of ``model`` as loaded now: asked of its engine once per load."""
-        where = (instance, model)
-        book = self._books.get(where)
-        if book is not None:
-            return book if book.count else None
-        async with self._asking.setdefault(where, asyncio.Lock()):
-            book = self._books.get(where)
-            if book is None:
-                count = await self._count(server)
-                identity = await self._identity(instance, model, server) if count else None
-                book = self._books[where] = SlotBook(count or 0, self._clock, identity, where)
-        return book if book.count else None
+        await self.slots.finish(claim)
 
     async def _restore(self, instance: str, model: str, claim: Claim, server: Server) -> None:
         files = self._files[instance]
@@ -311,43 +244,6 @@ class KvKeeper:
             )
         self._metrics.kv_restores.labels(instance, model, result).inc()
         _spanned(self._tracing, span, result)
-
-    async def _count(self, server: Server) -> int | None:
-        url, params = server.get("/slots")
-        try:
-            answer = await self._client.get(
-                url, params=params, headers=server.headers, timeout=TIMEOUT
-            )
-            answer.raise_for_status()
-            return len(answer.json())
-        except (httpx.HTTPError, ValueError, TypeError) as exc:
-            log.warning("GET %s: %s; its slots are left to the engine", url, exc)
-            return None
-
-    async def _identity(self, instance: str, model: str, server: Server) -> str | None:
-        """Which model the engine runs, as its ``GET /props`` says (the weights' path, the
-        context size) and the command swapgate started it with: a saved file is restored
-        only into the same."""
-        url, params = server.get("/props")
-        try:
-            answer = await self._client.get(
-                url, params=params, headers=server.headers, timeout=TIMEOUT
-            )
-            answer.raise_for_status()
-            props = answer.json()
-            settings = props.get("default_generation_settings") or {}
-            what = [props.get("model_path"), props.get("n_ctx") or settings.get("n_ctx")]
-        except (httpx.HTTPError, ValueError, TypeError, AttributeError) as exc:
-            log.warning(
-                "GET %s: %s; no conversation is saved or restored for %s/%s",
-                url,
-                exc,
-                instance,
-                model,
-            )
-            return None
-        what.append(self._commands.get((instance, model)))
-        return hashlib.sha256(json.dumps(what, default=str).encode()).hexdigest()[:16]
 
     # -- the files ---------------------------------------------------------------------------------
 

@@ -132,7 +132,7 @@ async def test_concurrent_turns_each_get_their_own_slot_while_restores_run(
 
 async def identity_of(kv: KvKeeper) -> str:
     """The identity the keeper gives the stand-in engine (as a saved file records it)."""
-    book = await kv._book("node", "a", kv.server("node", URL, "a"))
+    book = await kv.slots.book("node", "a", kv.server("node", URL, "a"))
     assert book is not None
     assert book.identity is not None
     return book.identity

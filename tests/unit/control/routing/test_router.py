@@ -335,11 +335,11 @@ def test_a_request_no_instance_can_take_is_refused_before_any_swap(
 ) -> None:
     router = speaking(protocols)
     if served:
-        router.check_speaks("a", protocol, "/v1/x")
+        router.intake.check_speaks("a", protocol, "/v1/x")
     else:
         with pytest.raises(NotFound, match="no instance of 'a' speaks /v1/x"):
-            router.check_speaks("a", protocol, "/v1/x")
-    speaking(protocols, relay="hosted").check_speaks("a", protocol, "/v1/x")  # the relay may
+            router.intake.check_speaks("a", protocol, "/v1/x")
+    speaking(protocols, relay="hosted").intake.check_speaks("a", protocol, "/v1/x")  # the relay may
 
 
 async def test_memory_alone_limits_what_is_resident_when_capacity_is_unset() -> None:
@@ -415,20 +415,20 @@ def selector(strategy: str) -> World:
 
 async def test_a_selector_goes_to_its_first_target_warm_then_waking_then_cached() -> None:
     w = selector("warm")
-    assert w.router.chosen("a") == "a", "a model is no selector"
-    assert w.router.chosen("coder") == "a", "nothing warm, nothing cached: the first target"
+    assert w.router.intake.chosen("a") == "a", "a model is no selector"
+    assert w.router.intake.chosen("coder") == "a", "nothing warm, nothing cached: the first target"
     w.coordinator.times.tiers = lambda model: "cached" if model == "b" else "disk"
-    assert w.router.chosen("coder") == "b"
+    assert w.router.intake.chosen("coder") == "b"
     assert w.coordinator.start("x", "c")  # loading beats weights in RAM
-    assert w.router.chosen("coder") == "c"
+    assert w.router.intake.chosen("coder") == "c"
     held = w.drivers["x"]
     assert isinstance(held, HeldDriver)
     assert await eventually(lambda: "c" in held.loading)
     held.finish("c")
     assert await w.coordinator.wait("x")
     w.warm("x", "b", "c")  # both warm: the first of them in the selector's order
-    assert w.router.chosen("coder") == "b"
+    assert w.router.intake.chosen("coder") == "b"
 
     first = selector("first")
     first.warm("x", "c")
-    assert first.router.chosen("coder") == "a"
+    assert first.router.intake.chosen("coder") == "a"

@@ -77,7 +77,7 @@ def one_gpu() -> dict[str, Any]:
 
 async def agent_turns(w: World, model: str, agents: int) -> None:
     """``agents`` requests for ``model`` at once, each holding its lease until all have one."""
-    routing = w.router.routing_for(model, {}, None, client="team")
+    routing = w.router.intake.routing_for(model, {}, None, client="team")
     attempts = [Attempts(w.router, model, routing) for _ in range(agents)]
     try:
         await asyncio.gather(*(a.first(Progress()) for a in attempts))

@@ -46,9 +46,9 @@ def state(registry: Registry, model: str) -> WarmState:
 
 def test_a_poll_brings_the_instance_up_with_its_warm_models_renamed() -> None:
     registry, _ = make()
-    assert not registry.ready()
+    assert not registry.up_names()
     registry.polls.apply_report("x", report({"qwen:32b": WarmState.WARM}, {"qwen:32b", "b"}), 0)
-    assert registry.ready()
+    assert list(registry.up_names()) == ["x"]
     assert registry.snapshot().instance("x").serves == {"coder", "b"}
     assert state(registry, "coder") is WarmState.WARM
     assert registry.known_models() == {"coder", "b"}
