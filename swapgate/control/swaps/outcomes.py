@@ -30,9 +30,9 @@ class SwapOutcomes:
     ) -> None:
         self._registry = registry
         self.backoff = backoff
-        self.log = swaps
-        self.progress = progress
-        self.times = times
+        self._log = swaps
+        self._progress = progress
+        self._times = times
         self._metrics = metrics
 
     def settle(
@@ -49,8 +49,8 @@ class SwapOutcomes:
             return ok
         verdict = self.backoff.failed(instance, model)
         if verdict.instance:
-            said = "%s backs off for %.0fs: two or more of its models failed to load within %.0fs"
-            log.warning(said, instance, verdict.instance, self.backoff.window)
+            line = "%s backs off for %.0fs: two or more of its models failed to load within %.0fs"
+            log.warning(line, instance, verdict.instance, self.backoff.window)
         failure = shown_to_clients(error)
         self._registry.failing.failed(model, instance, error, blame)
         marks.end_swap(
@@ -71,10 +71,10 @@ class SwapOutcomes:
         """A swap ended (``how``: its result, kind and weights' tier): its log entry, its
         metrics and its time, then ``settle``."""
         result, kind, tier = how
-        record = self.log.running_on(instance)
+        record = self._log.running_on(instance)
         if record is not None:
-            self.log.end(record, result, elapsed, error, tier, self.times.sizes.get(model))
-        self.progress.ended(instance, model)
+            self._log.end(record, result, elapsed, error, tier, self._times.sizes.get(model))
+        self._progress.ended(instance, model)
         if result == "abandoned" and not warm:  # stopped, not failed: no backoff
             self._registry.swap_marks.end_swap(instance, model, ok=False)
         else:
@@ -86,6 +86,6 @@ class SwapOutcomes:
         if kind == "wake":
             self._metrics.wake_duration.labels(instance, model, result).observe(elapsed)
         if warm:
-            self.times.record(instance, model, elapsed, kind, tier)
+            self._times.record(instance, model, elapsed, kind, tier)
             log.info("swap done (%s): %s on %s in %.2fs", kind, model, instance, elapsed)
         return warm
