@@ -26,7 +26,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from swapgate.tools.processes import free_port, start, stop, wait_until_serving
 from testbed.engines import ensure_ollama_chat_ui, ensure_ollama_js
-from tests.e2e.processes import Gateway, Sim, gateway, instance, simulator
+from tests.e2e.processes import Gateway, Sim, gateway, instance, simulator, wait_for
 
 pytestmark = pytest.mark.e2e
 LOAD = 2.5  # past early_headers_after (500 ms): a swap commits the answer and keeps it alive
@@ -100,8 +100,12 @@ def test_a_streamed_chat_across_a_swap_reads_keepalives_as_nothing(fleet: Fleet)
     assert last.total_duration >= last.load_duration
     assert last.eval_count
     assert last.eval_count > 0
-    # counted as every endpoint is: by its label
-    assert fleet.gw.metric("swapgate_endpoint_requests_total", endpoint="ollama_chat") >= 1
+    # counted as every endpoint is, by its label, once its record is written: after the answer's
+    # last line went out (a loaded machine runs the test's next line first)
+    wait_for(
+        lambda: fleet.gw.metric("swapgate_endpoint_requests_total", endpoint="ollama_chat") >= 1,
+        timeout=10,
+    )
 
 
 def test_a_chat_not_streamed_and_generate_both_ways(fleet: Fleet) -> None:
