@@ -13,15 +13,15 @@ counted (``swapgate_trace_spans_dropped_total``), with one warning a minute.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from opentelemetry.trace import SpanContext
+from swapgate.tracing.segment import Segment
 
+if TYPE_CHECKING:
     from swapgate.metrics import Metrics
     from swapgate.tracing.spans import Tracing
 
+__all__ = ["ENDPOINT_ENV", "Segment", "endpoint_of", "tracing_for"]
 ENDPOINT_ENV = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 
 
@@ -45,14 +45,3 @@ def tracing_for(configured: str | None, sample_ratio: float, metrics: Metrics) -
     from swapgate.tracing.spans import Tracing, exporter
 
     return Tracing.build(exporter(endpoint), sample_ratio, metrics)
-
-
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """A stretch of a request's wait: queued, or waiting for a swap (whose span it links)."""
-
-    state: str  # "queued" | "loading" | "waking"
-    began: int  # epoch ns
-    ended: int
-    instance: str | None
-    swap: SpanContext | None

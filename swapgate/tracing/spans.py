@@ -23,7 +23,7 @@ from prometheus_client import Counter
 
 from swapgate import __version__
 from swapgate.metrics import Metrics
-from swapgate.tracing import Segment
+from swapgate.tracing.segment import Segment
 
 log = logging.getLogger("swapgate.tracing")
 QUEUE = 4096  # finished spans waiting for export; past it, new ones are dropped

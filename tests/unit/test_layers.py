@@ -177,3 +177,40 @@ def test_every_module_is_in_the_architecture_docs_modules_table() -> None:
         and not module.startswith(folders)
     )
     assert missing == [], f"add them to docs/architecture.md's Modules table: {missing}"
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Every module of the package, testbed/ and bench/, and the modules of those it imports
+    anywhere in it (at the top, in a function, or for type checking alone)."""
+    modules = {}
+    for base in ("swapgate", "testbed", "bench"):
+        for path in (ROOT / base).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            modules[name.removesuffix(".__init__")] = path
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                named = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            elif isinstance(node, ast.Import):
+                named = [alias.name for alias in node.names]
+            else:
+                continue
+            graph[name] |= {other for other in named if other in modules and other != name}
+    return graph
+
+
+def test_no_module_imports_one_that_imports_it_back() -> None:
+    graph = _module_graph()
+    circles = []
+    for start in graph:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            name = todo.pop()
+            if name == start:
+                circles.append(start)
+                break
+            if name not in seen:
+                seen.add(name)
+                todo.extend(graph[name])
+    assert circles == []
