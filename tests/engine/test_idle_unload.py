@@ -92,8 +92,10 @@ def test_keep_alive_zero_through_extra_body_unloads_right_after_the_answer_unles
         )
         assert answer.status_code == 200  # llama-server never saw the field
         answered = time.monotonic()
-        wait_for(lambda: pid_of(gw, "gemma-a") is None, timeout=10)
-        assert time.monotonic() - answered < 3
+        # gemma-a has no ttl: only its request's keep_alive unloads it. "Right after" is the
+        # unload's own time, llama-server's stop included: 4 s once on a loaded CI machine
+        wait_for(lambda: pid_of(gw, "gemma-a") is None, timeout=20)
+        assert time.monotonic() - answered < 10
         assert unloads(gw, "gemma-a", "keep_alive") == 1
         time.sleep(1.5)  # gemma-b's keep_alive: 0 is ignored: it stays
         assert kept is not None
