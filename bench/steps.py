@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import uvicorn
 
-from bench.load import WrkResult, wrk
+from bench.load import wrk
 from bench.procs import fixed_upstream
 from bench.sections import replace_section
 from bench.warm import CONNECTIONS, DOCS, config_for
@@ -36,7 +36,7 @@ class Step:
     what: str
 
 
-# In the order a request meets them; a step's time includes the steps it calls (see ``inside``)
+# In the order a request meets them; a step's time includes the steps it calls (indented)
 STEPS = (
     Step("server", "swapgate/server/app.py", "__call__", "everything after uvicorn's parsing"),
     Step("pipeline", "swapgate/proxy/handler.py", "__call__", "ProxyEndpoint, all steps"),
@@ -56,7 +56,6 @@ STEPS = (
 
 @dataclass(frozen=True)
 class Profiled:
-    load: WrkResult
     requests: int
     cpu: float  # the process's CPU seconds while loaded
     seconds: dict[str, float]  # each step's cumulative seconds
@@ -91,7 +90,7 @@ async def _profile(upstream: str, seconds: float) -> Profiled:
     server.should_exit = True
     await task
     stats = pstats.Stats(profiler)
-    return Profiled(load, round(load.rps * seconds), cpu, _cumulative(stats))
+    return Profiled(load.requests, cpu, _cumulative(stats))
 
 
 def _cumulative(stats: pstats.Stats) -> dict[str, float]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
 
 from starlette.types import Receive, Scope, Send
 
@@ -43,9 +42,6 @@ from swapgate.proxy.request import Request
 from swapgate.proxy.request_id import request_id
 from swapgate.proxy.upstream import UpstreamClient
 from swapgate.proxy.writer import ON_DISCONNECT, ResponseWriter, until_disconnect
-
-if TYPE_CHECKING:  # the SDK is imported only when tracing is on (swapgate/tracing/)
-    pass
 
 # Set in a request's scope by the server when its read timeout cut the request's body
 # (swapgate/server/connections.py): counted as 408, not as a client that went away.

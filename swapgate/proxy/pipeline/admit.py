@@ -54,7 +54,8 @@ class Admission:
         """``parts``: the live registry, the keys' limits, the request records, the
         ``keep_alive`` rules and the fallback models; ``params``: each model's rule."""
         self._router, self._catalog, self._auth = router, catalog, auth
-        self._registry, self._limits, self._records, self._idle_asks, self._fallbacks = parts
+        self._registry, self._limits, self._records, timeouts, self._fallbacks = parts
+        self._requested_timeouts = timeouts
         self._params = params
         self._keepalive = settings.keepalive_for
         self._max_body = settings.server.max_body_bytes
@@ -79,7 +80,7 @@ class Admission:
         if named != ex.model:  # a selector chose: say which model answers
             writer.headers.append((b"x-swapgate-model", ex.model.encode()))
         self._router.intake.check_speaks(ex.model, endpoint.protocol, endpoint.path)
-        ex.keep_alive = self._idle_asks.read(headers, request, ex.model, caller.key)
+        ex.keep_alive = self._requested_timeouts.read(headers, request, ex.model, caller.key)
         shape(request, self._params, endpoint, ex.model)  # before the capture
         if caller.key is not None:
             ex.admission = await self._limits.admit(caller.key)

@@ -55,7 +55,7 @@ class Sender:
         """``config``: the ``keep_alive`` rules and the fallback models of this config."""
         self._registry, self._client, self._metrics = registry, client, metrics
         self._turns = turns
-        self.requested_timeouts, self.fallbacks = config
+        self._requested_timeouts, self.fallbacks = config
         self.tracing = tracing
 
     async def open(
@@ -159,7 +159,7 @@ class Sender:
             body = request.renamed(lease.upstream_model)
         if lease.slot is not None and request.upload is None:
             body = with_fields(body, id_slot=lease.slot)
-        body = self.requested_timeouts.body_for(body, lease, ex.keep_alive)
+        body = self._requested_timeouts.body_for(body, lease, ex.keep_alive)
         url = lease.upstream.url_for(path) + _query(scope, lease.upstream.query)
         key = lease.upstream.api_key
         upload = request.upload
